@@ -1,0 +1,234 @@
+"""Engine benchmark: spark-state's VersionedStore next to raw rocksdict and a plain dict,
+all measured in the same run on the same keys.
+
+Measured, for the hashmap and rocksdb backends:
+  * put      -- staging N puts in an epoch (``store.put``)
+  * commit   -- committing an epoch of N puts (changelog to checkpoint storage, apply, manifest)
+  * get      -- random point reads of existing keys from a state of M keys
+  * restore  -- loading an M-key version into an empty local directory from checkpoint storage
+
+Baselines: ``dict`` (assignment / lookup), raw ``rocksdict`` (WriteBatch + write with the WAL
+off; get; "restore" = copy a RocksDB checkpoint directory and open it).
+
+Usage: python bench/engine_bench.py [--epoch-keys 100000] [--state-keys 1000000] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable
+
+import rocksdict
+
+from spark_state import EngineConfig, VersionedStore
+
+KEY_BYTES = 16
+VALUE_BYTES = 32
+
+
+def keys_for(n: int, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    return [rng.randbytes(KEY_BYTES) for _ in range(n)]
+
+
+def best_of(runs: int, fn: Callable[[], float]) -> float:
+    """Median seconds of ``runs`` runs (fn returns its own measured seconds)."""
+    return statistics.median(fn() for _ in range(runs))
+
+
+class Results:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def add(self, operation: str, subject: str, seconds: float, ops: int) -> None:
+        self.rows.append({"operation": operation, "subject": subject, "seconds": seconds, "ops": ops,
+                          "ops_per_s": ops / seconds if seconds else float("inf")})
+
+    def print(self) -> None:
+        print(f"\n{'operation':<34} {'subject':<18} {'time':>10} {'ops/s':>14} {'vs rocksdict':>13}")
+        by_op: dict[str, dict[str, dict]] = {}
+        for row in self.rows:
+            by_op.setdefault(row["operation"], {})[row["subject"]] = row
+        for op, subjects in by_op.items():
+            raw = subjects.get("raw rocksdict")
+            for subject, row in subjects.items():
+                ratio = f"{row['ops_per_s'] / raw['ops_per_s']:.2f}x" if raw else "-"
+                print(f"{op:<34} {subject:<18} {row['seconds'] * 1000:>8.1f}ms {row['ops_per_s']:>14,.0f} {ratio:>13}")
+
+
+def raw_rocksdb_options() -> rocksdict.Options:
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    return opts
+
+
+def no_wal() -> rocksdict.WriteOptions:
+    wo = rocksdict.WriteOptions()
+    wo.disable_wal = True
+    return wo
+
+
+def bench_epoch(results: Results, root: str, n: int, runs: int) -> None:
+    keys = keys_for(n, 1)
+    value = b"v" * VALUE_BYTES
+
+    def dict_put() -> float:
+        d: dict = {}
+        t = time.perf_counter()
+        for k in keys:
+            d[k] = value
+        return time.perf_counter() - t
+
+    results.add(f"put ({n:,} keys)", "dict", best_of(runs, dict_put), n)
+
+    def raw_epoch() -> tuple[float, float]:
+        path = tempfile.mkdtemp(dir=root)
+        db = rocksdict.Rdict(path, raw_rocksdb_options())
+        t = time.perf_counter()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for k in keys:
+            batch.put(k, value)
+        staged = time.perf_counter()
+        db.write(batch, no_wal())
+        done = time.perf_counter()
+        db.close()
+        shutil.rmtree(path)
+        return staged - t, done - staged
+
+    raw = [raw_epoch() for _ in range(runs)]
+    results.add(f"put ({n:,} keys)", "raw rocksdict", statistics.median(r[0] for r in raw), n)
+    results.add(f"commit epoch of {n:,} puts", "raw rocksdict", statistics.median(r[1] for r in raw), n)
+
+    for backend in ("hashmap", "rocksdb"):
+        puts, commits = [], []
+        for _ in range(runs):
+            ckpt = tempfile.mkdtemp(dir=root)
+            cfg = EngineConfig(backend=backend, snapshot_interval=0, local_dir=os.path.join(root, "local"))
+            with VersionedStore(ckpt, cfg) as store:
+                store.load(0)
+                t = time.perf_counter()
+                for k in keys:
+                    store.put(k, value)
+                staged = time.perf_counter()
+                store.commit()
+                done = time.perf_counter()
+            shutil.rmtree(ckpt)
+            puts.append(staged - t)
+            commits.append(done - staged)
+        results.add(f"put ({n:,} keys)", f"store {backend}", statistics.median(puts), n)
+        results.add(f"commit epoch of {n:,} puts", f"store {backend}", statistics.median(commits), n)
+
+
+def bench_state(results: Results, root: str, n: int, gets: int, runs: int) -> None:
+    keys = keys_for(n, 2)
+    value = b"w" * VALUE_BYTES
+    probe = random.Random(3).choices(keys, k=gets)
+
+    data = dict.fromkeys(keys, value)
+
+    def dict_get() -> float:
+        t = time.perf_counter()
+        for k in probe:
+            data.get(k)
+        return time.perf_counter() - t
+
+    results.add(f"get (random, {n:,}-key state)", "dict", best_of(runs, dict_get), gets)
+    del data
+
+    # Raw rocksdict: load, flush, checkpoint (the thing a restore would copy).
+    raw_path = os.path.join(root, "raw-db")
+    db = rocksdict.Rdict(raw_path, raw_rocksdb_options())
+    for i in range(0, n, 100_000):
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for k in keys[i:i + 100_000]:
+            batch.put(k, value)
+        db.write(batch, no_wal())
+    db.flush()
+
+    def raw_get() -> float:
+        t = time.perf_counter()
+        for k in probe:
+            db.get(k)
+        return time.perf_counter() - t
+
+    results.add(f"get (random, {n:,}-key state)", "raw rocksdict", best_of(runs, raw_get), gets)
+    raw_ckpt = os.path.join(root, "raw-ckpt")
+    rocksdict.Checkpoint(db).create_checkpoint(raw_ckpt)
+    db.close()
+
+    def raw_restore() -> float:
+        target = os.path.join(root, "raw-restored")
+        t = time.perf_counter()
+        shutil.copytree(raw_ckpt, target)
+        restored = rocksdict.Rdict(target, raw_rocksdb_options())
+        restored.get(keys[0])
+        elapsed = time.perf_counter() - t
+        restored.close()
+        shutil.rmtree(target)
+        return elapsed
+
+    results.add(f"restore {n:,}-key version", "raw rocksdict", best_of(runs, raw_restore), n)
+
+    for backend in ("hashmap", "rocksdb"):
+        ckpt = os.path.join(root, f"ckpt-{backend}")
+        cfg = EngineConfig(backend=backend, snapshot_interval=1, local_dir=os.path.join(root, "local"))
+        with VersionedStore(ckpt, cfg) as store:
+            store.load(0)
+            store.put_many(keys, (value for _ in keys))
+            version = store.commit()
+
+            def store_get() -> float:
+                t = time.perf_counter()
+                get = store.get
+                for k in probe:
+                    get(k)
+                return time.perf_counter() - t
+
+            results.add(f"get (random, {n:,}-key state)", f"store {backend}", best_of(runs, store_get), gets)
+
+        def store_restore() -> float:
+            with VersionedStore(ckpt, cfg) as fresh:
+                t = time.perf_counter()
+                fresh.load(version)
+                fresh.get(keys[0])
+                elapsed = time.perf_counter() - t
+                assert fresh.last_restore.mode == "restore"
+            return elapsed
+
+        results.add(f"restore {n:,}-key version", f"store {backend}", best_of(runs, store_restore), n)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epoch-keys", type=int, default=100_000)
+    parser.add_argument("--state-keys", type=int, default=1_000_000)
+    parser.add_argument("--gets", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args()
+    results = Results()
+    root = tempfile.mkdtemp(prefix="spark-state-bench-")
+    try:
+        print(f"epoch benchmark: {args.epoch_keys:,} puts, median of {args.runs} runs", flush=True)
+        bench_epoch(results, root, args.epoch_keys, args.runs)
+        print(f"state benchmark: {args.state_keys:,} keys, {args.gets:,} random gets", flush=True)
+        bench_state(results, root, args.state_keys, args.gets, args.runs)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    results.print()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results.rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

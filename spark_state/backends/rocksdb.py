@@ -1,0 +1,158 @@
+"""RocksDB backend through rocksdict in raw-bytes mode.
+
+State may exceed memory: RocksDB keeps it on local disk, with the block cache and
+memtables drawn from the process-wide budget (:mod:`.rocksdb_resources`).
+
+Snapshots are RocksDB checkpoints taken after a flush, so they consist of SST files plus
+a few small metadata files (``MANIFEST-*``, ``CURRENT``, ``OPTIONS-*``). SST files are
+immutable and their numbers are never reused within a DB directory, which is what makes
+them ``shared``: checkpoint storage keeps one copy of each for every snapshot that
+contains it, and a snapshot after a small change uploads only the new SSTs.
+
+RocksDB's own write-ahead log is off by default: a commit is durable through spark-state's
+changelog, and a working directory is never reused across processes (it is restored from
+checkpoint storage instead), so the WAL would only cost write throughput.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Iterable, Iterator, Optional, Sequence
+
+import rocksdict
+
+from .. import constants as C
+from ..errors import CheckpointCorruptError
+from .base import BackendFactory, Change, KVBackend, SnapshotFile
+from .rocksdb_resources import SharedRocksDBResources, shared_resources
+
+#: Files rocksdict or RocksDB keep in a DB directory that do not belong in a snapshot.
+_NOT_SNAPSHOTTED = frozenset({"LOCK", "LOG", "IDENTITY"})
+_MULTI_GET_CHUNK = 8192
+
+
+def _options(resources: SharedRocksDBResources) -> rocksdict.Options:
+    opts = rocksdict.Options(raw_mode=True)
+    opts.create_if_missing(True)
+    table = rocksdict.BlockBasedOptions()
+    table.set_block_cache(resources.block_cache)
+    # Bloom filters make point lookups of absent keys (frequent for dedup and new
+    # aggregation keys) skip SST reads; filters and indexes live in the shared cache so
+    # the memory budget covers them.
+    table.set_bloom_filter(10, False)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    opts.set_block_based_table_factory(table)
+    opts.set_write_buffer_manager(resources.write_buffer_manager)
+    opts.set_max_open_files(-1)
+    return opts
+
+
+class RocksDBBackend(KVBackend):
+    name = C.BACKEND_ROCKSDB
+
+    def __init__(self, directory: str, resources: SharedRocksDBResources, wal: bool) -> None:
+        self._directory = directory
+        self._db = rocksdict.Rdict(directory, _options(resources))
+        self._write_options = rocksdict.WriteOptions()
+        self._write_options.disable_wal = not wal
+
+    @property
+    def directory(self) -> str:
+        return self._directory
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        return self._db.get(key)
+
+    def multi_get(self, keys: Sequence[bytes]) -> list[Optional[bytes]]:
+        if not keys:
+            return []
+        return self._db[list(keys)]
+
+    def contains(self, key: bytes) -> bool:
+        return self._db.get(key) is not None
+
+    def count_existing(self, keys: Sequence[bytes]) -> int:
+        # Batched multi-get releases the GIL and lets RocksDB sort the lookups.
+        found = 0
+        for i in range(0, len(keys), _MULTI_GET_CHUNK):
+            found += sum(1 for v in self._db[list(keys[i:i + _MULTI_GET_CHUNK])] if v is not None)
+        return found
+
+    def iterate(
+        self, start: Optional[bytes] = None, end: Optional[bytes] = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        read_opts = rocksdict.ReadOptions()
+        if end is not None:
+            read_opts.set_iterate_upper_bound(end)
+        # A RocksDB snapshot pins the view, so the iterator is stable even if the caller
+        # applies changes before consuming it fully.
+        snapshot = self._db.snapshot()
+        # rocksdict ignores set_iterate_lower_bound; from_key seeks instead.
+        yield from snapshot.items(from_key=start, read_opt=read_opts)
+
+    def apply(self, changes: Iterable[Change]) -> None:
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        put = batch.put
+        delete = batch.delete
+        for key, value in changes:
+            if value is None:
+                delete(key)
+            else:
+                put(key, value)
+        if len(batch):
+            self._db.write(batch, self._write_options)
+
+    def count(self) -> int:
+        return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
+
+    def memory_bytes(self) -> int:
+        total = 0
+        for prop in ("rocksdb.cur-size-all-mem-tables", "rocksdb.estimate-table-readers-mem"):
+            total += int(self._db.property_int_value(prop) or 0)
+        return total
+
+    def write_snapshot(self, directory: str) -> list[SnapshotFile]:
+        # Flush first so the snapshot is SSTs only (the WAL is off, and even when it is
+        # on, a memtable-free checkpoint needs no log replay on restore).
+        self._db.flush(True)
+        rocksdict.Checkpoint(self._db).create_checkpoint(directory)
+        files = []
+        for name in sorted(os.listdir(directory)):
+            if name in _NOT_SNAPSHOTTED:
+                continue
+            path = os.path.join(directory, name)
+            files.append(SnapshotFile(name, path, os.path.getsize(path), shared=name.endswith(".sst")))
+        return files
+
+    def close(self) -> None:
+        if self._db is not None:
+            # No cancel_all_background() first: rocksdict's close() flushes, and a
+            # flush after cancelling fails with "Shutdown in progress".
+            self._db.close()
+            self._db = None  # type: ignore[assignment]
+
+
+class RocksDBBackendFactory(BackendFactory):
+    name = C.BACKEND_ROCKSDB
+
+    def __init__(self, block_cache_mb: int, write_buffer_mb: int, wal: bool) -> None:
+        self._resources = shared_resources(block_cache_mb, write_buffer_mb)
+        self._wal = wal
+
+    @property
+    def resources(self) -> SharedRocksDBResources:
+        return self._resources
+
+    def create_empty(self, directory: str) -> KVBackend:
+        if os.path.exists(directory):
+            shutil.rmtree(directory)
+        os.makedirs(directory)
+        return RocksDBBackend(directory, self._resources, self._wal)
+
+    def open_snapshot(self, directory: str) -> KVBackend:
+        try:
+            return RocksDBBackend(directory, self._resources, self._wal)
+        except Exception as exc:  # rocksdict raises plain Exception for corruption
+            raise CheckpointCorruptError(directory, f"RocksDB cannot open the snapshot ({exc})") from None

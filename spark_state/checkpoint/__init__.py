@@ -1,0 +1,1 @@
+"""Checkpoint format: changelogs, manifests, snapshots, retention (see ``layout``)."""

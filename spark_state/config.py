@@ -1,0 +1,136 @@
+"""Engine configuration: one immutable, validated object built from keyword arguments or
+from string options (``spark.sql.streaming.stateStore.sparkState.*`` confs).
+
+Unknown options are errors, not silently ignored: a typo in a conf name would otherwise
+leave a user running with defaults they did not choose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from . import constants as C
+from .errors import ConfigError
+
+#: String option name -> (field name, parser). Option names use Spark's camelCase style.
+_INT = "int"
+_BOOL = "bool"
+_STR = "str"
+
+_OPTIONS: dict[str, tuple[str, str]] = {
+    "backend": ("backend", _STR),
+    "snapshotInterval": ("snapshot_interval", _INT),
+    "retainedVersions": ("retained_versions", _INT),
+    "localDir": ("local_dir", _STR),
+    "rocksdb.blockCacheSizeMB": ("block_cache_mb", _INT),
+    "rocksdb.writeBufferManagerMB": ("write_buffer_mb", _INT),
+    "rocksdb.writeAheadLog": ("rocksdb_wal", _BOOL),
+}
+#: Options with this prefix are handed to checkpoint storage with the prefix removed
+#: (``storage.s3.endpoint_url`` -> ``s3.endpoint_url``); the storage layer validates them.
+STORAGE_OPTION_PREFIX = "storage."
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How a :class:`~spark_state.store.VersionedStore` keeps its state.
+
+    Attributes:
+        backend: ``"rocksdb"`` (rocksdict, raw bytes; state may exceed memory) or
+            ``"hashmap"`` (a Python dict; fastest, state must fit in memory).
+        snapshot_interval: take a snapshot every this many commits; ``0`` never takes one
+            automatically (restores then replay every changelog since version 0).
+        retained_versions: how many most recent versions stay restorable; older files
+            are removed by cleanup.
+        local_dir: parent directory of the working copies of stores; ``None`` uses a
+            temporary directory of this process.
+        block_cache_mb / write_buffer_mb: the process-wide RocksDB memory budget, shared
+            by every RocksDB store in the process.
+        rocksdb_wal: write RocksDB's own write-ahead log. Off by default: durability comes
+            from our changelog, written before a commit returns.
+        storage_options: options for checkpoint storage (``s3.endpoint_url``, ...).
+    """
+
+    backend: str = C.DEFAULT_BACKEND
+    snapshot_interval: int = C.DEFAULT_SNAPSHOT_INTERVAL
+    retained_versions: int = C.DEFAULT_RETAINED_VERSIONS
+    local_dir: Optional[str] = None
+    block_cache_mb: int = C.DEFAULT_BLOCK_CACHE_MB
+    write_buffer_mb: int = C.DEFAULT_WRITE_BUFFER_MB
+    rocksdb_wal: bool = False
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.backend not in C.BACKENDS:
+            raise ConfigError(
+                f"unknown state backend {self.backend!r}; choose one of {', '.join(C.BACKENDS)}"
+            )
+        _require_int("snapshotInterval", self.snapshot_interval, minimum=0)
+        _require_int("retainedVersions", self.retained_versions, minimum=1)
+        _require_int("rocksdb.blockCacheSizeMB", self.block_cache_mb, minimum=1)
+        _require_int("rocksdb.writeBufferManagerMB", self.write_buffer_mb, minimum=1)
+        if self.write_buffer_mb > self.block_cache_mb:
+            raise ConfigError(
+                f"rocksdb.writeBufferManagerMB ({self.write_buffer_mb}) must not exceed "
+                f"rocksdb.blockCacheSizeMB ({self.block_cache_mb}): memtables are charged "
+                "to the shared block cache"
+            )
+        object.__setattr__(self, "storage_options", dict(self.storage_options))
+
+    def replace(self, **changes: Any) -> "EngineConfig":
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], prefix: str = "") -> "EngineConfig":
+        """Build from string options, e.g. Spark confs.
+
+        Only keys starting with ``prefix`` are considered; pass
+        ``prefix=constants.CONF_PREFIX`` for a full Spark conf map. Unknown keys raise
+        :class:`ConfigError` listing the known ones.
+        """
+        kwargs: dict[str, Any] = {}
+        storage: dict[str, str] = {}
+        for full_key, raw in options.items():
+            if not full_key.startswith(prefix):
+                continue
+            key = full_key[len(prefix):]
+            if key.startswith(STORAGE_OPTION_PREFIX):
+                storage[key[len(STORAGE_OPTION_PREFIX):]] = str(raw)
+                continue
+            if key not in _OPTIONS:
+                known = ", ".join(prefix + k for k in sorted(_OPTIONS))
+                raise ConfigError(
+                    f"unknown spark-state option {full_key!r}; known options: {known}, "
+                    f"and {prefix}{STORAGE_OPTION_PREFIX}* for checkpoint storage"
+                )
+            field_name, kind = _OPTIONS[key]
+            kwargs[field_name] = _parse(full_key, str(raw).strip(), kind)
+        if storage:
+            kwargs["storage_options"] = storage
+        return cls(**kwargs)
+
+
+def _parse(key: str, raw: str, kind: str) -> Any:
+    if kind == _INT:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"option {key!r} must be an integer, got {raw!r}") from None
+    if kind == _BOOL:
+        lowered = raw.lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"option {key!r} must be true or false, got {raw!r}")
+    return raw
+
+
+def _require_int(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"option {name!r} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"option {name!r} must be >= {minimum}, got {value}")

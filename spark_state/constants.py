@@ -1,0 +1,54 @@
+"""Constants shared across spark-state: format versions, file layout names, defaults.
+
+Every magic string or number that names something on disk lives here, so that the
+checkpoint layout can be read off one page.
+"""
+
+from __future__ import annotations
+
+#: Version of the checkpoint format this release writes. Readers accept the versions in
+#: ``SUPPORTED_FORMAT_VERSIONS`` and reject anything else with ``IncompatibleFormatError``.
+FORMAT_VERSION = 1
+SUPPORTED_FORMAT_VERSIONS = frozenset({1})
+
+#: Prefix of every SQL conf spark-state reads. Spark passes only explicitly set confs that
+#: start with ``spark.sql.streaming.stateStore.`` to a provider, so all of ours live below it.
+CONF_PREFIX = "spark.sql.streaming.stateStore.sparkState."
+
+# --- checkpoint layout, relative to one store's root (one operator partition) -------------
+#: ``manifests/<version>.json`` -- the commit point of a version (written last, atomically).
+MANIFEST_DIR = "manifests"
+#: ``changelogs/<version>-<commit id>.arrow`` -- the writes of one epoch, Arrow IPC file format.
+CHANGELOG_DIR = "changelogs"
+#: ``snapshots/<version>-<snapshot id>.json`` -- a snapshot's descriptor, written after every
+#: file it lists; ``snapshots/<version>-<snapshot id>-<name>`` -- its private files.
+SNAPSHOT_DIR = "snapshots"
+#: ``shared/<version>-<db instance id>-<sst name>`` -- immutable SST files shared between
+#: snapshots. The version is the snapshot that first uploaded the file.
+SHARED_DIR = "shared"
+
+MANIFEST_KIND = "spark-state/manifest"
+SNAPSHOT_KIND = "spark-state/snapshot"
+
+# --- backends ------------------------------------------------------------------------------
+BACKEND_ROCKSDB = "rocksdb"
+BACKEND_HASHMAP = "hashmap"
+BACKENDS = (BACKEND_ROCKSDB, BACKEND_HASHMAP)
+
+# --- defaults ------------------------------------------------------------------------------
+DEFAULT_BACKEND = BACKEND_ROCKSDB
+#: Commits between two snapshots. Restore cost is one snapshot plus at most this many
+#: changelogs; Spark's RocksDB provider uses 10 for its changelog checkpointing too.
+DEFAULT_SNAPSHOT_INTERVAL = 10
+#: Versions kept restorable; Spark's ``spark.sql.streaming.minBatchesToRetain`` default.
+DEFAULT_RETAINED_VERSIONS = 100
+#: Process-wide RocksDB block cache (shared by every store of the process).
+DEFAULT_BLOCK_CACHE_MB = 256
+#: Process-wide RocksDB write-buffer (memtable) budget, charged to the block cache.
+DEFAULT_WRITE_BUFFER_MB = 128
+#: Rows per Arrow record batch in changelogs and hashmap snapshots (bounded memory per batch).
+ARROW_BATCH_ROWS = 65536
+
+# --- changelog record ops -------------------------------------------------------------------
+OP_PUT = 0
+OP_DELETE = 1

@@ -1,0 +1,229 @@
+"""Open checkpoint storage from a URL and string options.
+
+Supported locations:
+
+* a local path (``/tmp/ckpt``, ``ckpt``) or ``file:///tmp/ckpt`` -> :class:`LocalStorage`
+* ``s3://bucket/prefix`` (``s3a://`` is accepted as an alias, as in Hadoop) -> S3 through s3fs
+* ``hdfs://namenode:8020/path`` and ``viewfs://cluster/path`` -> HDFS through hdfs-native
+
+Options (all keys and values are strings, as in Spark options):
+
+``s3.endpoint_url``
+    S3 endpoint, e.g. ``http://127.0.0.1:5055`` for MinIO/moto. Default: AWS.
+``s3.access_key_id``, ``s3.secret_access_key``, ``s3.session_token``
+    Credentials. Default: the AWS credential chain (environment, profile, instance role).
+``s3.region``
+    Region name, e.g. ``eu-west-1``.
+``s3.anonymous``
+    ``true`` for unsigned requests (public buckets). Default ``false``.
+``hdfs.<hadoop key>``
+    Passed to hdfs-native's configuration with ``hdfs.`` stripped, e.g.
+    ``hdfs.dfs.client.failover.max.attempts=15`` or
+    ``hdfs.dfs.ha.namenodes.ns1=nn1,nn2``. They override ``HADOOP_CONF_DIR`` files.
+
+Fail-fast defaults: with its own defaults hdfs-native retries an unreachable NameNode
+forever, which would hang a streaming query instead of failing it. Unless overridden by
+``hdfs.`` options, spark-state caps connection attempts (:data:`HDFS_DEFAULTS`), so a
+dead NameNode is reported within about a second, and it probes the NameNode when the
+storage is opened (bounded by :data:`~spark_state.storage.remote.PROBE_TIMEOUT_S`). The
+price is that an HA failover taking longer than that fails the operation instead of
+waiting; raise ``hdfs.dfs.client.failover.max.attempts`` where that matters more.
+(hdfs-native 0.14 reads no ``ipc.client.*`` retry settings; its retry knobs are the
+``dfs.client.failover.*`` ones below.) Likewise S3 requests get botocore's "standard"
+retry mode with 3 attempts in total and a 5 s connect timeout (:data:`S3_CLIENT_CONFIG`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Optional
+from urllib.parse import urlsplit
+
+from spark_state.errors import ConfigError
+from spark_state.storage.base import CheckpointStorage
+from spark_state.storage.local import LocalStorage
+from spark_state.storage.remote import FsspecStorage, HdfsBackend, S3Backend
+
+__all__ = ["HDFS_DEFAULTS", "S3_CLIENT_CONFIG", "S3_OPTIONS", "SUPPORTED_SCHEMES", "open_storage"]
+
+SUPPORTED_SCHEMES = ("file", "s3", "s3a", "hdfs", "viewfs")
+
+S3_OPTIONS = {
+    "s3.endpoint_url": "S3 endpoint URL (default: AWS)",
+    "s3.access_key_id": "access key id",
+    "s3.secret_access_key": "secret access key",
+    "s3.session_token": "session token for temporary credentials",
+    "s3.region": "region name",
+    "s3.anonymous": "true for unsigned requests",
+}
+
+HDFS_PREFIX = "hdfs."
+
+HDFS_DEFAULTS = {
+    # 2 attempts = one retry/failover, enough to get past a standby NameNode of an HA pair.
+    "dfs.client.failover.max.attempts": "2",
+    # Hadoop's defaults (500 ms base, 15 s max) would stretch those attempts to seconds.
+    "dfs.client.failover.sleep.base.millis": "200",
+    "dfs.client.failover.sleep.max.millis": "1000",
+}
+"""hdfs-native settings that make an unreachable NameNode fail within ~1 s (measured: 0.6 s
+on connection refused). Any ``hdfs.<key>`` option overrides them."""
+
+S3_CLIENT_CONFIG: dict[str, Any] = {
+    "retries": {"total_max_attempts": 3, "mode": "standard"},
+    "connect_timeout": 5,
+    "read_timeout": 60,
+}
+"""botocore client config: bounded retries and connect timeout so that a dead endpoint fails
+in 1-3 s (botocore's defaults, 60 s connect timeout and 5 attempts, times s3fs's own 5
+retries, take 5-10 s for a refused connection and minutes for a silent one). Throttling
+(SlowDown) and 5xx answers are still retried, with backoff, by the standard mode."""
+
+S3FS_RETRIES = 2
+"""s3fs's own retry loop (default 5 tries) repeats requests that failed with a transient
+transport error such as a body cut off mid-read (IncompleteRead), which botocore's retries
+do not cover because they end when the response headers arrive. Each try includes
+botocore's 3 attempts, so 2 keeps one such retry without multiplying the time to report
+a dead endpoint."""
+
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
+
+
+def open_storage(url: str, options: Optional[Mapping[str, str]] = None) -> CheckpointStorage:
+    """Return the checkpoint storage for *url* configured with *options* (see module doc).
+
+    For HDFS the NameNode is contacted before this returns.
+
+    Raises:
+        ConfigError: unknown scheme or option, a bad option value, or the client library
+            for the scheme is not installed.
+        StorageUnavailableError: (HDFS) the NameNode could not be reached.
+    """
+    opts = _check_options(options or {})
+    match = _SCHEME_RE.match(url)
+    scheme = match.group(1).lower() if match else ""
+    # A one-letter "scheme" is a Windows drive letter (C:\ckpt), i.e. a local path.
+    if not scheme or len(scheme) == 1:
+        return LocalStorage(url)
+    if scheme == "file":
+        return LocalStorage(url)
+    if scheme in ("s3", "s3a"):
+        return _open_s3(url, opts)
+    if scheme in ("hdfs", "viewfs"):
+        return _open_hdfs(url, scheme, opts)
+    raise ConfigError(
+        f"unsupported checkpoint location scheme {scheme!r} in {url!r}; supported: a local path, "
+        "file://, s3:// (s3a:// is an alias), hdfs://, viewfs://"
+    )
+
+
+def _check_options(options: Mapping[str, Any]) -> dict[str, str]:
+    valid = ", ".join(sorted(S3_OPTIONS)) + f", or {HDFS_PREFIX}<hadoop configuration key>"
+    checked: dict[str, str] = {}
+    for key, value in options.items():
+        if not isinstance(key, str):
+            raise ConfigError(f"storage option keys must be strings, got {key!r}")
+        if key.startswith("s3.") and key not in S3_OPTIONS:
+            raise ConfigError(f"unknown storage option {key!r}; valid options: {valid}")
+        if key.startswith(HDFS_PREFIX) and len(key) == len(HDFS_PREFIX):
+            raise ConfigError(f"storage option {key!r} names no Hadoop configuration key")
+        if not key.startswith(("s3.", HDFS_PREFIX)):
+            raise ConfigError(f"unknown storage option {key!r}; valid options: {valid}")
+        if value is None:
+            raise ConfigError(f"storage option {key!r} has no value")
+        # Spark passes strings; accept ints/bools from Python callers too.
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        checked[key] = str(value)
+    return checked
+
+
+def _normalize_url(url: str) -> str:
+    """Drop trailing slashes, except from a bare ``scheme://`` or ``scheme:///``."""
+    stripped = url.rstrip("/")
+    return url if stripped.endswith(":") else stripped
+
+
+def _parse_bool(key: str, value: str) -> bool:
+    low = value.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ConfigError(f"storage option {key}={value!r} is not a boolean; use true or false")
+
+
+def _open_s3(url: str, opts: dict[str, str]) -> FsspecStorage:
+    parts = urlsplit(url)
+    bucket, prefix = parts.netloc, parts.path.strip("/")
+    if not bucket:
+        raise ConfigError(f"S3 location {url!r} has no bucket; expected s3://bucket/prefix")
+    try:
+        import s3fs
+    except ImportError as e:
+        raise ConfigError(
+            f"checkpoint location {url!r} needs the s3fs package: pip install s3fs"
+        ) from e
+
+    anonymous = _parse_bool("s3.anonymous", opts.get("s3.anonymous", "false"))
+    key, secret = opts.get("s3.access_key_id"), opts.get("s3.secret_access_key")
+    if (key is None) != (secret is None):
+        raise ConfigError("set both s3.access_key_id and s3.secret_access_key, or neither")
+    if anonymous and key is not None:
+        raise ConfigError("s3.anonymous=true cannot be combined with s3.access_key_id/s3.secret_access_key")
+    endpoint = opts.get("s3.endpoint_url")
+    if endpoint is not None and not re.match(r"^https?://[^/]", endpoint):
+        raise ConfigError(f"s3.endpoint_url={endpoint!r} must be an http:// or https:// URL")
+
+    kwargs: dict[str, Any] = {
+        "anon": anonymous,
+        # Our own instance: close() must not break other users of a shared cached one.
+        "skip_instance_cache": True,
+        # Another process writes the checkpoint too; cached listings would go stale.
+        "use_listings_cache": False,
+        "config_kwargs": {k: (dict(v) if isinstance(v, dict) else v) for k, v in S3_CLIENT_CONFIG.items()},
+    }
+    if endpoint is not None:
+        kwargs["endpoint_url"] = endpoint
+    if key is not None:
+        kwargs.update(key=key, secret=secret)
+    if "s3.session_token" in opts:
+        kwargs["token"] = opts["s3.session_token"]
+    if "s3.region" in opts:
+        kwargs["client_kwargs"] = {"region_name": opts["s3.region"]}
+    fs = s3fs.S3FileSystem(**kwargs)
+    fs.retries = S3FS_RETRIES
+    root = f"{bucket}/{prefix}" if prefix else bucket
+    return FsspecStorage(fs, _normalize_url(url), root, S3Backend(endpoint))
+
+
+def _open_hdfs(url: str, scheme: str, opts: dict[str, str]) -> FsspecStorage:
+    try:
+        from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
+    except ImportError as e:
+        raise ConfigError(
+            f"checkpoint location {url!r} needs the hdfs-native package: pip install hdfs-native"
+        ) from e
+
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError as e:
+        raise ConfigError(f"HDFS location {url!r} has an invalid port") from e
+    config = dict(HDFS_DEFAULTS)
+    config.update({k[len(HDFS_PREFIX):]: v for k, v in opts.items() if k.startswith(HDFS_PREFIX)})
+    fs_class = HdfsFileSystem if scheme == "hdfs" else ViewfsFileSystem
+    try:
+        # Keyword arguments other than host/port become hdfs-native's Client config.
+        fs = fs_class(host=parts.hostname, port=port, skip_instance_cache=True, **config)
+    except Exception as e:  # hdfs-native validates the URL and config here, without I/O
+        raise ConfigError(f"cannot set up an HDFS client for {url!r}: {type(e).__name__}: {e}") from e
+
+    path = parts.path.rstrip("/") or "/"
+    namenode = parts.netloc or "named by fs.defaultFS in the Hadoop configuration"
+    backend = HdfsBackend(namenode, config["dfs.client.failover.max.attempts"])
+    storage = FsspecStorage(fs, _normalize_url(url), path, backend)
+    storage.probe()
+    return storage

@@ -1,0 +1,444 @@
+"""Checkpoint storage on remote file systems through fsspec: S3 (s3fs) and HDFS (hdfs-native).
+
+:class:`FsspecStorage` does path handling and error mapping; a small :class:`Backend`
+object supplies what differs between an object store and a file system.
+
+How the guarantees of :class:`~spark_state.storage.CheckpointStorage` are met:
+
+* **S3** - a PUT (or the completion of a multipart upload) is atomic by definition: the
+  object appears whole or not at all, and S3 has been strongly read-after-write
+  consistent since 2020. So files are written directly under their final key; a rename
+  would be a non-atomic copy + delete on S3 and is never used. Durability is S3's own
+  once the PUT is acknowledged. ``overwrite=False`` sends ``If-None-Match: *``, which
+  the server evaluates atomically (one racing writer wins, the others get HTTP 412,
+  mapped to :class:`FileExistsError`).
+* **HDFS** - a file being written is visible to readers with a growing length, so files
+  are written under a hidden temp name in the target directory and then renamed. HDFS
+  ``rename`` with the OVERWRITE option is a single atomic NameNode operation; without
+  it, the rename fails if the target exists, which gives an atomic create-if-absent.
+  Durability: closing the file waits until every DataNode in the write pipeline has
+  acknowledged all packets and the NameNode has completed the file, i.e. the data is
+  replicated ``dfs.replication`` times - the same guarantee Spark's own HDFS checkpoint
+  manager relies on. (Surviving a simultaneous power loss of all replicas additionally
+  needs ``dfs.datanode.synconclose=true`` on the DataNodes.)
+
+Errors are mapped to :mod:`spark_state.errors`: missing files to
+:class:`~spark_state.errors.CheckpointFileMissingError`, connection failures to
+:class:`~spark_state.errors.StorageUnavailableError` (saying what to check), everything
+else to :class:`~spark_state.errors.StorageError` naming the operation and the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import posixpath
+import re
+import secrets
+import shutil
+import threading
+from contextlib import suppress
+from typing import Any, Callable, Iterable, Literal, Optional, TypeVar
+
+from spark_state.errors import (
+    CheckpointFileMissingError,
+    SparkStateError,
+    StorageError,
+    StorageUnavailableError,
+)
+from spark_state.storage.base import CheckpointStorage, clean_path, is_temp_name, join_root, temp_name
+from spark_state.storage.local import atomic_local_write
+
+__all__ = ["Backend", "FsspecStorage", "HdfsBackend", "S3Backend"]
+
+T = TypeVar("T")
+
+COPY_CHUNK = 1 << 20
+"""Streaming copy buffer (1 MiB)."""
+
+S3_UPLOAD_PART = 8 << 20
+"""Multipart part size. Files below 2 parts go up in one PUT; s3fs holds at most
+``S3_UPLOAD_PART * S3_UPLOAD_CONCURRENCY`` bytes of a file in memory at a time."""
+
+S3_UPLOAD_CONCURRENCY = 4
+
+S3_DELETE_BATCH = 1000
+"""S3 DeleteObjects accepts at most 1000 keys per request."""
+
+PROBE_TIMEOUT_S = 10.0
+"""How long :meth:`FsspecStorage.probe` waits for an answer. Connection refusals are
+reported much sooner; this bounds the case of a server that accepts connections but
+never answers, where hdfs-native would otherwise wait forever."""
+
+_Missing = Literal["raise", "none", "error"]
+
+_READ_MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
+
+
+class Backend:
+    """What differs between remote file systems; subclassed per fsspec implementation."""
+
+    name = "remote"
+
+    def __init__(self, what_to_check: str) -> None:
+        self.what_to_check = what_to_check
+        """Advice appended to StorageUnavailableError messages."""
+
+    def normalize(self, exc: BaseException) -> BaseException:
+        """Map a backend-specific exception to a builtin one where there is a match."""
+        return exc
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        """True if *exc* means the service could not be reached at all."""
+        return isinstance(exc, (ConnectionError, TimeoutError))
+
+    def hint(self, exc: BaseException) -> str:
+        """Extra advice for a StorageError caused by *exc* ('' if none)."""
+        return ""
+
+    def put(self, fs: Any, path: str, data: bytes, overwrite: bool) -> None:
+        raise NotImplementedError
+
+    def upload(self, fs: Any, local_path: str, path: str) -> None:
+        raise NotImplementedError
+
+    def delete_many(self, fs: Any, paths: list[str]) -> None:
+        for path in paths:
+            with suppress(FileNotFoundError):
+                fs.rm_file(path)
+
+    def close(self, fs: Any) -> None:
+        """Release the file system's connections (best effort)."""
+
+
+class S3Backend(Backend):
+    """S3 through s3fs: direct PUTs (atomic by nature), conditional PUT for create-if-absent."""
+
+    name = "S3"
+
+    def __init__(self, endpoint_url: Optional[str]) -> None:
+        where = f"the S3 endpoint {endpoint_url}" if endpoint_url else "the AWS S3 endpoint of the bucket's region"
+        super().__init__(
+            f"that {where} is up and reachable from this host (option s3.endpoint_url), "
+            "and any proxy (HTTPS_PROXY) or firewall in between"
+        )
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        if super().is_unavailable(exc):
+            return True
+        try:
+            from botocore import exceptions as bce
+        except ImportError:  # pragma: no cover - s3fs always brings botocore
+            return False
+        return isinstance(
+            exc,
+            (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ProxyConnectionError,
+             bce.ConnectionClosedError, bce.ReadTimeoutError),
+        ) or type(exc).__name__ in ("FSTimeoutError", "ClientConnectorError")
+
+    def hint(self, exc: BaseException) -> str:
+        if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+            return (" (no S3 credentials: set s3.access_key_id and s3.secret_access_key, the AWS_* "
+                    "environment variables or an AWS profile, or s3.anonymous=true for public buckets)")
+        if isinstance(exc, FileNotFoundError):
+            return " (does the bucket exist?)"
+        return ""
+
+    def put(self, fs: Any, path: str, data: bytes, overwrite: bool) -> None:
+        # mode="create" adds If-None-Match: * (also on multipart completion).
+        fs.pipe_file(path, data, mode="overwrite" if overwrite else "create")
+
+    def upload(self, fs: Any, local_path: str, path: str) -> None:
+        fs.put_file(local_path, path, chunksize=S3_UPLOAD_PART, max_concurrency=S3_UPLOAD_CONCURRENCY)
+
+    def delete_many(self, fs: Any, paths: list[str]) -> None:
+        by_bucket: dict[str, list[str]] = {}
+        for path in paths:
+            bucket, key, _ = fs.split_path(path)
+            by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            for i in range(0, len(keys), S3_DELETE_BATCH):
+                batch = keys[i : i + S3_DELETE_BATCH]
+                out = fs.call_s3(
+                    "delete_objects",
+                    Bucket=bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
+                )
+                # Absent keys count as deleted; Errors are real failures (e.g. AccessDenied).
+                failed = out.get("Errors") or []
+                if failed:
+                    first = failed[0]
+                    raise OSError(
+                        f"{len(failed)} of {len(batch)} deletes failed; first: "
+                        f"{bucket}/{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
+                    )
+        fs.invalidate_cache()
+
+    def close(self, fs: Any) -> None:
+        # s3fs otherwise closes its aiohttp session only when the object is garbage collected.
+        creator = getattr(fs, "_s3creator", None)
+        if getattr(fs, "_s3", None) is not None and creator is not None:
+            with suppress(Exception):
+                type(fs).close_session(fs.loop, creator)
+            fs._s3 = None
+
+
+# hdfs-native raises plain OSError("Connection refused (os error 111)") and the like for
+# transport failures, so they are recognised by message.
+_HDFS_UNAVAILABLE = re.compile(
+    r"connection refused|os error (101|104|110|111|113)|no route to host|network is unreachable"
+    r"|timed out|rpc listener disconnected|connection reset|broken pipe|failed to lookup address"
+    r"|name or service not known|temporary failure in name resolution|standbyexception",
+    re.IGNORECASE,
+)
+
+
+class HdfsBackend(Backend):
+    """HDFS (and viewfs) through hdfs-native: temp file + atomic NameNode rename."""
+
+    name = "HDFS"
+
+    def __init__(self, namenode: str, failover_attempts: str) -> None:
+        super().__init__(
+            f"that the NameNode {namenode} is running and reachable from this host (host, port, "
+            "firewall); for an HA name service or viewfs, that its NameNode addresses are in the "
+            "Hadoop configuration (HADOOP_CONF_DIR or hdfs.* options). Retries are capped at "
+            f"dfs.client.failover.max.attempts={failover_attempts} so that an outage fails fast; "
+            "set option hdfs.dfs.client.failover.max.attempts higher to wait longer"
+        )
+
+    def normalize(self, exc: BaseException) -> BaseException:
+        # hdfs-native surfaces most NameNode exceptions as RuntimeError('RPCError("<java class>", ...)').
+        if isinstance(exc, RuntimeError):
+            text = str(exc)
+            if "FileAlreadyExistsException" in text:
+                return FileExistsError(errno.EEXIST, text)
+            if "FileNotFoundException" in text:
+                return FileNotFoundError(errno.ENOENT, text)
+            if "AccessControlException" in text:
+                return PermissionError(errno.EACCES, text)
+        return exc
+
+    def is_unavailable(self, exc: BaseException) -> bool:
+        if super().is_unavailable(exc):
+            return True
+        if isinstance(exc, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError)):
+            return False
+        return isinstance(exc, (OSError, RuntimeError)) and bool(_HDFS_UNAVAILABLE.search(str(exc)))
+
+    def hint(self, exc: BaseException) -> str:
+        if isinstance(exc, FileNotFoundError):
+            return " (a parent path component is missing or is a file)"
+        return ""
+
+    def put(self, fs: Any, path: str, data: bytes, overwrite: bool) -> None:
+        self._write_then_rename(fs, path, lambda f: f.write(data), overwrite)
+
+    def upload(self, fs: Any, local_path: str, path: str) -> None:
+        with open(local_path, "rb") as src:
+            self._write_then_rename(fs, path, lambda f: shutil.copyfileobj(src, f, COPY_CHUNK), True)
+
+    @staticmethod
+    def _write_then_rename(fs: Any, path: str, fill: Callable[[Any], object], overwrite: bool) -> None:
+        directory, name = posixpath.split(path)
+        tmp = posixpath.join(directory, temp_name(name, secrets.token_hex(8)))
+        created = False
+        try:
+            # overwrite=False on the temp name: never clobber anything, even a colliding temp.
+            # Parent directories are created by the NameNode (WriteOptions.create_parent).
+            with fs.open(tmp, "wb", overwrite=False) as f:
+                created = True
+                fill(f)
+            # close() returned: the NameNode has completed the file; now publish it.
+            fs.mv(tmp, path, overwrite=overwrite)
+        except BaseException:
+            if created:
+                with suppress(Exception):
+                    fs.rm_file(tmp)
+            raise
+
+
+class FsspecStorage(CheckpointStorage):
+    """Checkpoint storage on an fsspec file system (S3 via s3fs, HDFS via hdfs-native).
+
+    Args:
+        fs: the fsspec file system instance (use :func:`~spark_state.storage.open_storage`
+            rather than building one by hand).
+        url: the root URL as the user gave it, used in messages.
+        root: the same root in the file system's own path syntax (``bucket/prefix`` for
+            s3fs, ``/path`` for hdfs-native).
+        backend: the :class:`Backend` matching *fs*.
+        owns_fs: whether :meth:`close` releases *fs* (false for :meth:`child` storages).
+    """
+
+    def __init__(self, fs: Any, url: str, root: str, backend: Backend, *, owns_fs: bool = True) -> None:
+        self.fs = fs
+        self.url = url
+        self.root = root
+        self.backend = backend
+        self._owns_fs = owns_fs
+
+    # ---- helpers -------------------------------------------------------------------
+
+    def _p(self, path: str, *, allow_root: bool = False) -> str:
+        return join_root(self.root, clean_path(path, allow_root=allow_root))
+
+    def _run(self, op: str, path: str, fn: Callable[..., T], *args: Any, missing: _Missing = "raise",
+             **kwargs: Any) -> Optional[T]:
+        """Call *fn*, mapping its exceptions for operation *op* on *path*.
+
+        *missing* says what "not found" means here: ``"raise"`` ->
+        CheckpointFileMissingError, ``"none"`` -> return None, ``"error"`` -> a
+        StorageError (for writes, where a missing bucket or parent is a failure).
+        """
+        try:
+            return fn(*args, **kwargs)
+        except SparkStateError:
+            raise
+        except Exception as raw:
+            exc = self.backend.normalize(raw)
+            if isinstance(exc, _READ_MISSING) and missing != "error":
+                if missing == "none":
+                    return None
+                raise CheckpointFileMissingError(self.full_url(path)) from raw
+            raise self._translate(op, path, exc) from raw
+
+    def _translate(self, op: str, path: str, exc: BaseException) -> BaseException:
+        url = self.full_url(path)
+        if isinstance(exc, FileExistsError):
+            return FileExistsError(errno.EEXIST, f"{url} already exists (overwrite=False)")
+        detail = f"{type(exc).__name__}: {exc}"
+        if self.backend.is_unavailable(exc):
+            return StorageUnavailableError(
+                f"{self.backend.name} checkpoint storage {self.url} is unreachable: {op} {url} "
+                f"failed with {detail}. Check {self.backend.what_to_check}."
+            )
+        if isinstance(exc, PermissionError):
+            return StorageError(
+                f"{op} {url} was denied ({detail}); check the credentials and the permissions "
+                "on the checkpoint location"
+            )
+        return StorageError(f"{op} {url} failed: {detail}{self.backend.hint(exc)}")
+
+    def _writable(self, path: str) -> str:
+        p = self._p(path)
+        if is_temp_name(posixpath.basename(p)):
+            raise ValueError(f"storage path {path!r} has the form of an internal temp file name")
+        return p
+
+    # ---- reading -------------------------------------------------------------------
+
+    def read_bytes(self, path: str) -> bytes:
+        data = self._run("read", path, self.fs.cat_file, self._p(path))
+        return bytes(data)  # type: ignore[arg-type]
+
+    def download_file(self, path: str, local_path: str) -> None:
+        src = self._run("download", path, self.fs.open, self._p(path), "rb")
+        assert src is not None
+
+        def copy(dst: Any) -> None:
+            self._run("download", path, shutil.copyfileobj, src, dst, COPY_CHUNK, missing="error")
+
+        # Local-side failures (e.g. an unwritable local directory) stay plain OSErrors:
+        # they are about the caller's disk, not checkpoint storage.
+        with src:
+            atomic_local_write(local_path, copy)
+
+    def _info(self, path: str) -> Optional[dict[str, Any]]:
+        return self._run("stat", path, self.fs.info, self._p(path), missing="none")
+
+    def exists(self, path: str) -> bool:
+        info = self._info(path)
+        return info is not None and info.get("type") == "file"
+
+    def size(self, path: str) -> int:
+        info = self._info(path)
+        if info is None or info.get("type") != "file":
+            raise CheckpointFileMissingError(self.full_url(path))
+        return int(info["size"])
+
+    def list_dir(self, path: str = "") -> list[str]:
+        directory = self._p(path, allow_root=True)
+        entries = self._run("list", path, self.fs.ls, directory, detail=True, missing="none") or []
+        parent = directory.rstrip("/") or "/"
+        names = []
+        for entry in entries:
+            name = self.fs._strip_protocol(entry["name"]).rstrip("/")
+            # Listing a file path returns the file itself on some backends; keep children only.
+            if entry.get("type") != "file" or (posixpath.dirname(name) or "/") != parent:
+                continue
+            base = posixpath.basename(name)
+            if not is_temp_name(base):
+                names.append(base)
+        return sorted(names)
+
+    # ---- writing -------------------------------------------------------------------
+
+    def write_bytes(self, path: str, data: bytes, *, overwrite: bool = True) -> None:
+        self._run("write", path, self.backend.put, self.fs, self._writable(path), bytes(data), overwrite,
+                  missing="error")
+
+    def upload_file(self, local_path: str, path: str) -> None:
+        target = self._writable(path)
+        if not os.path.isfile(local_path):  # the caller's problem, not the storage's
+            raise FileNotFoundError(errno.ENOENT, "local file to upload does not exist", local_path)
+        self._run("upload to", path, self.backend.upload, self.fs, local_path, target, missing="error")
+
+    def delete(self, path: str) -> None:
+        self._run("delete", path, self.fs.rm_file, self._p(path), missing="none")
+
+    def delete_many(self, paths: Iterable[str]) -> None:
+        targets = [self._p(p) for p in paths]  # validate all before deleting any
+        if targets:
+            self._run(f"delete {len(targets)} files under", "", self.backend.delete_many, self.fs, targets,
+                      missing="none")
+
+    # ---- navigation and lifecycle --------------------------------------------------
+
+    def child(self, subpath: str) -> "FsspecStorage":
+        rel = clean_path(subpath, allow_root=True)
+        return FsspecStorage(self.fs, self.full_url(rel), join_root(self.root, rel), self.backend, owns_fs=False)
+
+    def probe(self, timeout: Optional[float] = None) -> None:
+        """Check that the backend answers, by a metadata lookup of the root.
+
+        The root not existing yet is fine. The lookup runs in a daemon thread so that a
+        server that accepts connections but never replies cannot hang the caller; in that
+        case the thread is abandoned (the native call cannot be interrupted).
+
+        Args:
+            timeout: seconds to wait; default :data:`PROBE_TIMEOUT_S`.
+
+        Raises:
+            StorageUnavailableError: the backend could not be reached within *timeout*.
+            StorageError: it answered with another failure (e.g. access denied).
+        """
+        timeout = PROBE_TIMEOUT_S if timeout is None else timeout
+        outcome: list[Optional[BaseException]] = []
+
+        def lookup() -> None:
+            try:
+                self.fs.info(self.root or "/")
+                outcome.append(None)
+            except BaseException as e:  # handed to the calling thread
+                outcome.append(e)
+
+        thread = threading.Thread(target=lookup, name=f"spark-state-probe {self.url}", daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if not outcome:
+            raise StorageUnavailableError(
+                f"{self.backend.name} checkpoint storage {self.url} did not answer within {timeout:g} s. "
+                f"Check {self.backend.what_to_check}."
+            )
+        raw = outcome[0]
+        if raw is None:
+            return
+        exc = self.backend.normalize(raw)
+        if isinstance(exc, FileNotFoundError):
+            return
+        raise self._translate("connect to", "", exc) from raw
+
+    def close(self) -> None:
+        if self._owns_fs:
+            self.backend.close(self.fs)

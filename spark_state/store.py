@@ -1,0 +1,521 @@
+"""A versioned key-value store for one (operator, partition): the heart of the engine.
+
+Versions follow Spark's state store contract. ``load(v)`` makes the store hold the state
+as of version ``v`` (version 0 is the empty state); reads and writes then act on it, and
+``commit()`` turns the pending writes into version ``v + 1`` and returns that number.
+Spark's micro-batch epochs are the checkpoint barriers: the commit at the end of batch N
+is the snapshot of epoch N.
+
+Durability and atomicity of a commit, in order:
+
+1. the epoch's changelog is written to checkpoint storage (durable, atomic);
+2. the changes are applied to the local backend in one atomic batch;
+3. every ``snapshot_interval`` commits, a snapshot is uploaded (incrementally);
+4. the version's manifest is written, atomically replacing any earlier one.
+
+The manifest is the commit point. A crash before step 4 leaves the previous version in
+force; a retried or speculative commit of the same version writes files under fresh ids
+and then replaces the manifest, so committing the same version twice is a clean,
+idempotent overwrite. A failure anywhere marks the local copy untrusted, and the next
+``load`` restores from checkpoint storage.
+
+Thread-safety: one task thread drives reads and writes; ``snapshot()``, ``cleanup()``
+and ``close()`` may come from maintenance threads and are serialised with commits by a
+lock.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional, Sequence, Union
+
+from . import constants as C
+from .backends import KVBackend, backend_factory
+from .backends.base import BackendFactory
+from .checkpoint import changelog, layout
+from .checkpoint.checksum import crc32_bytes
+from .checkpoint.metadata import ChangelogRef, Manifest, SnapshotRef
+from .checkpoint.retention import CleanupResult, cleanup, list_versions, read_manifest
+from .checkpoint.snapshots import SharedFileIndex, SnapshotStats, download_snapshot, read_descriptor, upload_snapshot
+from .config import EngineConfig
+from .errors import CheckpointCorruptError, CheckpointFileMissingError, StoreStateError, VersionNotFoundError
+from .overlay import MISSING, WriteOverlay, merge_sorted
+from .storage import CheckpointStorage, open_storage
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass
+class CommitMetrics:
+    """What the last commit did; surfaced as Spark custom metrics by the provider."""
+
+    version: int = 0
+    num_updates: int = 0
+    num_deletes: int = 0
+    changelog_bytes: int = 0
+    snapshot_taken: bool = False
+    snapshot_files_uploaded: int = 0
+    snapshot_files_reused: int = 0
+    snapshot_bytes_uploaded: int = 0
+    duration_ms: float = 0.0
+
+
+@dataclass
+class RestoreMetrics:
+    """How the last ``load`` obtained its version."""
+
+    version: int = 0
+    #: "cached" (already there), "replay" (changelogs on top of the local copy),
+    #: "restore" (snapshot + changelogs from checkpoint storage) or "empty".
+    mode: str = "empty"
+    changelogs_replayed: int = 0
+    snapshot_files_downloaded: int = 0
+    duration_ms: float = 0.0
+
+
+class VersionedStore:
+    """One store's versioned state, backed by a local backend and checkpoint storage.
+
+    Args:
+        checkpoint: where committed versions live: a local path, ``file://``, ``s3://``
+            or ``hdfs://`` URL, or a :class:`CheckpointStorage`.
+        config: engine configuration (backend, snapshot interval, retention, memory).
+    """
+
+    def __init__(self, checkpoint: Union[str, CheckpointStorage], config: Optional[EngineConfig] = None) -> None:
+        self._config = config or EngineConfig()
+        if isinstance(checkpoint, CheckpointStorage):
+            self._storage = checkpoint
+        else:
+            self._storage = open_storage(checkpoint, self._config.storage_options)
+        self._factory: BackendFactory = backend_factory(self._config.backend, self._config)
+        self._work_dir = os.path.join(_local_root(self._config.local_dir), f"store-{layout.new_id()}")
+        self._lock = threading.RLock()
+        self._overlay = WriteOverlay()
+        self._backend: Optional[KVBackend] = None
+        self._version: Optional[int] = None
+        self._manifest: Optional[Manifest] = None
+        self._num_keys = 0
+        # Identity of the local state: the changelog or snapshot path that produced it
+        # ("" for the empty version 0). Lets load(v) replay only newer changelogs.
+        self._state_origin: Optional[str] = None
+        self._shared_index = SharedFileIndex()
+        self._closed = False
+        self.last_commit = CommitMetrics()
+        self.last_restore = RestoreMetrics()
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def config(self) -> EngineConfig:
+        return self._config
+
+    @property
+    def storage(self) -> CheckpointStorage:
+        return self._storage
+
+    @property
+    def version(self) -> int:
+        """The loaded version (the one ``commit()`` builds on)."""
+        self._require_loaded()
+        return self._version  # type: ignore[return-value]
+
+    @property
+    def has_uncommitted_changes(self) -> bool:
+        return len(self._overlay) > 0
+
+    def versions(self) -> list[int]:
+        """Committed versions in checkpoint storage, ascending (0, the empty state, is implicit)."""
+        return list_versions(self._storage)
+
+    def latest_version(self) -> int:
+        versions = self.versions()
+        return versions[-1] if versions else 0
+
+    # ------------------------------------------------------------------ loading
+    def load(self, version: int) -> "VersionedStore":
+        """Make the store hold ``version``; uncommitted writes are discarded.
+
+        Raises ``VersionNotFoundError`` (listing the versions that exist) if checkpoint
+        storage has no such version, and ``CheckpointCorruptError`` naming the file if
+        any file the version needs is missing or damaged.
+        """
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise ValueError(f"version must be a non-negative integer, got {version!r}")
+        with self._lock:
+            self._require_open()
+            started = time.perf_counter()
+            self._overlay.clear()
+            if self._backend is not None and self._version == version:
+                self.last_restore = RestoreMetrics(version=version, mode="cached")
+                return self
+            if version == 0:
+                self._reset_to_empty()
+                self.last_restore = RestoreMetrics(version=0, mode="empty")
+                return self
+            manifest = self._read_manifest_or_raise(version)
+            replay_from = self._replay_start(manifest)
+            if replay_from is not None:
+                to_replay = manifest.replay[replay_from:]
+                mode, downloaded = "replay", 0
+            else:
+                downloaded = self._restore_base(manifest)
+                to_replay = manifest.replay
+                mode = "restore"
+            try:
+                for ref in to_replay:
+                    self._replay(ref, manifest)
+            except BaseException:
+                self._invalidate()
+                raise
+            self._version = version
+            self._manifest = manifest
+            self._num_keys = manifest.num_keys
+            if to_replay:
+                self._state_origin = to_replay[-1].path
+            self.last_restore = RestoreMetrics(
+                version=version, mode=mode, changelogs_replayed=len(to_replay),
+                snapshot_files_downloaded=downloaded,
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
+            return self
+
+    def _read_manifest_or_raise(self, version: int) -> Manifest:
+        try:
+            return read_manifest(self._storage, version)
+        except CheckpointFileMissingError:
+            raise VersionNotFoundError(version, self.versions(), self._storage.url) from None
+
+    def _replay_start(self, manifest: Manifest) -> Optional[int]:
+        """Index of the first changelog of ``manifest`` to replay on the local copy, or
+        None when the local copy is not on this manifest's lineage."""
+        if self._backend is None or self._version is None or self._version > manifest.version:
+            return None
+        origin = self._state_origin
+        base = manifest.base_snapshot
+        if origin == "" and base is None:
+            return 0
+        if base is not None and origin == base.path:
+            return 0
+        for i, ref in enumerate(manifest.replay):
+            if ref.path == origin:
+                return i + 1
+        return None
+
+    def _restore_base(self, manifest: Manifest) -> int:
+        """Replace the local copy with the manifest's base snapshot (or empty state)."""
+        base = manifest.base_snapshot
+        if base is None:
+            self._reset_to_empty()
+            return 0
+        self._close_backend()
+        descriptor = read_descriptor(self._storage, base)
+        snapshot_dir = os.path.join(self._work_dir, f"db-{layout.new_id()}")
+        needed_by = self._storage.full_url(layout.manifest_path(manifest.version))
+        try:
+            download_snapshot(self._storage, descriptor, snapshot_dir, needed_by)
+            if descriptor.backend == self._factory.name:
+                backend = self._factory.open_snapshot(snapshot_dir)
+                shared = [f.name for f in descriptor.files if f.path.startswith(C.SHARED_DIR + "/")]
+                self._shared_index = SharedFileIndex.from_descriptor(descriptor, shared)
+            else:
+                backend = self._convert_snapshot(descriptor.backend, snapshot_dir)
+                self._shared_index = SharedFileIndex()
+        except BaseException:
+            self._invalidate()
+            raise
+        self._backend = backend
+        self._state_origin = base.path
+        self._version = base.version
+        return len(descriptor.files)
+
+    def _convert_snapshot(self, written_by: str, snapshot_dir: str) -> KVBackend:
+        """Open a snapshot written by another backend and copy it into ours, so that a
+        query can switch backends on restart (like a Flink canonical savepoint)."""
+        _LOG.info("converting a %s snapshot to the %s backend", written_by, self._factory.name)
+        source = backend_factory(written_by, self._config).open_snapshot(snapshot_dir)
+        target = self._factory.create_empty(os.path.join(self._work_dir, f"db-{layout.new_id()}"))
+        try:
+            target.apply(source.iterate())
+        finally:
+            source.close()
+            shutil.rmtree(snapshot_dir, ignore_errors=True)
+        return target
+
+    def _replay(self, ref: ChangelogRef, manifest: Manifest) -> None:
+        url = self._storage.full_url(ref.path)
+        try:
+            data = self._storage.read_bytes(ref.path)
+        except CheckpointFileMissingError:
+            raise CheckpointFileMissingError(
+                url, needed_by=self._storage.full_url(layout.manifest_path(manifest.version))
+            ) from None
+        if len(data) != ref.size:
+            raise CheckpointCorruptError(url, f"size is {len(data)} bytes, expected {ref.size}")
+        crc = crc32_bytes(data)
+        if crc != ref.crc32:
+            raise CheckpointCorruptError(url, f"CRC-32 is {crc:#010x}, expected {ref.crc32:#010x}")
+        assert self._backend is not None
+        self._backend.apply(changelog.decode(data, url, ref.version))
+
+    # ------------------------------------------------------------------ reads
+    def get(self, key: bytes) -> Optional[bytes]:
+        pending = self._overlay.lookup(key)
+        if pending is not MISSING:
+            return pending  # type: ignore[return-value]
+        return self._loaded_backend().get(key)
+
+    def multi_get(self, keys: Sequence[bytes]) -> list[Optional[bytes]]:
+        backend = self._loaded_backend()
+        if not len(self._overlay):
+            return backend.multi_get(keys)
+        lookup = self._overlay.lookup
+        pending = [lookup(k) for k in keys]
+        missing = [k for k, p in zip(keys, pending) if p is MISSING]
+        fetched = iter(backend.multi_get(missing))
+        return [next(fetched) if p is MISSING else p for p in pending]  # type: ignore[misc]
+
+    def contains(self, key: bytes) -> bool:
+        return self.get(key) is not None
+
+    def iterate(self, start: Optional[bytes] = None, end: Optional[bytes] = None) -> Iterator[tuple[bytes, bytes]]:
+        """Entries with ``start <= key < end`` (``None``: unbounded), ascending, including
+        this epoch's uncommitted writes. Do not write while consuming the iterator."""
+        backend = self._loaded_backend()
+        committed = backend.iterate(start, end)
+        if not len(self._overlay):
+            return committed
+        return merge_sorted(committed, self._overlay.sorted_items(start, end))
+
+    def prefix_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Entries whose key starts with ``prefix``, ascending."""
+        return self.iterate(prefix or None, prefix_upper_bound(prefix))
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        return self.iterate()
+
+    def num_keys(self) -> int:
+        """Number of committed keys (exact: maintained at every commit)."""
+        self._require_loaded()
+        return self._num_keys
+
+    def memory_bytes(self) -> int:
+        return self._loaded_backend().memory_bytes()
+
+    # ------------------------------------------------------------------ writes
+    def put(self, key: bytes, value: bytes) -> None:
+        if value is None:
+            raise ValueError("value must be bytes; use delete() to remove a key")
+        self._require_loaded()
+        self._overlay.put(key, value)
+
+    def delete(self, key: bytes) -> None:
+        self._require_loaded()
+        self._overlay.put(key, None)
+
+    def put_many(self, keys: Iterable[bytes], values: Iterable[bytes]) -> None:
+        """Stage many puts at once (cheaper than a loop of ``put``)."""
+        self._require_loaded()
+        self._overlay.put_many(zip(keys, values))
+
+    def delete_many(self, keys: Iterable[bytes]) -> None:
+        self._require_loaded()
+        self._overlay.put_many((k, None) for k in keys)
+
+    def abort(self) -> None:
+        """Drop this epoch's uncommitted writes; the loaded version stays."""
+        self._overlay.clear()
+
+    # ------------------------------------------------------------------ commit
+    def commit(self) -> int:
+        """Persist the pending writes as version ``loaded + 1`` and return that number."""
+        with self._lock:
+            self._require_loaded()
+            started = time.perf_counter()
+            assert self._backend is not None and self._version is not None
+            new_version = self._version + 1
+            commit_id = layout.new_id()
+            changes = self._overlay.changes()
+            metrics = CommitMetrics(version=new_version)
+            try:
+                data = changelog.encode(new_version, changes)
+                path = layout.changelog_path(new_version, commit_id)
+                self._storage.write_bytes(path, data)
+                ref = ChangelogRef(path=path, size=len(data), crc32=crc32_bytes(data), version=new_version)
+                # Exact key count: a put of a new key adds one, a delete of an existing
+                # key removes one; one batched existence check per commit finds which.
+                num_keys = self._num_keys + (len(changes) - sum(1 for v in changes.values() if v is None)) \
+                    - self._backend.count_existing(list(changes))
+                self._backend.apply(changes.items())
+                previous = self._manifest
+                chain = (previous.replay if previous else ()) + (ref,)
+                base = previous.base_snapshot if previous else None
+                if self._config.snapshot_interval and len(chain) >= self._config.snapshot_interval:
+                    base, stats = self._upload_snapshot(new_version)
+                    chain = ()
+                    _record_snapshot(metrics, stats)
+                manifest = Manifest(
+                    version=new_version, commit_id=commit_id, backend=self._factory.name,
+                    changelog=ref, base_snapshot=base, replay=chain, num_keys=num_keys,
+                )
+                self._storage.write_bytes(layout.manifest_path(new_version), manifest.to_json())
+            except BaseException:
+                self._invalidate()
+                raise
+            self._overlay.clear()
+            self._version = new_version
+            self._manifest = manifest
+            self._num_keys = num_keys
+            self._state_origin = base.path if metrics.snapshot_taken and base else ref.path
+            metrics.num_deletes = sum(1 for v in changes.values() if v is None)
+            metrics.num_updates = len(changes) - metrics.num_deletes
+            metrics.changelog_bytes = len(data)
+            if metrics.snapshot_taken:
+                # New snapshots are what make old files obsolete: clean up right after.
+                self._cleanup_quietly()
+            metrics.duration_ms = (time.perf_counter() - started) * 1000
+            self.last_commit = metrics
+            return new_version
+
+    def _upload_snapshot(self, version: int) -> tuple[SnapshotRef, SnapshotStats]:
+        assert self._backend is not None
+        local = os.path.join(self._work_dir, f"snapshot-{layout.new_id()}")
+        try:
+            files = self._backend.write_snapshot(local)
+            return upload_snapshot(self._storage, version, self._factory.name, files, self._shared_index)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+    # ------------------------------------------------------------------ maintenance
+    def snapshot(self) -> Optional[CommitMetrics]:
+        """Snapshot the loaded, committed version now (maintenance).
+
+        Rewrites that version's manifest to restore from the new snapshot, unless another
+        commit attempt has replaced the manifest since. Returns None if there is nothing
+        to snapshot (version 0, or the version is already a snapshot).
+        """
+        with self._lock:
+            self._require_loaded()
+            manifest = self._manifest
+            if manifest is None or not manifest.replay:
+                return None
+            metrics = CommitMetrics(version=manifest.version)
+            base, stats = self._upload_snapshot(manifest.version)
+            _record_snapshot(metrics, stats)
+            current = read_manifest(self._storage, manifest.version)
+            if current.commit_id != manifest.commit_id:
+                _LOG.warning("version %d was re-committed meanwhile; keeping its manifest", manifest.version)
+                return metrics
+            rewritten = Manifest(
+                version=manifest.version, commit_id=manifest.commit_id, backend=manifest.backend,
+                changelog=manifest.changelog, base_snapshot=base, replay=(), num_keys=manifest.num_keys,
+            )
+            self._storage.write_bytes(layout.manifest_path(manifest.version), rewritten.to_json())
+            self._manifest = rewritten
+            self._state_origin = base.path
+            return metrics
+
+    def cleanup(self) -> CleanupResult:
+        """Delete checkpoint files no retained version needs (see ``checkpoint.retention``)."""
+        with self._lock:
+            return cleanup(self._storage, self._config.retained_versions)
+
+    def _cleanup_quietly(self) -> None:
+        # Cleanup failing must not fail a commit that is already durable.
+        try:
+            cleanup(self._storage, self._config.retained_versions)
+        except Exception:
+            _LOG.warning("checkpoint cleanup failed; it will be retried after the next snapshot", exc_info=True)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._close_backend()
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+
+    def __enter__(self) -> "VersionedStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ internals
+    def _reset_to_empty(self) -> None:
+        self._close_backend()
+        self._backend = self._factory.create_empty(os.path.join(self._work_dir, f"db-{layout.new_id()}"))
+        self._shared_index = SharedFileIndex()
+        self._version = 0
+        self._manifest = None
+        self._num_keys = 0
+        self._state_origin = ""
+
+    def _close_backend(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+        if os.path.isdir(self._work_dir):
+            shutil.rmtree(self._work_dir, ignore_errors=True)
+
+    def _invalidate(self) -> None:
+        """Forget the local copy: it may not match any committed version any more."""
+        try:
+            self._close_backend()
+        finally:
+            self._version = None
+            self._manifest = None
+            self._state_origin = None
+            self._overlay.clear()
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise StoreStateError("the store is closed")
+
+    def _require_loaded(self) -> None:
+        self._require_open()
+        if self._backend is None or self._version is None:
+            raise StoreStateError("no version is loaded: call load(version) first")
+
+    def _loaded_backend(self) -> KVBackend:
+        self._require_loaded()
+        return self._backend  # type: ignore[return-value]
+
+
+def prefix_upper_bound(prefix: bytes) -> Optional[bytes]:
+    """The smallest key greater than every key starting with ``prefix`` (None: no bound)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _record_snapshot(metrics: CommitMetrics, stats: SnapshotStats) -> None:
+    metrics.snapshot_taken = True
+    metrics.snapshot_files_uploaded = stats.files_uploaded
+    metrics.snapshot_files_reused = stats.files_reused
+    metrics.snapshot_bytes_uploaded = stats.bytes_uploaded
+
+
+_process_root: Optional[str] = None
+_process_root_lock = threading.Lock()
+
+
+def _local_root(configured: Optional[str]) -> str:
+    """The parent of working directories: the configured one, or a temp dir of this
+    process removed at exit."""
+    global _process_root
+    if configured:
+        os.makedirs(configured, exist_ok=True)
+        return configured
+    with _process_root_lock:
+        if _process_root is None:
+            _process_root = tempfile.mkdtemp(prefix="spark-state-")
+            atexit.register(shutil.rmtree, _process_root, True)
+        return _process_root
