@@ -5,10 +5,15 @@ Measured, for the hashmap and rocksdb backends:
   * put      -- staging N puts in an epoch (``store.put``)
   * commit   -- committing an epoch of N puts (changelog to checkpoint storage, apply, manifest)
   * get      -- random point reads of existing keys from a state of M keys
+  * update   -- an aggregation-style epoch on the M-key state: read N existing keys, write
+                them back changed, commit
   * restore  -- loading an M-key version into an empty local directory from checkpoint storage
 
-Baselines: ``dict`` (assignment / lookup), raw ``rocksdict`` (WriteBatch + write with the WAL
-off; get; "restore" = copy a RocksDB checkpoint directory and open it).
+Baselines: ``dict`` (assignment / lookup), raw ``rocksdict`` with default options (WriteBatch +
+write with the WAL off; get; "restore" = copy a RocksDB checkpoint directory and open it),
+and for gets also raw rocksdict with the options our rocksdb backend uses (bloom filter,
+index and filter blocks in the shared cache), to separate the cost of our layer from
+the effect of tuning. Ratios are against raw rocksdict with default options.
 
 Usage: python bench/engine_bench.py [--epoch-keys 100000] [--state-keys 1000000] [--json out.json]
 """
@@ -127,7 +132,15 @@ def bench_epoch(results: Results, root: str, n: int, runs: int) -> None:
         results.add(f"commit epoch of {n:,} puts", f"store {backend}", statistics.median(commits), n)
 
 
-def bench_state(results: Results, root: str, n: int, gets: int, runs: int) -> None:
+def tuned_options() -> rocksdict.Options:
+    """The options of our rocksdb backend (shared cache, bloom filter), for a raw baseline."""
+    from spark_state.backends.rocksdb import _options
+    from spark_state.backends.rocksdb_resources import shared_resources
+
+    return _options(shared_resources(256, 128))
+
+
+def bench_state(results: Results, root: str, n: int, gets: int, runs: int, update_n: int) -> None:
     keys = keys_for(n, 2)
     value = b"w" * VALUE_BYTES
     probe = random.Random(3).choices(keys, k=gets)
@@ -160,9 +173,32 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int) -> No
         return time.perf_counter() - t
 
     results.add(f"get (random, {n:,}-key state)", "raw rocksdict", best_of(runs, raw_get), gets)
+    update_keys = probe[:update_n]
+
+    def raw_update() -> float:
+        t = time.perf_counter()
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for k in update_keys:
+            old = db.get(k)
+            batch.put(k, old[:-1] + b"x")
+        db.write(batch, no_wal())
+        return time.perf_counter() - t
+
+    results.add(f"update epoch ({update_n:,} of {n:,} keys)", "raw rocksdict", best_of(runs, raw_update), update_n)
     raw_ckpt = os.path.join(root, "raw-ckpt")
     rocksdict.Checkpoint(db).create_checkpoint(raw_ckpt)
     db.close()
+
+    tuned = rocksdict.Rdict(raw_ckpt, tuned_options())
+
+    def tuned_get() -> float:
+        t = time.perf_counter()
+        for k in probe:
+            tuned.get(k)
+        return time.perf_counter() - t
+
+    results.add(f"get (random, {n:,}-key state)", "raw rocksdict tuned", best_of(runs, tuned_get), gets)
+    tuned.close()
 
     def raw_restore() -> float:
         target = os.path.join(root, "raw-restored")
@@ -179,11 +215,14 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int) -> No
 
     for backend in ("hashmap", "rocksdb"):
         ckpt = os.path.join(root, f"ckpt-{backend}")
-        cfg = EngineConfig(backend=backend, snapshot_interval=1, local_dir=os.path.join(root, "local"))
+        # Snapshots only on request: the update epochs below then cost what an epoch
+        # between two periodic snapshots costs.
+        cfg = EngineConfig(backend=backend, snapshot_interval=0, local_dir=os.path.join(root, "local"))
         with VersionedStore(ckpt, cfg) as store:
             store.load(0)
             store.put_many(keys, (value for _ in keys))
             version = store.commit()
+            store.snapshot()  # version 1 now restores from a snapshot alone
 
             def store_get() -> float:
                 t = time.perf_counter()
@@ -193,6 +232,17 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int) -> No
                 return time.perf_counter() - t
 
             results.add(f"get (random, {n:,}-key state)", f"store {backend}", best_of(runs, store_get), gets)
+
+            def store_update() -> float:
+                t = time.perf_counter()
+                get, put = store.get, store.put
+                for k in update_keys:
+                    put(k, get(k)[:-1] + b"x")
+                store.commit()
+                return time.perf_counter() - t
+
+            results.add(f"update epoch ({update_n:,} of {n:,} keys)", f"store {backend}",
+                        best_of(runs, store_update), update_n)
 
         def store_restore() -> float:
             with VersionedStore(ckpt, cfg) as fresh:
@@ -220,7 +270,7 @@ def main() -> int:
         print(f"epoch benchmark: {args.epoch_keys:,} puts, median of {args.runs} runs", flush=True)
         bench_epoch(results, root, args.epoch_keys, args.runs)
         print(f"state benchmark: {args.state_keys:,} keys, {args.gets:,} random gets", flush=True)
-        bench_state(results, root, args.state_keys, args.gets, args.runs)
+        bench_state(results, root, args.state_keys, args.gets, args.runs, args.epoch_keys)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results.print()

@@ -2,24 +2,33 @@
 
 A dict ``key -> value`` where ``None`` marks a delete (a tombstone that hides the
 committed value). Only the last write per key is kept: that is also exactly what the
-epoch's changelog records. A sorted key index is built on the first ordered scan and
+epoch's changelog records.
+
+The overlay also remembers, for keys read from committed state this epoch, whether they
+existed. Stateful operators read a key before they write it, so at commit the exact key
+count usually needs no extra lookups (Spark's RocksDB provider pays one get per put for
+the same number). A sorted key index is built on the first ordered scan and
 then maintained incrementally, so epochs that never scan pay nothing for it.
 """
 
 from __future__ import annotations
 
 import bisect
-from typing import Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 _MISSING = object()
 
 
 class WriteOverlay:
-    __slots__ = ("_changes", "_sorted")
+    __slots__ = ("_changes", "_sorted", "_prior")
+
+    #: Bound on remembered read results, so read-heavy epochs cannot grow it without limit.
+    MAX_REMEMBERED_READS = 1 << 20
 
     def __init__(self) -> None:
         self._changes: dict[bytes, Optional[bytes]] = {}
         self._sorted: Optional[list[bytes]] = None
+        self._prior: dict[bytes, bool] = {}
 
     def __len__(self) -> int:
         return len(self._changes)
@@ -44,9 +53,29 @@ class WriteOverlay:
     def changes(self) -> dict[bytes, Optional[bytes]]:
         return self._changes
 
+    def note_committed(self, key: bytes, exists: bool) -> None:
+        """Remember whether ``key`` exists in committed state (learnt from a read)."""
+        if len(self._prior) < self.MAX_REMEMBERED_READS:
+            self._prior[key] = exists
+
+    def count_committed(self, count_existing: Callable[[list[bytes]], int]) -> int:
+        """How many changed keys exist in committed state; ``count_existing`` is asked
+        only about keys whose existence no read of this epoch revealed."""
+        prior = self._prior
+        known = 0
+        unknown: list[bytes] = []
+        for key in self._changes:
+            exists = prior.get(key)
+            if exists is None:
+                unknown.append(key)
+            elif exists:
+                known += 1
+        return known + (count_existing(unknown) if unknown else 0)
+
     def clear(self) -> None:
         self._changes = {}
         self._sorted = None
+        self._prior = {}
 
     def sorted_items(self, start: Optional[bytes], end: Optional[bytes]) -> Iterator[tuple[bytes, Optional[bytes]]]:
         """Pending ``(key, value-or-None)`` with ``start <= key < end``, ascending."""

@@ -266,20 +266,25 @@ class VersionedStore:
 
     # ------------------------------------------------------------------ reads
     def get(self, key: bytes) -> Optional[bytes]:
-        pending = self._overlay.lookup(key)
+        overlay = self._overlay
+        pending = overlay.lookup(key)
         if pending is not MISSING:
             return pending  # type: ignore[return-value]
-        return self._loaded_backend().get(key)
+        value = self._loaded_backend().get(key)
+        overlay.note_committed(key, value is not None)
+        return value
 
     def multi_get(self, keys: Sequence[bytes]) -> list[Optional[bytes]]:
         backend = self._loaded_backend()
-        if not len(self._overlay):
-            return backend.multi_get(keys)
         lookup = self._overlay.lookup
         pending = [lookup(k) for k in keys]
         missing = [k for k, p in zip(keys, pending) if p is MISSING]
-        fetched = iter(backend.multi_get(missing))
-        return [next(fetched) if p is MISSING else p for p in pending]  # type: ignore[misc]
+        fetched = backend.multi_get(missing)
+        note = self._overlay.note_committed
+        for key, value in zip(missing, fetched):
+            note(key, value is not None)
+        it = iter(fetched)
+        return [next(it) if p is MISSING else p for p in pending]  # type: ignore[misc]
 
     def contains(self, key: bytes) -> bool:
         return self.get(key) is not None
@@ -350,8 +355,8 @@ class VersionedStore:
                 ref = ChangelogRef(path=path, size=len(data), crc32=crc32_bytes(data), version=new_version)
                 # Exact key count: a put of a new key adds one, a delete of an existing
                 # key removes one; one batched existence check per commit finds which.
-                num_keys = self._num_keys + (len(changes) - sum(1 for v in changes.values() if v is None)) \
-                    - self._backend.count_existing(list(changes))
+                num_puts = len(changes) - sum(1 for v in changes.values() if v is None)
+                num_keys = self._num_keys + num_puts - self._overlay.count_committed(self._backend.count_existing)
                 self._backend.apply(changes.items())
                 previous = self._manifest
                 chain = (previous.replay if previous else ()) + (ref,)

@@ -60,14 +60,15 @@ S3_OPTIONS = {
 HDFS_PREFIX = "hdfs."
 
 HDFS_DEFAULTS = {
-    # 2 attempts = one retry/failover, enough to get past a standby NameNode of an HA pair.
+    # Allows one failover (from a standby to the active NameNode of an HA pair) or retry.
     "dfs.client.failover.max.attempts": "2",
     # Hadoop's defaults (500 ms base, 15 s max) would stretch those attempts to seconds.
     "dfs.client.failover.sleep.base.millis": "200",
     "dfs.client.failover.sleep.max.millis": "1000",
 }
-"""hdfs-native settings that make an unreachable NameNode fail within ~1 s (measured: 0.6 s
-on connection refused). Any ``hdfs.<key>`` option overrides them."""
+"""hdfs-native settings that make an unreachable NameNode fail within ~1 s (measured here:
+0.6-1.0 s for a refused connection or an unresolvable host). Any ``hdfs.<key>`` option
+overrides them."""
 
 S3_CLIENT_CONFIG: dict[str, Any] = {
     "retries": {"total_max_attempts": 3, "mode": "standard"},
@@ -75,9 +76,9 @@ S3_CLIENT_CONFIG: dict[str, Any] = {
     "read_timeout": 60,
 }
 """botocore client config: bounded retries and connect timeout so that a dead endpoint fails
-in 1-3 s (botocore's defaults, 60 s connect timeout and 5 attempts, times s3fs's own 5
-retries, take 5-10 s for a refused connection and minutes for a silent one). Throttling
-(SlowDown) and 5xx answers are still retried, with backoff, by the standard mode."""
+in 1-3 s (botocore's defaults, "legacy" mode with 5 attempts and a 60 s connect timeout,
+took 5-9 s for a refused connection here and would take minutes for a silent one).
+Throttling (SlowDown) and 5xx answers are still retried, with backoff, by the standard mode."""
 
 S3FS_RETRIES = 2
 """s3fs's own retry loop (default 5 tries) repeats requests that failed with a transient
