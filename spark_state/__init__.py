@@ -20,6 +20,7 @@ from .errors import (
     StoreStateError,
     VersionNotFoundError,
 )
+from .session import configure
 from .store import CommitMetrics, RestoreMetrics, VersionedStore
 
 __version__ = "0.1.0"
@@ -28,5 +29,5 @@ __all__ = [
     "EngineConfig", "VersionedStore", "CommitMetrics", "RestoreMetrics",
     "SparkStateError", "ConfigError", "VersionNotFoundError", "CheckpointCorruptError",
     "CheckpointFileMissingError", "IncompatibleFormatError", "StorageError",
-    "StorageUnavailableError", "StoreStateError", "__version__",
+    "StorageUnavailableError", "StoreStateError", "__version__", "configure",
 ]

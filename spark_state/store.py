@@ -130,6 +130,11 @@ class VersionedStore:
     def has_uncommitted_changes(self) -> bool:
         return len(self._overlay) > 0
 
+    @property
+    def local_db_path(self) -> Optional[str]:
+        """Directory of the loaded local database, if the backend keeps one on disk (rocksdb)."""
+        return getattr(self._backend, "directory", None)
+
     def versions(self) -> list[int]:
         """Committed versions in checkpoint storage, ascending (0, the empty state, is implicit)."""
         return list_versions(self._storage)
@@ -332,6 +337,24 @@ class VersionedStore:
     def delete_many(self, keys: Iterable[bytes]) -> None:
         self._require_loaded()
         self._overlay.put_many((k, None) for k in keys)
+
+    def stage_changes(
+        self,
+        keys: Sequence[bytes],
+        values: Sequence[Optional[bytes]],
+        existed: Optional[Sequence[int]] = None,
+    ) -> None:
+        """Stage a batch of writes (``None`` value = delete), e.g. an epoch's writes shipped
+        from the JVM. ``existed`` optionally tells, per key, whether it existed before the
+        epoch (1 / 0, or -1 when unknown); known answers spare the exact key count a lookup."""
+        self._require_loaded()
+        overlay = self._overlay
+        if existed is not None:
+            note = overlay.note_committed
+            for key, flag in zip(keys, existed):
+                if flag >= 0:
+                    note(key, bool(flag))
+        overlay.put_many(zip(keys, values))
 
     def abort(self) -> None:
         """Drop this epoch's uncommitted writes; the loaded version stays."""

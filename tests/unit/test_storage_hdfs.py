@@ -46,18 +46,23 @@ def silent_namenode() -> Iterator[str]:
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(16)
+    server.settimeout(0.1)  # so the accept loop notices `stop`
     held: list[socket.socket] = []
+    stop = threading.Event()
 
     def accept() -> None:
-        while True:
+        while not stop.is_set():
             try:
                 conn, _ = server.accept()
-            except OSError:
-                return
+            except OSError:  # includes socket.timeout
+                continue
             held.append(conn)
 
-    threading.Thread(target=accept, daemon=True).start()
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
     yield f"127.0.0.1:{server.getsockname()[1]}"
+    stop.set()
+    thread.join()
     server.close()
     for conn in held:
         conn.close()

@@ -1,0 +1,25 @@
+package org.apache.spark.sql.execution.streaming.state.sparkstate
+
+/**
+ * What the Python worker serves to this JVM (implemented by `spark_state.provider.service.StoreService`
+ * and called through Py4J callbacks). Every method returns a JSON object as a string; a failed call
+ * returns `{"error": <python exception class>, "message": ..., "traceback": ...}` instead of throwing,
+ * so that the task fails with the Python message.
+ *
+ * These are control calls, a handful per task: data never crosses here row by row. An epoch's writes
+ * travel as one Arrow IPC file whose path `commit` receives (see [[ChangeBuffer]]).
+ */
+trait PythonStoreService {
+  def ping(): String
+
+  /** Make the instance hold `version`; replies `version`, `numKeys`, `dbPath`, `memoryBytes`, `restore`. */
+  def load(instanceId: String, checkpoint: String, optionsJson: String, version: Long): String
+
+  /** Commit the changes file on top of `version`; replies as `load`, plus `commit` metrics. */
+  def commit(instanceId: String, checkpoint: String, optionsJson: String, version: Long, changesPath: String): String
+
+  /** Maintenance on another thread than tasks; `kind` is "cleanup". */
+  def maintenance(instanceId: String, kind: String): String
+
+  def close(instanceId: String): String
+}

@@ -1,0 +1,210 @@
+package org.apache.spark.sql.execution.streaming.state.sparkstate
+
+import java.io.{File, RandomAccessFile}
+import java.net.InetAddress
+import java.nio.charset.StandardCharsets
+import java.security.SecureRandom
+import java.util.concurrent.{CountDownLatch, TimeUnit}
+
+import com.fasterxml.jackson.databind.JsonNode
+import py4j.GatewayServer
+
+import org.apache.spark.SparkEnv
+import org.apache.spark.internal.Logging
+import org.apache.spark.util.Utils
+
+/** Raised for every failure spark-state reports to Spark: the message says what happened and what to do. */
+class SparkStateException(message: String, cause: Throwable = null) extends RuntimeException(message, cause)
+
+/**
+ * The executor's Python worker: one process per executor JVM, started lazily on the first store load
+ * (never inside `init`, which Spark runs under an executor-wide lock), restarted if it died.
+ *
+ * Security: the Py4J gateway listens on the loopback address only and requires a 256-bit random token,
+ * which the worker receives in its environment (not on its command line) and also requires on its own
+ * callback server. Nothing is pickled in either direction: calls carry strings and paths.
+ *
+ * Lifetime: the worker blocks on its stdin, which this JVM holds open; when the JVM exits the pipe closes
+ * and the worker exits too.
+ */
+private[sparkstate] object PythonWorker extends Logging {
+  private val StartTimeoutMs = 120000L
+  private val lock = new Object
+  @volatile private var current: Worker = _
+  private var generation = 0
+
+  /** Entry point the Python worker calls once it serves requests. */
+  final class Registration(gatewayRef: => GatewayServer) {
+    private val ready = new CountDownLatch(1)
+    @volatile var service: PythonStoreService = _
+    @volatile var pid: Long = -1
+
+    def register(svc: PythonStoreService, callbackPort: Int, workerPid: Int): Unit = {
+      gatewayRef.resetCallbackClient(InetAddress.getLoopbackAddress, callbackPort)
+      service = svc
+      pid = workerPid
+      ready.countDown()
+    }
+
+    def awaitReady(ms: Long): Boolean = ready.await(ms, TimeUnit.MILLISECONDS)
+  }
+
+  final class Worker(
+      val process: Process,
+      val gateway: GatewayServer,
+      val service: PythonStoreService,
+      val pid: Long,
+      val logFile: File,
+      val generation: Int) {
+    def alive: Boolean = process.isAlive
+
+    def stop(): Unit = {
+      try process.getOutputStream.close() catch { case _: Exception => }
+      process.destroy()
+      if (!process.waitFor(5, TimeUnit.SECONDS)) process.destroyForcibly()
+      gateway.shutdown()
+    }
+
+    def describe: String = s"spark-state Python worker (pid $pid, log $logFile)"
+  }
+
+  /** Directory of this JVM's spark-state files (worker log, secondaries, changes files, local DBs). */
+  lazy val baseDir: File = {
+    val conf = SparkEnv.get.conf
+    Utils.createTempDir(Utils.getLocalDir(conf), "spark-state")
+  }
+
+  /** The running worker, started or restarted as needed. */
+  def get(): Worker = lock.synchronized {
+    val w = current
+    if (w != null && w.alive) return w
+    if (w != null) {
+      logWarning(s"${w.describe} is gone (exit code ${w.process.exitValue()}); starting a new one. " +
+        s"Last output:\n${tail(w.logFile)}")
+      w.stop()
+    }
+    current = start()
+    current
+  }
+
+  /** The running worker, if any: maintenance never starts one. */
+  def running(): Option[Worker] = Option(current).filter(_.alive)
+
+  /**
+   * Call the worker and parse its JSON reply. A dead worker or a failed call becomes a
+   * [[SparkStateException]] that fails the task; Spark retries it and the retry restores from the
+   * checkpoint (a restarted worker has no local state).
+   */
+  def call(what: String)(f: PythonStoreService => String): JsonNode = {
+    val w = get()
+    callOn(w, what)(f)
+  }
+
+  def callOn(w: Worker, what: String)(f: PythonStoreService => String): JsonNode = {
+    val reply = try f(w.service) catch {
+      case e: Exception =>
+        if (!w.alive) {
+          throw new SparkStateException(s"${w.describe} died during $what (exit code " +
+            s"${w.process.exitValue()}). The task fails and its retry restores the state from the " +
+            s"checkpoint. Last output of the worker:\n${tail(w.logFile)}", e)
+        }
+        throw new SparkStateException(s"spark-state: $what failed in ${w.describe}: ${e.getMessage}", e)
+    }
+    val node = Json.parse(reply)
+    if (node.has("error")) {
+      throw new SparkStateException(s"spark-state: $what failed: ${Json.text(node, "error")}: " +
+        s"${Json.text(node, "message")}\nPython traceback:\n${Json.text(node, "traceback")}")
+    }
+    node
+  }
+
+  private def pythonExecutable(): String = {
+    val conf = SparkEnv.get.conf
+    conf.getOption("spark.pyspark.python")
+      .orElse(sys.env.get("PYSPARK_PYTHON"))
+      .getOrElse("python3")
+  }
+
+  private def newToken(): String = {
+    val bytes = new Array[Byte](32)
+    new SecureRandom().nextBytes(bytes)
+    bytes.map("%02x".format(_)).mkString
+  }
+
+  private def start(): Worker = {
+    generation += 1
+    val token = newToken()
+    var gateway: GatewayServer = null
+    val registration = new Registration(gateway)
+    val loopback = InetAddress.getLoopbackAddress
+    // Py4J resolves the callback interface through the context class loader: make sure it is the one
+    // that loaded this shim (spark.jars), whatever thread happens to start the worker.
+    val thread = Thread.currentThread()
+    val previousLoader = thread.getContextClassLoader
+    thread.setContextClassLoader(getClass.getClassLoader)
+    try {
+      gateway = new GatewayServer.GatewayServerBuilder()
+        .entryPoint(registration)
+        .javaPort(0)
+        .javaAddress(loopback)
+        .callbackClient(GatewayServer.DEFAULT_PYTHON_PORT, loopback, token)
+        .authToken(token)
+        .build()
+      gateway.start(true)
+    } finally {
+      thread.setContextClassLoader(previousLoader)
+    }
+    val python = pythonExecutable()
+    val logFile = new File(baseDir, s"worker-$generation.log")
+    val builder = new ProcessBuilder(python, "-m", "spark_state.provider.worker")
+    builder.environment().put("SPARK_STATE_GATEWAY_PORT", gateway.getListeningPort.toString)
+    builder.environment().put("SPARK_STATE_GATEWAY_TOKEN", token)
+    builder.environment().put("PYTHONUNBUFFERED", "1")
+    builder.redirectErrorStream(true)
+    builder.redirectOutput(ProcessBuilder.Redirect.appendTo(logFile))
+    val process = try builder.start() catch {
+      case e: java.io.IOException =>
+        gateway.shutdown()
+        throw new SparkStateException(s"spark-state could not start its Python worker with '$python': " +
+          s"${e.getMessage}. Set spark.pyspark.python (or PYSPARK_PYTHON) to a Python that has spark-state " +
+          "installed.", e)
+    }
+    val deadline = System.currentTimeMillis() + StartTimeoutMs
+    while (!registration.awaitReady(100)) {
+      if (!process.isAlive || System.currentTimeMillis() > deadline) {
+        process.destroyForcibly()
+        gateway.shutdown()
+        val output = tail(logFile)
+        val hint = if (output.contains("No module named")) {
+          s" The interpreter '$python' does not have spark-state installed: install it there " +
+            "(pip install spark-state, or pip install -e <checkout>), or point spark.pyspark.python / " +
+            "PYSPARK_PYTHON at an interpreter that has it."
+        } else ""
+        throw new SparkStateException(s"spark-state: the Python worker '$python -m spark_state.provider.worker' " +
+          s"${if (process.isAlive) "did not register in time" else s"exited with code ${process.exitValue()}"}." +
+          s"$hint Worker output ($logFile):\n$output")
+      }
+    }
+    val worker = new Worker(process, gateway, registration.service, registration.pid, logFile, generation)
+    logInfo(s"started ${worker.describe} with $python")
+    worker
+  }
+
+  sys.addShutdownHook {
+    val w = current
+    if (w != null) w.stop()
+  }
+
+  /** The last few KB of a log file, for error messages. */
+  def tail(file: File, bytes: Int = 4000): String = {
+    if (!file.exists()) return "(no output)"
+    val raf = new RandomAccessFile(file, "r")
+    try {
+      val start = math.max(0L, raf.length() - bytes)
+      val buf = new Array[Byte]((raf.length() - start).toInt)
+      raf.seek(start)
+      raf.readFully(buf)
+      new String(buf, StandardCharsets.UTF_8)
+    } finally raf.close()
+  }
+}

@@ -1,0 +1,210 @@
+package org.apache.spark.sql.execution.streaming.state.sparkstate
+
+import java.io.File
+import java.util.UUID
+
+import scala.jdk.CollectionConverters._
+
+import com.fasterxml.jackson.databind.JsonNode
+import org.apache.hadoop.conf.Configuration
+
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.execution.streaming.state._
+import org.apache.spark.sql.types.StructType
+
+/**
+ * spark-state's `StateStoreProvider`. Enable it with
+ * `spark.sql.streaming.stateStore.providerClass=org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider`.
+ *
+ * A thin shim: versions, changelogs, snapshots, key groups and cleanup live in the executor's Python
+ * worker (`spark_state.provider`). This class adapts Spark's contract: it loads a version through the
+ * worker, reads it through a local RocksDB secondary, buffers writes, and commits them as one Arrow
+ * file. Options are the SQL confs under `spark.sql.streaming.stateStore.sparkState.`.
+ */
+class SparkStateProvider extends StateStoreProvider with Logging {
+  import SparkStateProvider._
+
+  @volatile private var storeId: StateStoreId = _
+  private var codec: KeyCodec = _
+  private var valueFields = 0
+  private var instanceId: String = _
+  private var checkpointUrl: String = _
+  private var optionsJson: String = _
+  private var secondary: SecondaryDb = _
+  private var secondaryGeneration = -1
+
+  override def init(
+      stateStoreId: StateStoreId,
+      keySchema: StructType,
+      valueSchema: StructType,
+      keyStateEncoderSpec: KeyStateEncoderSpec,
+      useColumnFamilies: Boolean,
+      storeConfs: StateStoreConf,
+      hadoopConf: Configuration,
+      useMultipleValuesPerKey: Boolean,
+      stateSchemaProvider: Option[StateSchemaProvider]): Unit = {
+    // Only cheap checks here: Spark runs init under an executor-wide lock. The worker starts later.
+    if (useColumnFamilies) {
+      throw new UnsupportedOperationException("spark-state does not support column families yet; they " +
+        "are used by transformWithState, which Spark 4.3 allows only with its own RocksDB provider")
+    }
+    if (useMultipleValuesPerKey) {
+      throw new UnsupportedOperationException("spark-state does not support multiple values per key yet")
+    }
+    keyStateEncoderSpec match {
+      case _: NoPrefixKeyStateEncoderSpec | _: PrefixKeyScanStateEncoderSpec =>
+      case other => throw new UnsupportedOperationException(s"spark-state does not support key encoder $other yet")
+    }
+    if (storeConfs.enableStateStoreCheckpointIds) {
+      throw new UnsupportedOperationException("spark-state does not support checkpoint format v2 " +
+        "(spark.sql.streaming.stateStore.checkpointFormatVersion=2) yet; its commits are already atomic " +
+        "and idempotent per version. Set spark.sql.streaming.stateStore.checkpointFormatVersion=1 for " +
+        "queries that use spark-state.")
+    }
+    this.storeId = stateStoreId
+    this.codec = new KeyCodec(keySchema, keyStateEncoderSpec, stateStoreId.storeName)
+    this.valueFields = valueSchema.length
+    this.instanceId = UUID.randomUUID().toString
+    this.checkpointUrl = stateStoreId.storeCheckpointLocation().toString
+    this.optionsJson = buildOptions(storeConfs, hadoopConf)
+  }
+
+  override def stateStoreId: StateStoreId = storeId
+
+  def describe: String = s"spark-state store $checkpointUrl"
+
+  override def getStore(
+      version: Long,
+      stateStoreCkptId: Option[String],
+      forceSnapshotOnCommit: Boolean,
+      loadEmpty: Boolean): StateStore = {
+    rejectCheckpointId(stateStoreCkptId)
+    if (loadEmpty) throw new UnsupportedOperationException("spark-state does not support loadEmpty (offline repartition) yet")
+    open(version)
+  }
+
+  override def getReadStore(version: Long, uniqueId: Option[String]): ReadStateStore = {
+    rejectCheckpointId(uniqueId)
+    open(version)
+  }
+
+  override def upgradeReadStoreToWriteStore(
+      readStore: ReadStateStore,
+      version: Long,
+      uniqueId: Option[String],
+      forceSnapshotOnCommit: Boolean): StateStore = readStore match {
+    case s: SparkStateStore if s.version == version && s.isUpdating => s
+    case other =>
+      other.release()
+      getStore(version, uniqueId, forceSnapshotOnCommit, loadEmpty = false)
+  }
+
+  private def rejectCheckpointId(id: Option[String]): Unit = {
+    if (id.isDefined) {
+      throw new UnsupportedOperationException("spark-state does not support checkpoint format v2 ids")
+    }
+  }
+
+  private def open(version: Long): SparkStateStore = synchronized {
+    val started = System.nanoTime()
+    val worker = PythonWorker.get()
+    val reply = PythonWorker.callOn(worker, s"loading version $version of $checkpointUrl") {
+      _.load(instanceId, checkpointUrl, optionsJson, version)
+    }
+    val dbPath = Json.text(reply, "dbPath")
+    if (secondary == null || secondary.primaryPath != dbPath || secondaryGeneration != worker.generation) {
+      if (secondary != null) secondary.close()
+      secondary = new SecondaryDb(dbPath, new File(PythonWorker.baseDir, s"secondary-${UUID.randomUUID()}"))
+      secondaryGeneration = worker.generation
+    }
+    secondary.catchUp()
+    val loadMs = (System.nanoTime() - started) / 1000000
+    new SparkStateStore(this, version, secondary, codec, valueFields, reply, loadMs)
+  }
+
+  /** Ship a store's buffered writes to the worker as one Arrow file and commit them. */
+  private[sparkstate] def commitChanges(store: SparkStateStore, buffer: ChangeBuffer): JsonNode = {
+    val next = store.version + 1
+    val file = new File(PythonWorker.baseDir, s"changes-$instanceId-$next-${UUID.randomUUID()}.arrow")
+    try {
+      buffer.writeArrow(file)
+      PythonWorker.call(s"committing version $next of $checkpointUrl") {
+        _.commit(instanceId, checkpointUrl, optionsJson, store.version, file.getPath)
+      }
+    } finally {
+      file.delete()
+    }
+  }
+
+  override def doCleanupMaintenance(): Unit = {
+    // Never start a worker just for maintenance; a worker that is not running has nothing to clean.
+    PythonWorker.running().foreach { w =>
+      try PythonWorker.callOn(w, s"cleanup of $checkpointUrl")(_.maintenance(instanceId, "cleanup"))
+      catch { case e: Exception => logWarning(s"spark-state cleanup of $checkpointUrl failed: ${e.getMessage}") }
+    }
+  }
+
+  override def close(): Unit = synchronized {
+    if (secondary != null) {
+      secondary.close()
+      secondary = null
+    }
+    if (instanceId != null) {
+      PythonWorker.running().foreach { w =>
+        try PythonWorker.callOn(w, s"closing $checkpointUrl")(_.close(instanceId))
+        catch { case e: Exception => logWarning(s"spark-state close of $checkpointUrl failed: ${e.getMessage}") }
+      }
+    }
+  }
+
+  override def supportedCustomMetrics: Seq[StateStoreCustomMetric] = CustomMetrics
+}
+
+object SparkStateProvider {
+  val ConfPrefix = "spark.sql.streaming.stateStore.sparkState."
+
+  val CommitTimeMetric = StateStoreCustomTimingMetric("sparkStateCommitTimeMs", "spark-state: commit time (ms)")
+  val LoadTimeMetric = StateStoreCustomTimingMetric("sparkStateLoadTimeMs", "spark-state: load time (ms)")
+  val ChangelogBytesMetric = StateStoreCustomSumMetric("sparkStateChangelogBytes", "spark-state: changelog bytes written")
+  val SnapshotBytesMetric = StateStoreCustomSumMetric("sparkStateSnapshotBytesUploaded", "spark-state: snapshot bytes uploaded")
+  val SnapshotFilesUploadedMetric = StateStoreCustomSumMetric("sparkStateSnapshotFilesUploaded", "spark-state: snapshot files uploaded")
+  val SnapshotFilesReusedMetric = StateStoreCustomSumMetric("sparkStateSnapshotFilesReused", "spark-state: snapshot files reused")
+  val RestoresMetric = StateStoreCustomSumMetric("sparkStateRestoresFromCheckpoint", "spark-state: stores restored from checkpoint storage")
+
+  val CustomMetrics: Seq[StateStoreCustomMetric] = Seq(
+    CommitTimeMetric, LoadTimeMetric, ChangelogBytesMetric, SnapshotBytesMetric,
+    SnapshotFilesUploadedMetric, SnapshotFilesReusedMetric, RestoresMetric)
+
+  /** Hadoop S3A settings reused as checkpoint storage options, so credentials are configured once. */
+  private val S3aOptions = Seq(
+    "fs.s3a.access.key" -> "s3.access_key_id",
+    "fs.s3a.secret.key" -> "s3.secret_access_key",
+    "fs.s3a.session.token" -> "s3.session_token",
+    "fs.s3a.endpoint.region" -> "s3.region")
+
+  private[sparkstate] def buildOptions(storeConfs: StateStoreConf, hadoopConf: Configuration): String = {
+    val root = Json.obj()
+    val engine = root.putObject("engine")
+    storeConfs.sqlConfs.foreach { case (k, v) =>
+      if (k.startsWith(ConfPrefix)) engine.put(k.substring(ConfPrefix.length), v)
+    }
+    val storage = root.putObject("storage")
+    if (hadoopConf != null && storeConfsMentionS3(storeConfs, hadoopConf)) {
+      S3aOptions.foreach { case (hadoopKey, ours) =>
+        Option(hadoopConf.get(hadoopKey)).foreach(v => storage.put(ours, v))
+      }
+      Option(hadoopConf.get("fs.s3a.endpoint")).filter(_.nonEmpty).foreach { endpoint =>
+        val ssl = hadoopConf.getBoolean("fs.s3a.connection.ssl.enabled", true)
+        val url = if (endpoint.contains("://")) endpoint else (if (ssl) "https://" else "http://") + endpoint
+        storage.put("s3.endpoint_url", url)
+      }
+    }
+    root.put("minVersionsToRetain", storeConfs.minVersionsToRetain)
+    root.put("minDeltasForSnapshot", storeConfs.minDeltasForSnapshot)
+    root.put("localDir", new File(PythonWorker.baseDir, "stores").getAbsolutePath)
+    Json.write(root)
+  }
+
+  private def storeConfsMentionS3(storeConfs: StateStoreConf, hadoopConf: Configuration): Boolean =
+    hadoopConf.get("fs.s3a.endpoint") != null || hadoopConf.get("fs.s3a.access.key") != null
+}

@@ -1,0 +1,256 @@
+package org.apache.spark.sql.execution.streaming.state.sparkstate
+
+import java.util.{Arrays => JArrays}
+
+import com.fasterxml.jackson.databind.JsonNode
+
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow
+import org.apache.spark.sql.execution.streaming.state._
+import org.apache.spark.sql.types.StructType
+
+/**
+ * One task's view of a store version: reads from the local RocksDB secondary, writes into a
+ * [[ChangeBuffer]], `commit()` ships the buffer to the Python worker. Serves as both the read store
+ * and, upgraded in place, the write store of aggregation-style operators (Spark never releases the
+ * read store it upgrades, so there is only ever one object to finish).
+ */
+private[sparkstate] final class SparkStateStore(
+    provider: SparkStateProvider,
+    override val version: Long,
+    db: SecondaryDb,
+    codec: KeyCodec,
+    valueFields: Int,
+    loadReply: JsonNode,
+    loadMs: Long) extends StateStore {
+  import SparkStateStore._
+
+  private val buffer = new ChangeBuffer
+  private var status: Status = Updating
+  private var commitReply: JsonNode = _
+  private var commitMs = 0L
+  private var newVersion = -1L
+  db.acquire()
+
+  override def id: StateStoreId = provider.stateStoreId
+
+  def isUpdating: Boolean = status == Updating
+
+  // ---------------------------------------------------------------------------------- reads
+  override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow = {
+    checkFamily(colFamilyName)
+    val k = codec.encode(key)
+    val pending = buffer.lookup(k)
+    if (pending != null) {
+      if (pending eq ChangeBuffer.Tombstone) null else KeyCodec.valueRow(pending, valueFields)
+    } else {
+      val v = db.get(k)
+      buffer.notePrior(k, v != null)
+      if (v == null) null else KeyCodec.valueRow(v, valueFields)
+    }
+  }
+
+  override def iterator(colFamilyName: String): StateStoreIterator[UnsafeRowPair] = {
+    checkFamily(colFamilyName)
+    scan(null, null)
+  }
+
+  override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String): StateStoreIterator[UnsafeRowPair] = {
+    checkFamily(colFamilyName)
+    val from = codec.encodePrefix(prefixKey)
+    scan(from, KeyCodec.prefixEnd(from))
+  }
+
+  private def scan(from: Array[Byte], until: Array[Byte]): StateStoreIterator[UnsafeRowPair] = {
+    val merged = new MergedScan(db, buffer, from, until, codec, valueFields)
+    new StateStoreIterator[UnsafeRowPair](merged, () => merged.close())
+  }
+
+  // --------------------------------------------------------------------------------- writes
+  override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit = {
+    checkFamily(colFamilyName)
+    checkUpdating("put")
+    buffer.put(codec.encode(key), KeyCodec.valueBytes(value))
+  }
+
+  override def remove(key: UnsafeRow, colFamilyName: String): Unit = {
+    checkFamily(colFamilyName)
+    checkUpdating("remove")
+    buffer.remove(codec.encode(key))
+  }
+
+  override def commit(): Long = {
+    checkUpdating("commit")
+    val started = System.nanoTime()
+    try {
+      commitReply = provider.commitChanges(this, buffer)
+    } catch {
+      case e: Throwable =>
+        finish(Aborted)
+        throw e
+    }
+    commitMs = (System.nanoTime() - started) / 1000000
+    newVersion = Json.long(commitReply, "version")
+    if (newVersion != version + 1) {
+      finish(Aborted)
+      throw new SparkStateException(s"spark-state: committing on top of version $version produced version " +
+        s"$newVersion instead of ${version + 1}")
+    }
+    finish(Committed)
+    newVersion
+  }
+
+  override def abort(): Unit = if (status == Updating) finish(Aborted)
+
+  override def release(): Unit = if (status == Updating) finish(Released)
+
+  override def hasCommitted: Boolean = status == Committed
+
+  private def finish(next: Status): Unit = {
+    if (status == Updating) db.release()
+    status = next
+    buffer.clear()
+  }
+
+  // -------------------------------------------------------------------------------- metrics
+  override def metrics: StateStoreMetrics = {
+    val reply = if (commitReply != null) commitReply else loadReply
+    val custom = Map[StateStoreCustomMetric, Long](
+      SparkStateProvider.CommitTimeMetric -> commitMs,
+      SparkStateProvider.LoadTimeMetric -> loadMs,
+      SparkStateProvider.ChangelogBytesMetric -> Json.long(reply, "commit", "changelog_bytes"),
+      SparkStateProvider.SnapshotBytesMetric -> Json.long(reply, "commit", "snapshot_bytes_uploaded"),
+      SparkStateProvider.SnapshotFilesUploadedMetric -> Json.long(reply, "commit", "snapshot_files_uploaded"),
+      SparkStateProvider.SnapshotFilesReusedMetric -> Json.long(reply, "commit", "snapshot_files_reused"),
+      SparkStateProvider.RestoresMetric -> (if (Json.text(loadReply.path("restore"), "mode") == "restore") 1L else 0L))
+    StateStoreMetrics(Json.long(reply, "numKeys"), Json.long(reply, "memoryBytes") + buffer.memoryBytes, custom)
+  }
+
+  override def getStateStoreCheckpointInfo(): StateStoreCheckpointInfo =
+    StateStoreCheckpointInfo(id.partitionId, newVersion, None, None)
+
+  // ------------------------------------------------------------------ column families: only "default"
+  override def allColumnFamilyNames: Set[String] = Set(StateStore.DEFAULT_COL_FAMILY_NAME)
+
+  override def removeColFamilyIfExists(colFamilyName: String): Boolean = unsupported("column families")
+
+  override def createColFamilyIfAbsent(
+      colFamilyName: String, keySchema: StructType, valueSchema: StructType,
+      keyStateEncoderSpec: KeyStateEncoderSpec, useMultipleValuesPerKey: Boolean, isInternal: Boolean): Unit =
+    unsupported("column families")
+
+  override def valuesIterator(key: UnsafeRow, colFamilyName: String): Iterator[UnsafeRow] =
+    unsupported("multiple values per key")
+
+  override def prefixScanWithMultiValues(prefixKey: UnsafeRow, colFamilyName: String): StateStoreIterator[UnsafeRowPair] =
+    unsupported("multiple values per key")
+
+  override def iteratorWithMultiValues(colFamilyName: String): StateStoreIterator[UnsafeRowPair] =
+    unsupported("multiple values per key")
+
+  override def putList(key: UnsafeRow, values: Array[UnsafeRow], colFamilyName: String): Unit =
+    unsupported("multiple values per key")
+
+  override def merge(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
+    unsupported("merge")
+
+  override def mergeList(key: UnsafeRow, values: Array[UnsafeRow], colFamilyName: String): Unit =
+    unsupported("merge")
+
+  private def checkFamily(name: String): Unit = {
+    if (name != StateStore.DEFAULT_COL_FAMILY_NAME) unsupported(s"column family '$name'")
+  }
+
+  private def checkUpdating(op: String): Unit = {
+    if (status != Updating) {
+      throw new SparkStateException(s"spark-state: cannot $op on version $version of ${provider.describe}: " +
+        s"the store was already ${status.toString.toLowerCase}")
+    }
+  }
+
+  private def unsupported(what: String): Nothing =
+    throw new UnsupportedOperationException(s"spark-state does not support $what yet " +
+      "(used by transformWithState and stream-stream join state format v3+, which Spark only enables " +
+      "for its own RocksDB provider)")
+
+  override def toString: String = s"SparkStateStore[${provider.describe}, version $version, $status]"
+}
+
+private[sparkstate] object SparkStateStore {
+  sealed trait Status
+  case object Updating extends Status
+  case object Committed extends Status
+  case object Aborted extends Status
+  case object Released extends Status
+}
+
+/**
+ * Entries of `from <= key < until` from the local database merged with the pending writes (pending
+ * wins; tombstones hide). Tolerates puts and removes during iteration: the database side is a
+ * consistent secondary view, and the buffer side is a weakly consistent skip-list iterator.
+ */
+private[sparkstate] final class MergedScan(
+    db: SecondaryDb,
+    buffer: ChangeBuffer,
+    from: Array[Byte],
+    until: Array[Byte],
+    codec: KeyCodec,
+    valueFields: Int) extends Iterator[UnsafeRowPair] {
+  private val it = db.newIterator()
+  private val pending = buffer.range(from, until)
+  private var pendingEntry = nextPending()
+  private var nextPair: UnsafeRowPair = _
+  private var closed = false
+  if (from == null) it.seekToFirst() else it.seek(from)
+
+  private def nextPending(): java.util.Map.Entry[Array[Byte], Array[Byte]] =
+    if (pending.hasNext) pending.next() else null
+
+  private def dbValid: Boolean =
+    !closed && it.isValid && (until == null || JArrays.compareUnsigned(it.key(), until) < 0)
+
+  override def hasNext: Boolean = {
+    if (nextPair == null && !closed) advance()
+    nextPair != null
+  }
+
+  override def next(): UnsafeRowPair = {
+    if (!hasNext) throw new NoSuchElementException("end of spark-state scan")
+    val p = nextPair
+    nextPair = null
+    p
+  }
+
+  private def advance(): Unit = {
+    while (nextPair == null) {
+      val dbHas = dbValid
+      val pendingHas = pendingEntry != null
+      if (!dbHas && !pendingHas) {
+        close()
+        return
+      }
+      val order =
+        if (!dbHas) 1
+        else if (!pendingHas) -1
+        else JArrays.compareUnsigned(it.key(), pendingEntry.getKey)
+      if (order < 0) {
+        val k = it.key()
+        val v = it.value()
+        it.next()
+        nextPair = pair(k, v)
+      } else {
+        val e = pendingEntry
+        pendingEntry = nextPending()
+        if (order == 0) it.next()
+        if (!(e.getValue eq ChangeBuffer.Tombstone)) nextPair = pair(e.getKey, e.getValue)
+      }
+    }
+  }
+
+  private def pair(k: Array[Byte], v: Array[Byte]): UnsafeRowPair =
+    new UnsafeRowPair(codec.decode(k), KeyCodec.valueRow(v, valueFields))
+
+  def close(): Unit = if (!closed) {
+    closed = true
+    it.close()
+  }
+}

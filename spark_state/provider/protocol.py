@@ -1,0 +1,31 @@
+"""What the JVM shim and the Python worker agree on. Mirrors ``Protocol.scala``.
+
+Environment of the worker process (set by the shim):
+    SPARK_STATE_GATEWAY_PORT   port of the shim's Py4J gateway on 127.0.0.1
+    SPARK_STATE_GATEWAY_TOKEN  the gateway's authentication token (never on the command line)
+
+Start-up: the worker connects to the gateway, starts its Py4J callback server on
+127.0.0.1 (same token), and calls ``entry_point.register(service, callbackPort, pid)``.
+The JVM then calls the service's methods; each returns a JSON object as a string, with
+``"error"`` and ``"message"`` set when the call failed (so the shim can fail the task
+with the Python message instead of a bare Py4J error). The worker exits when its stdin
+closes, i.e. when the executor JVM that owns it is gone.
+
+Changes file (Arrow IPC *file* format, written by the shim at ``commit()``), one row per
+key written in the epoch (the last write wins)::
+
+    op     int8    0 = put, 1 = delete
+    key    binary  stored key (layout: keycodec in the shim, key-group prefixed)
+    value  binary  new value; null for deletes
+    prior  int8    1 = the key existed before this epoch, 0 = it did not, -1 = unknown
+"""
+
+from __future__ import annotations
+
+ENV_GATEWAY_PORT = "SPARK_STATE_GATEWAY_PORT"
+ENV_GATEWAY_TOKEN = "SPARK_STATE_GATEWAY_TOKEN"
+
+#: Java interface the service implements (Py4J callback).
+SERVICE_INTERFACE = "org.apache.spark.sql.execution.streaming.state.sparkstate.PythonStoreService"
+
+PRIOR_UNKNOWN = -1

@@ -1,0 +1,167 @@
+"""The store service the JVM shim calls: one :class:`VersionedStore` per provider instance.
+
+Every method takes the provider instance id the shim generated in ``init`` and returns a
+JSON string. Stores are opened lazily from the arguments of ``load``, so a worker that was
+restarted (after a crash) serves the same instance ids without any extra handshake: it
+restores from checkpoint storage.
+
+The local RocksDB of each store is the *primary*; the shim reads it as a RocksDB
+*secondary* (``dbPath`` in the replies), so reads never cross the process boundary.
+That needs RocksDB's write-ahead log, which the provider therefore always enables.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import traceback
+from dataclasses import asdict
+from typing import Any, Callable, Optional
+
+import pyarrow as pa
+
+from .. import constants as C
+from ..config import EngineConfig
+from ..errors import ConfigError
+from ..store import VersionedStore
+from .protocol import SERVICE_INTERFACE
+
+_LOG = logging.getLogger(__name__)
+
+
+class _Instance:
+    __slots__ = ("store", "lock", "checkpoint")
+
+    def __init__(self, store: VersionedStore, checkpoint: str) -> None:
+        self.store = store
+        self.checkpoint = checkpoint
+        self.lock = threading.Lock()
+
+
+def engine_config(options: dict[str, Any]) -> EngineConfig:
+    """The engine configuration of a provider instance, from the shim's ``options`` JSON:
+    ``engine`` (spark-state options without the conf prefix), ``storage`` (checkpoint
+    storage options), ``localDir``, and Spark's own ``minVersionsToRetain`` /
+    ``minDeltasForSnapshot`` as defaults for retention and snapshot interval."""
+    engine = dict(options.get("engine") or {})
+    engine.setdefault("retainedVersions", str(options.get("minVersionsToRetain", C.DEFAULT_RETAINED_VERSIONS)))
+    engine.setdefault("snapshotInterval", str(options.get("minDeltasForSnapshot", C.DEFAULT_SNAPSHOT_INTERVAL)))
+    if options.get("localDir") and "localDir" not in engine:
+        engine["localDir"] = str(options["localDir"])
+    for key, value in (options.get("storage") or {}).items():
+        engine.setdefault("storage." + key, str(value))
+    config = EngineConfig.from_options(engine)
+    if config.backend != C.BACKEND_ROCKSDB:
+        raise ConfigError(
+            f"the Spark provider serves reads from the executor JVM through RocksDB, so it needs "
+            f"backend 'rocksdb'; got {config.backend!r}. Set "
+            f"{C.CONF_PREFIX}backend=rocksdb (the hashmap backend is available to the Python API)"
+        )
+    # The shim reads through a RocksDB secondary, which sees new writes only via the WAL.
+    return config.replace(rocksdb_wal=True)
+
+
+class StoreService:
+    """Implements the Java interface ``PythonStoreService`` (see ``protocol``)."""
+
+    class Java:
+        implements = [SERVICE_INTERFACE]
+
+    def __init__(self) -> None:
+        self._instances: dict[str, _Instance] = {}
+        self._lock = threading.Lock()
+
+    # --- calls from the shim; each returns a JSON string -------------------------------
+    def ping(self) -> str:
+        return _reply(lambda: {"pid": os.getpid(), "stores": len(self._instances)})
+
+    def load(self, instance_id: str, checkpoint: str, options_json: str, version: int) -> str:
+        def run() -> dict[str, Any]:
+            instance = self._instance(instance_id, checkpoint, options_json)
+            with instance.lock:
+                store = instance.store.load(int(version))
+                return _state(store) | {"restore": asdict(store.last_restore)}
+        return _reply(run)
+
+    def commit(self, instance_id: str, checkpoint: str, options_json: str, version: int, changes_path: str) -> str:
+        def run() -> dict[str, Any]:
+            instance = self._instance(instance_id, checkpoint, options_json)
+            with instance.lock:
+                store = instance.store.load(int(version))  # cached unless the worker restarted
+                keys, values, prior = read_changes(changes_path)
+                store.stage_changes(keys, values, prior)
+                store.commit()
+                return _state(store) | {"commit": asdict(store.last_commit)}
+        return _reply(run)
+
+    def maintenance(self, instance_id: str, kind: str) -> str:
+        def run() -> dict[str, Any]:
+            instance = self._instances.get(instance_id)
+            if instance is None:
+                return {"skipped": True}
+            with instance.lock:
+                if kind == "cleanup":
+                    result = instance.store.cleanup()
+                    return {"deleted": len(result.deleted)}
+                raise ValueError(f"unknown maintenance kind {kind!r}")
+        return _reply(run)
+
+    def close(self, instance_id: str) -> str:
+        def run() -> dict[str, Any]:
+            with self._lock:
+                instance = self._instances.pop(instance_id, None)
+            if instance is not None:
+                with instance.lock:
+                    instance.store.close()
+            return {"closed": instance is not None}
+        return _reply(run)
+
+    # --- internals -----------------------------------------------------------------------
+    def _instance(self, instance_id: str, checkpoint: str, options_json: str) -> _Instance:
+        with self._lock:
+            instance = self._instances.get(instance_id)
+            if instance is None:
+                config = engine_config(json.loads(options_json))
+                store = VersionedStore(checkpoint, config)
+                instance = self._instances[instance_id] = _Instance(store, checkpoint)
+                _LOG.info("opened store %s for %s", instance_id, checkpoint)
+            return instance
+
+
+def read_changes(path: str) -> tuple[list[bytes], list[Optional[bytes]], list[int]]:
+    """Read a changes file written by the shim (schema in ``protocol``)."""
+    with pa.memory_map(path) as source:
+        table = pa.ipc.open_file(source).read_all()
+    keys = table.column("key").to_pylist()
+    values = table.column("value").to_pylist()
+    ops = table.column("op").to_pylist()
+    prior = table.column("prior").to_pylist()
+    values = [None if op == C.OP_DELETE else v for op, v in zip(ops, values)]
+    return keys, values, prior
+
+
+def _state(store: VersionedStore) -> dict[str, Any]:
+    return {
+        "version": store.version,
+        "numKeys": store.num_keys(),
+        "dbPath": store.local_db_path or "",
+        "memoryBytes": store.memory_bytes(),
+    }
+
+
+def _reply(fn: Callable[[], dict[str, Any]]) -> str:
+    started = time.perf_counter()
+    try:
+        result = fn()
+    except Exception as exc:  # the shim turns this into a task failure with this message
+        _LOG.warning("store call failed", exc_info=True)
+        return json.dumps({
+            "error": type(exc).__name__,
+            "message": str(exc),
+            "traceback": traceback.format_exc(limit=20),
+        })
+    result["callMs"] = round((time.perf_counter() - started) * 1000, 3)
+    return json.dumps(result)

@@ -1,0 +1,90 @@
+"""Wire spark-state into a ``SparkSession.Builder``: one call sets every conf it needs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Mapping, Optional, TypeVar
+
+from . import constants as C
+from .config import EngineConfig
+from .errors import ConfigError
+from . import jvm
+
+__all__ = ["configure"]
+
+#: Spark's conf naming the state store provider class.
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+
+B = TypeVar("B")
+
+
+def configure(
+    builder: B,
+    *,
+    backend: Optional[str] = None,
+    options: Optional[Mapping[str, str]] = None,
+    python: Optional[str] = None,
+) -> B:
+    """Make a ``SparkSession.Builder`` run stateful queries on spark-state.
+
+    Sets, on ``builder`` (which is returned, for chaining):
+
+    * ``spark.jars`` += the JVM shim jar (built on first use, see :mod:`spark_state.jvm`);
+      a value already set *on this builder* is kept and the jar appended to it;
+    * ``spark.sql.streaming.stateStore.providerClass`` = :data:`spark_state.jvm.PROVIDER_CLASS`;
+    * ``spark.pyspark.python`` = ``python`` or ``sys.executable`` (and the environment
+      variable ``PYSPARK_PYTHON`` when unset), so that the Python workers the provider
+      starts can import spark_state;
+    * ``spark.sql.streaming.stateStore.sparkState.backend`` = ``backend`` when given;
+    * ``spark.sql.streaming.stateStore.sparkState.<key>`` = value for every ``options``
+      item (keys as in :meth:`EngineConfig.from_options`, e.g. ``snapshotInterval``,
+      ``storage.s3.endpoint_url``).
+
+    ``backend`` and ``options`` are validated before the builder is touched, so a typo
+    raises :class:`~spark_state.errors.ConfigError` here rather than in an executor.
+
+    The confs only take effect when ``getOrCreate()`` starts a new SparkContext: a session
+    already running in this process keeps its jars. A ``spark.jars`` from
+    ``spark-defaults.conf`` is replaced, as with any ``builder.config("spark.jars", ...)``.
+
+    Example::
+
+        from pyspark.sql import SparkSession
+        import spark_state
+
+        spark = spark_state.configure(
+            SparkSession.builder.master("local[2]").appName("sessions"),
+            backend="rocksdb",
+            options={"snapshotInterval": "20", "retainedVersions": "50"},
+        ).getOrCreate()
+    """
+    opts = {str(k): str(v) for k, v in (options or {}).items()}
+    if backend is not None:
+        if "backend" in opts and opts["backend"] != backend:
+            raise ConfigError(
+                f"backend={backend!r} contradicts options['backend']={opts['backend']!r}; "
+                "give the backend once"
+            )
+        opts["backend"] = backend
+    EngineConfig.from_options(opts)  # raises ConfigError on unknown keys or bad values
+
+    jar = jvm.jar_path()
+    python = python or sys.executable
+
+    # Builder.config() stores every set conf in _options (pyspark 3.x and 4.x); read it so
+    # that jars the caller added before us are kept, not overwritten.
+    existing = str(getattr(builder, "_options", {}).get("spark.jars") or "")
+    jars = [j.strip() for j in existing.split(",") if j.strip()]
+    if jar not in jars:
+        jars.append(jar)
+
+    builder.config("spark.jars", ",".join(jars))  # type: ignore[attr-defined]
+    builder.config(PROVIDER_CONF, jvm.PROVIDER_CLASS)  # type: ignore[attr-defined]
+    builder.config("spark.pyspark.python", python)  # type: ignore[attr-defined]
+    # The conf reaches the JVM (which launches executors' Python workers); pyspark's own
+    # SparkContext reads only the environment variable (pythonExec) for Python UDF commands.
+    os.environ.setdefault("PYSPARK_PYTHON", python)
+    for key, value in opts.items():
+        builder.config(C.CONF_PREFIX + key, value)  # type: ignore[attr-defined]
+    return builder

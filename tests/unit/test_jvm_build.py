@@ -1,0 +1,377 @@
+"""Building and caching the JVM shim jar (spark_state.jvm), ``configure()`` and ``python -m
+spark_state jar``.
+
+The build tests compile a tiny throwaway Scala tree, not the real shim: they exercise the
+build machinery (cache key, lock, atomic publish, error reporting) independently of the
+provider's sources. Tests that run the Scala compiler are marked ``spark`` (they need a JVM).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import zipfile
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+import spark_state
+from spark_state import jvm
+from spark_state.errors import ConfigError
+
+HELLO = textwrap.dedent(
+    """\
+    package demo.hello
+
+    object Hello {
+      def greet(name: String): String = s"hello, $name"
+    }
+    """
+)
+
+
+@pytest.fixture
+def shim_src(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A throwaway shim source tree (``<tmp>/src``) and cache (``<tmp>/cache``) in use."""
+    src = tmp_path / "src"
+    (src / "scala" / "demo").mkdir(parents=True)
+    (src / "scala" / "demo" / "Hello.scala").write_text(HELLO)
+    monkeypatch.setattr(jvm, "shim_source_dir", lambda: src)
+    monkeypatch.setenv(jvm.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    return src
+
+
+@pytest.fixture
+def compiler_runs(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Records every compiler command jvm runs (they still run)."""
+    runs: list[list[str]] = []
+    real_run: Callable[[list[str], str], None] = jvm._run
+
+    def counting(cmd: list[str], what: str) -> None:
+        runs.append(cmd)
+        real_run(cmd, what)
+
+    monkeypatch.setattr(jvm, "_run", counting)
+    return runs
+
+
+def _entries(jar: str) -> list[str]:
+    with zipfile.ZipFile(jar) as zf:
+        assert zf.testzip() is None
+        return zf.namelist()
+
+
+# --- pure: no compiler runs ---------------------------------------------------------------
+
+
+def test_path_layout_without_building(shim_src: Path, tmp_path: Path) -> None:
+    import pyspark
+
+    path = Path(jvm.jar_path(build=False))
+    assert path.is_absolute() and not path.exists()
+    assert path.name == jvm.JAR_NAME
+    assert path.parent.parent == (tmp_path / "cache" / "jars").resolve()
+    version, key = path.parent.name.rsplit("-", 1)
+    assert version == pyspark.__version__
+    assert len(key) == 16 and int(key, 16) >= 0
+
+
+def test_changed_source_gives_new_path(shim_src: Path) -> None:
+    first = jvm.jar_path(build=False)
+    assert jvm.jar_path(build=False) == first  # deterministic
+    (shim_src / "scala" / "demo" / "Hello.scala").write_text(HELLO.replace("hello", "hi"))
+    second = jvm.jar_path(build=False)
+    assert second != first
+    # A new file, and a renamed one, change the key too; editor dot-files do not.
+    (shim_src / "scala" / "demo" / "More.scala").write_text("package demo.hello\nobject More\n")
+    third = jvm.jar_path(build=False)
+    assert third not in (first, second)
+    (shim_src / "scala" / "demo" / ".#More.scala").write_text("lock file of an editor")
+    (shim_src / "scala" / "demo" / "notes.txt").write_text("not a source")
+    assert jvm.jar_path(build=False) == third
+    (shim_src / "scala" / "demo" / "More.scala").rename(shim_src / "scala" / "demo" / "Most.scala")
+    assert jvm.jar_path(build=False) != third
+
+
+def test_missing_source_dir_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_pkg = tmp_path / "site-packages" / "spark_state"
+    fake_pkg.mkdir(parents=True)
+    monkeypatch.setattr(spark_state, "__file__", str(fake_pkg / "__init__.py"))
+    with pytest.raises(ConfigError, match=r"pip install -e \."):
+        jvm.shim_source_dir()
+
+
+def test_real_source_dir_is_located() -> None:
+    # The checkout holds jvm-shim/src/main (its contents are written elsewhere).
+    expected = Path(spark_state.__file__).resolve().parent.parent / "jvm-shim" / "src" / "main"
+    if not expected.is_dir():
+        pytest.skip(f"{expected} not created yet")
+    assert jvm.shim_source_dir() == expected
+
+
+def test_no_scala_sources_is_a_config_error(shim_src: Path) -> None:
+    (shim_src / "scala" / "demo" / "Hello.scala").unlink()
+    with pytest.raises(ConfigError, match="no .scala sources"):
+        jvm.jar_path()
+
+
+def test_no_java_is_a_config_error(
+    shim_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    with pytest.raises(ConfigError, match="Java 17"):
+        jvm.jar_path()
+    assert not Path(jvm.jar_path(build=False)).exists()
+    # The failed build left no temporary directory behind.
+    assert not list((tmp_path / "cache" / "jars").glob(".build-*"))
+
+
+def test_sources_edited_during_a_build_are_rebuilt(shim_src: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A jar is never published under a key its sources no longer match."""
+    builds: list[str] = []
+    hello = shim_src / "scala" / "demo" / "Hello.scala"
+
+    def fake_build(source_dir: Path, inputs: list[str], jars_dir: Path, work: Path) -> None:
+        builds.append(hello.read_text())
+        if len(builds) == 1:
+            hello.write_text(HELLO + "// saved again mid-build\n")
+        with zipfile.ZipFile(work / jvm.JAR_NAME, "w") as zf:
+            zf.writestr("built-from.txt", hello.read_text())
+
+    monkeypatch.setattr(jvm, "_build", fake_build)
+    stale = jvm.jar_path(build=False)
+    path = jvm.jar_path()
+    assert len(builds) == 2 and path != stale and not Path(stale).exists()
+    assert path == jvm.jar_path(build=False)  # the key of the sources as they are now
+    with zipfile.ZipFile(path) as zf:
+        assert zf.read("built-from.txt").decode() == hello.read_text()
+
+
+def test_pyspark_jars_dir_holds_the_scala_compiler() -> None:
+    compiler, library, reflect = jvm._scala_jars(jvm.pyspark_jars_dir())
+    assert compiler.name.startswith("scala-compiler-") and library.name.startswith("scala-library-")
+    assert reflect.is_file()
+
+
+# --- building (runs scalac: needs a JVM) --------------------------------------------------
+
+
+@pytest.mark.spark
+def test_first_call_builds_then_cache_hits(shim_src: Path, compiler_runs: list[list[str]]) -> None:
+    (shim_src / "resources" / "META-INF" / "services").mkdir(parents=True)
+    (shim_src / "resources" / "META-INF" / "services" / "demo.Service").write_text("demo.hello.Hello\n")
+
+    path = jvm.jar_path()
+    assert len(compiler_runs) == 1
+    assert os.path.isabs(path) and Path(path).is_file()
+    names = _entries(path)
+    assert names[:2] == ["META-INF/", "META-INF/MANIFEST.MF"]
+    assert "demo/hello/Hello.class" in names and "demo/hello/Hello$.class" in names
+    assert "META-INF/services/demo.Service" in names
+    with zipfile.ZipFile(path) as zf:
+        assert zf.read("META-INF/MANIFEST.MF").startswith(b"Manifest-Version: 1.0\r\n")
+    # No build leftovers next to the published jar.
+    assert sorted(p.name for p in Path(path).parent.iterdir()) == [jvm.JAR_NAME]
+    assert not list(Path(path).parent.parent.glob(".build-*"))
+
+    mtime = os.stat(path).st_mtime_ns
+    time.sleep(0.01)
+    assert jvm.jar_path() == path  # cache hit: same path, no compiler run, file untouched
+    assert len(compiler_runs) == 1
+    assert os.stat(path).st_mtime_ns == mtime
+
+
+@pytest.mark.spark
+def test_built_jar_runs_on_the_jvm(shim_src: Path, tmp_path: Path) -> None:
+    """The jar's classes load on Spark's class path (a JShell-free check: run a main)."""
+    (shim_src / "scala" / "demo" / "Main.scala").write_text(
+        "package demo.hello\nobject Main { def main(a: Array[String]): Unit = println(Hello.greet(\"jar\")) }\n"
+    )
+    path = jvm.jar_path()
+    jars = jvm.pyspark_jars_dir()
+    out = subprocess.run(
+        ["java", "-cp", os.pathsep.join([path, str(jars / "*")]), "demo.hello.Main"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    assert out.stdout.strip() == "hello, jar"
+
+
+@pytest.mark.spark
+def test_compile_error_raises_with_compiler_output(shim_src: Path, tmp_path: Path) -> None:
+    (shim_src / "scala" / "demo" / "Broken.scala").write_text(
+        "package demo.hello\nobject Broken { val x: Int = undefinedThing }\n"
+    )
+    with pytest.raises(jvm.ShimBuildError) as info:
+        jvm.jar_path()
+    message = str(info.value)
+    assert isinstance(info.value, ConfigError)
+    assert "Broken.scala" in message and "undefinedThing" in message
+    assert "undefinedThing" in info.value.output
+    # Nothing was published, and the next call tries again (no negative caching).
+    assert not Path(jvm.jar_path(build=False)).exists()
+    assert not list((tmp_path / "cache" / "jars").glob(".build-*"))
+
+
+@pytest.mark.spark
+def test_mixed_scala_and_java_sources(shim_src: Path, compiler_runs: list[list[str]]) -> None:
+    (shim_src / "java" / "demo").mkdir(parents=True)
+    (shim_src / "java" / "demo" / "Greeter.java").write_text(
+        "package demo.hello;\npublic final class Greeter {\n"
+        "  public static String greet() { return Hello.greet(\"java\"); }\n}\n"
+    )
+    path = jvm.jar_path()
+    assert len(compiler_runs) == 2  # scalac, then javac
+    assert "javac" in Path(compiler_runs[1][0]).name
+    names = _entries(path)
+    assert "demo/hello/Greeter.class" in names and "demo/hello/Hello.class" in names
+
+
+_WORKER = textwrap.dedent(
+    """\
+    import json, sys, time
+    from pathlib import Path
+    from spark_state import jvm
+
+    src, go = Path(sys.argv[1]), Path(sys.argv[2])
+    jvm.shim_source_dir = lambda: src
+    runs = []
+    real_run = jvm._run
+    def counting(cmd, what):
+        runs.append(what)
+        real_run(cmd, what)
+    jvm._run = counting
+    while not go.exists():  # start both builds at the same moment
+        time.sleep(0.01)
+    print(json.dumps({"path": jvm.jar_path(), "runs": len(runs)}))
+    """
+)
+
+
+@pytest.mark.spark
+def test_concurrent_builds_from_two_processes_produce_one_jar(shim_src: Path, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    env = dict(os.environ)  # carries SPARK_STATE_CACHE_DIR set by the fixture
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(shim_src), str(go)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for _ in range(2)
+    ]
+    time.sleep(0.5)
+    go.touch()
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert results[0]["path"] == results[1]["path"]
+    assert sorted(r["runs"] for r in results) == [0, 1]  # one compiled, the other waited
+    jars_root = tmp_path / "cache" / "jars"
+    assert [p.name for p in jars_root.iterdir() if p.is_dir()] == [Path(results[0]["path"]).parent.name]
+    assert "demo/hello/Hello.class" in _entries(results[0]["path"])
+
+
+# --- configure() --------------------------------------------------------------------------
+
+FAKE_JAR = "/opt/cache/spark-state-shim.jar"
+
+
+@pytest.fixture
+def no_build(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Stub the jar build: jar_path returns FAKE_JAR and counts its calls."""
+    calls: list[int] = []
+
+    def fake_jar_path(build: bool = True) -> str:
+        calls.append(1)
+        return FAKE_JAR
+
+    monkeypatch.setattr(jvm, "jar_path", fake_jar_path)
+    return calls
+
+
+def test_configure_sets_confs(no_build: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql import SparkSession
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    builder = SparkSession.builder.config("spark.jars", "/a.jar,/b.jar")
+    out = spark_state.configure(
+        builder,
+        backend="hashmap",
+        options={"snapshotInterval": "5", "storage.s3.endpoint_url": "http://localhost:9000"},
+    )
+    assert out is builder
+    conf = builder._options
+    assert conf["spark.jars"] == "/a.jar,/b.jar," + FAKE_JAR
+    assert conf["spark.sql.streaming.stateStore.providerClass"] == jvm.PROVIDER_CLASS
+    assert conf["spark.pyspark.python"] == sys.executable
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    prefix = "spark.sql.streaming.stateStore.sparkState."
+    assert conf[prefix + "backend"] == "hashmap"
+    assert conf[prefix + "snapshotInterval"] == "5"
+    assert conf[prefix + "storage.s3.endpoint_url"] == "http://localhost:9000"
+    # Configuring twice does not list the jar twice.
+    spark_state.configure(builder)
+    assert builder._options["spark.jars"].split(",").count(FAKE_JAR) == 1
+
+
+def test_configure_minimal(no_build: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql import SparkSession
+
+    monkeypatch.setenv("PYSPARK_PYTHON", "/keep/this/python")
+    builder = spark_state.configure(SparkSession.builder, python="/usr/bin/python3.11")
+    conf = builder._options
+    assert conf["spark.jars"] == FAKE_JAR
+    assert conf["spark.pyspark.python"] == "/usr/bin/python3.11"
+    assert os.environ["PYSPARK_PYTHON"] == "/keep/this/python"  # an existing value wins
+    assert not [k for k in conf if k.startswith("spark.sql.streaming.stateStore.sparkState.")]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"options": {"snapshotIntervall": "5"}}, "unknown spark-state option"),
+        ({"options": {"snapshotInterval": "often"}}, "must be an integer"),
+        ({"backend": "leveldb"}, "unknown state backend"),
+        ({"backend": "rocksdb", "options": {"backend": "hashmap"}}, "contradicts"),
+    ],
+)
+def test_configure_rejects_bad_options(no_build: list[int], kwargs: dict, match: str) -> None:
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    with pytest.raises(ConfigError, match=match):
+        spark_state.configure(builder, **kwargs)
+    assert builder._options == {}  # validated before the builder was touched
+    assert no_build == []  # and before any build
+
+
+# --- python -m spark_state jar ------------------------------------------------------------
+
+
+def test_cli_jar_prints_path(no_build: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    from spark_state.__main__ import main
+
+    assert main(["jar"]) == 0
+    assert capsys.readouterr().out.strip() == FAKE_JAR
+
+
+def test_cli_jar_reports_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from spark_state.__main__ import main
+
+    def failing(build: bool = True) -> str:
+        raise jvm.ShimBuildError("scalac failed", "Provider.scala:3: error: not found: type Foo")
+
+    monkeypatch.setattr(jvm, "jar_path", failing)
+    assert main(["jar"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "not found: type Foo" in captured.err
