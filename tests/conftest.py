@@ -25,14 +25,21 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local[2] SparkSession shared by every Spark test (start-up costs ~10 s)."""
+    """One SparkSession shared by every Spark test (start-up costs ~10 s)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from spark_state.jvm import jar_path
+
+    # The shim jar is on the classpath of every test session; each query chooses its provider
+    # (tests compare ours with Spark's), so the session default stays Spark's HDFS provider.
+    # local[2,4]: two task threads, up to 4 attempts per task (task-retry tests need retries).
     session = (
         SparkSession.builder.master("local[2,4]")
         .appName("spark-state-tests")
+        .config("spark.jars", jar_path())
+        .config("spark.pyspark.python", sys.executable)
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.ansi.enabled", "false")

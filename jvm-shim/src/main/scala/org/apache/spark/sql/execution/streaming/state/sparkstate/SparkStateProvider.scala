@@ -30,6 +30,7 @@ class SparkStateProvider extends StateStoreProvider with Logging {
   private var instanceId: String = _
   private var checkpointUrl: String = _
   private var optionsJson: String = _
+  private var hadoopConf: Configuration = _
   private var secondary: SecondaryDb = _
   private var secondaryGeneration = -1
 
@@ -67,6 +68,7 @@ class SparkStateProvider extends StateStoreProvider with Logging {
     this.instanceId = UUID.randomUUID().toString
     this.checkpointUrl = stateStoreId.storeCheckpointLocation().toString
     this.optionsJson = buildOptions(storeConfs, hadoopConf)
+    this.hadoopConf = hadoopConf
   }
 
   override def stateStoreId: StateStoreId = storeId
@@ -135,6 +137,14 @@ class SparkStateProvider extends StateStoreProvider with Logging {
       file.delete()
     }
   }
+
+  /**
+   * Tell the driver's coordinator that this partition committed `version`: Spark 4.3 validates at
+   * the end of a batch that every store committed (STATE_STORE_COMMIT_VALIDATION_FAILED otherwise),
+   * and its own providers report the same way.
+   */
+  private[sparkstate] def reportCommit(version: Long): Unit =
+    StateStore.reportCommitToCoordinator(version, storeId, hadoopConf)
 
   override def doCleanupMaintenance(): Unit = {
     // Never start a worker just for maintenance; a worker that is not running has nothing to clean.

@@ -96,6 +96,7 @@ private[sparkstate] final class SparkStateStore(
         s"$newVersion instead of ${version + 1}")
     }
     finish(Committed)
+    provider.reportCommit(newVersion)
     newVersion
   }
 
