@@ -32,13 +32,34 @@ from .protocol import SERVICE_INTERFACE
 _LOG = logging.getLogger(__name__)
 
 
-class _Instance:
-    __slots__ = ("store", "lock", "checkpoint")
+#: Fault injection for tests of worker crashes (never set in production): the value
+#: ``<version>:<marker dir>:once|always`` makes the worker exit abruptly in the middle of
+#: committing ``<version>`` -- once per marker dir, or on every attempt.
+CRASH_ON_COMMIT_OPTION = "testing.crashOnCommit"
 
-    def __init__(self, store: VersionedStore, checkpoint: str) -> None:
+
+class _Instance:
+    __slots__ = ("store", "lock", "checkpoint", "crash_on_commit")
+
+    def __init__(self, store: VersionedStore, checkpoint: str, crash_on_commit: Optional[str]) -> None:
         self.store = store
         self.checkpoint = checkpoint
+        self.crash_on_commit = crash_on_commit
         self.lock = threading.Lock()
+
+
+def _maybe_crash(spec: Optional[str], version: int) -> None:
+    if not spec:
+        return
+    target, marker_dir, mode = spec.split(":", 2)
+    if int(target) != version:
+        return
+    marker = os.path.join(marker_dir, f"crash-{os.getpid()}-{time.monotonic_ns()}")
+    if mode == "once" and os.listdir(marker_dir):
+        return
+    open(marker, "w").close()
+    _LOG.error("fault injection: crashing the worker while committing version %d", version)
+    os._exit(99)
 
 
 def engine_config(options: dict[str, Any]) -> EngineConfig:
@@ -47,13 +68,15 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
     storage options), ``localDir``, and Spark's own ``minVersionsToRetain`` /
     ``minDeltasForSnapshot`` as defaults for retention and snapshot interval."""
     engine = dict(options.get("engine") or {})
+    engine.pop(CRASH_ON_COMMIT_OPTION, None)
     engine.setdefault("retainedVersions", str(options.get("minVersionsToRetain", C.DEFAULT_RETAINED_VERSIONS)))
     engine.setdefault("snapshotInterval", str(options.get("minDeltasForSnapshot", C.DEFAULT_SNAPSHOT_INTERVAL)))
     if options.get("localDir") and "localDir" not in engine:
         engine["localDir"] = str(options["localDir"])
     for key, value in (options.get("storage") or {}).items():
         engine.setdefault("storage." + key, str(value))
-    config = EngineConfig.from_options(engine)
+    # Validate under the full conf names, so an error names the conf the user actually set.
+    config = EngineConfig.from_options({C.CONF_PREFIX + k: v for k, v in engine.items()}, prefix=C.CONF_PREFIX)
     if config.backend != C.BACKEND_ROCKSDB:
         raise ConfigError(
             f"the Spark provider serves reads from the executor JVM through RocksDB, so it needs "
@@ -92,6 +115,7 @@ class StoreService:
             with instance.lock:
                 store = instance.store.load(int(version))  # cached unless the worker restarted
                 keys, values, prior = read_changes(changes_path)
+                _maybe_crash(instance.crash_on_commit, int(version) + 1)
                 store.stage_changes(keys, values, prior)
                 store.commit()
                 return _state(store) | {"commit": asdict(store.last_commit)}
@@ -124,9 +148,11 @@ class StoreService:
         with self._lock:
             instance = self._instances.get(instance_id)
             if instance is None:
-                config = engine_config(json.loads(options_json))
+                options = json.loads(options_json)
+                config = engine_config(options)
                 store = VersionedStore(checkpoint, config)
-                instance = self._instances[instance_id] = _Instance(store, checkpoint)
+                crash = (options.get("engine") or {}).get(CRASH_ON_COMMIT_OPTION)
+                instance = self._instances[instance_id] = _Instance(store, checkpoint, crash)
                 _LOG.info("opened store %s for %s", instance_id, checkpoint)
             return instance
 

@@ -34,7 +34,6 @@ import json
 import os
 import sys
 import threading
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -127,16 +126,6 @@ def write_batches(
         os.replace(tmp, path)
         paths.append(path)
     return paths
-
-
-def write_parquet_batch(path: PathLike, table) -> None:
-    """Write one pyarrow table as a batch file at ``path`` (benchmarks build big tables with
-    pyarrow directly); the mtime follows the batch number in the file name if it has one."""
-    import pyarrow.parquet as pq
-
-    tmp = os.path.join(os.path.dirname(os.fspath(path)), f".tmp-{uuid.uuid4().hex}")
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,11 +355,3 @@ def ship_module_by_value(module_or_name) -> None:
     module = sys.modules[module_or_name] if isinstance(module_or_name, str) else module_or_name
     cloudpickle.register_pickle_by_value(module)
 
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, interval: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()

@@ -103,7 +103,9 @@ private[sparkstate] object PythonWorker extends Logging {
   def callOn(w: Worker, what: String)(f: PythonStoreService => String): JsonNode = {
     val reply = try f(w.service) catch {
       case e: Exception =>
-        if (!w.alive) {
+        // A killed worker may take a moment to be reaped: wait briefly before deciding whether
+        // it died or the call failed for another reason.
+        if (w.process.waitFor(2, TimeUnit.SECONDS)) {
           throw new SparkStateException(s"${w.describe} died during $what (exit code " +
             s"${w.process.exitValue()}). The task fails and its retry restores the state from the " +
             s"checkpoint. Last output of the worker:\n${tail(w.logFile)}", e)

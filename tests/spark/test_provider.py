@@ -1,0 +1,189 @@
+"""spark-state's provider inside Spark: metrics, the state data source, key layout, clear errors,
+and a Python worker that dies in the middle of a commit."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.state import GroupStateTimeout
+from pyspark.sql.types import LongType, StructField, StructType
+
+from spark_state import keygroups
+from streaming_harness import HDFS_PROVIDER, SPARKSTATE_PROVIDER, run_query, write_batches
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = StructType([StructField("k", LongType()), StructField("v", LongType())])
+PARTITIONS = 4
+
+
+@pytest.fixture(scope="module")
+def agg_input(tmp_path_factory):
+    """Five batches of (k, v) rows over 40 keys: every batch updates keys seen before."""
+    root = tmp_path_factory.mktemp("agg-input")
+    batches = [[{"k": (b * 7 + i) % 40, "v": i} for i in range(60)] for b in range(5)]
+    write_batches(root, batches, SCHEMA)
+    return str(root)
+
+
+def _aggregate(df):
+    return df.groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("total"))
+
+
+def _run(spark, provider, input_dir, checkpoint, **kwargs):
+    return run_query(spark, _aggregate, provider_class=provider, input_dir=input_dir, schema=SCHEMA,
+                     checkpoint_dir=checkpoint, output_mode="update", **kwargs)
+
+
+def test_custom_metrics_show_in_query_progress(spark, agg_input, tmp_path):
+    ours = _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours")
+    reference = _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs")
+    assert ours.batches == reference.batches
+    for batch_id in ours.batch_ids:
+        (op,) = ours.state_operators(batch_id)
+        (ref,) = reference.state_operators(batch_id)
+        assert op["numRowsTotal"] == ref["numRowsTotal"] > 0  # an exact key count, like HDFS's
+        metrics = op["customMetrics"]
+        assert metrics["sparkStateChangelogBytes"] > 0
+        assert metrics["sparkStateCommitTimeMs"] >= 0 and metrics["sparkStateLoadTimeMs"] >= 0
+        assert op["memoryUsedBytes"] > 0
+    assert ours.state_operators(0)[0]["customMetrics"]["sparkStateRestoresFromCheckpoint"] == 0
+
+
+def test_state_data_source_reads_our_state(spark, agg_input, tmp_path):
+    _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours")
+    _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs")
+
+    def state(path, batch_id=None):
+        reader = spark.read.format("statestore")
+        if batch_id is not None:
+            reader = reader.option("batchId", batch_id)
+        rows = reader.load(str(path)).collect()
+        return sorted((r.key.k, tuple(r.value), r.partition_id) for r in rows)
+
+    ours, reference = state(tmp_path / "ours"), state(tmp_path / "hdfs")
+    assert len(ours) == 40 and ours == reference
+    # An older batch is readable too (the reader asks for version batchId + 1).
+    older = state(tmp_path / "ours", batch_id=1)
+    assert older == state(tmp_path / "hdfs", batch_id=1) and older != ours
+
+
+def test_stored_keys_carry_sparks_partitioning_hash(spark, agg_input, tmp_path):
+    """Every stored key is [key group u16][Spark hash i32][UnsafeRow]; the hash is Spark's own."""
+    _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours")
+    seen = 0
+    for changelog in glob.glob(str(tmp_path / "ours" / "state" / "0" / "*" / "changelogs" / "*.arrow")):
+        partition = int(changelog.split(os.sep)[-3])
+        with pa.memory_map(changelog) as source:
+            keys = pa.ipc.open_file(source).read_all().column("key").to_pylist()
+        for stored in keys:
+            kg = int.from_bytes(stored[:2], "big")
+            hash32 = int.from_bytes(stored[2:6], "big", signed=True)
+            k = int.from_bytes(stored[14:22], "little", signed=True)  # UnsafeRow: 8-byte null bitset, then k
+            assert hash32 == keygroups.spark_hash([k], ["long"])
+            assert keygroups.spark_partition_id(hash32, PARTITIONS) == partition
+            assert kg == keygroups.spark_key_group(hash32, 32768)
+            seen += 1
+    assert seen >= 40
+
+
+def _failure_message(excinfo) -> str:
+    return str(excinfo.value)
+
+
+def test_checkpoint_format_v2_is_rejected_clearly(spark, agg_input, tmp_path):
+    with pytest.raises(Exception) as excinfo:
+        _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "v2",
+             extra_confs={"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"})
+    assert "spark-state does not support checkpoint format v2" in _failure_message(excinfo)
+    assert "checkpointFormatVersion=1" in _failure_message(excinfo)
+
+
+def test_unknown_option_fails_the_query_naming_it(spark, agg_input, tmp_path):
+    with pytest.raises(Exception) as excinfo:
+        _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "bad",
+             extra_confs={"spark.sql.streaming.stateStore.sparkState.snapshotIntervl": "3"})
+    message = _failure_message(excinfo)
+    assert "unknown spark-state option 'spark.sql.streaming.stateStore.sparkState.snapshotIntervl'" in message
+
+
+# --- a Python worker that dies in the middle of a batch ------------------------------------
+def _killing_count(marker_dir: str, kill_on_every_attempt: bool):
+    """A per-key running count with applyInPandasWithState whose function kills the spark-state
+    worker in batch 2. The state updates come back with the function's output, so the kill is
+    certain to happen after the store was loaded and before it is committed."""
+
+    def count(key, pdfs, state):
+        # Self-contained (imports inside): Python workers cannot import this test module.
+        import os
+        import signal
+        import subprocess
+
+        import pandas as pd
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx.getLocalProperty("streaming.sql.batchId") == "2" and ctx.partitionId() == 0:
+            marker = os.path.join(marker_dir, f"attempt-{ctx.attemptNumber()}")
+            if (kill_on_every_attempt or ctx.attemptNumber() == 0) and not os.path.exists(marker):
+                open(marker, "w").close()
+                out = subprocess.run(["pgrep", "-f", "spark_state.provider.worker"], capture_output=True, text=True)
+                for pid in out.stdout.split():
+                    os.kill(int(pid), signal.SIGKILL)
+        total = (state.get[0] if state.exists else 0) + sum(len(p) for p in pdfs)
+        state.update((total,))
+        yield pd.DataFrame({"k": [key[0]], "n": [total]})
+
+    def build(df):
+        return df.groupBy("k").applyInPandasWithState(
+            count, "k long, n long", "n long", "update", GroupStateTimeout.NoTimeout)
+
+    return build
+
+
+def _run_killing(spark, provider, agg_input, checkpoint, markers, every_attempt):
+    return run_query(spark, _killing_count(str(markers), every_attempt), provider_class=provider,
+                     input_dir=agg_input, schema=SCHEMA, checkpoint_dir=checkpoint, output_mode="update")
+
+
+def test_worker_killed_between_load_and_commit_is_replaced_transparently(spark, agg_input, tmp_path):
+    """The commit finds the worker gone, starts a new one, which restores the loaded version from
+    checkpoint storage and applies the epoch's writes: no task fails, nothing is lost."""
+    (tmp_path / "m-ref").mkdir()
+    (tmp_path / "m").mkdir()
+    reference = _run_killing(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs", tmp_path / "m-ref", False)
+    ours = _run_killing(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours", tmp_path / "m", False)
+    assert os.listdir(tmp_path / "m") == ["attempt-0"]  # the worker really was killed, once
+    assert ours.batches == reference.batches
+    assert max(r[1] for r in ours.rows()) > 2  # counts span batches: state was carried over
+    restored = sum(op["customMetrics"]["sparkStateRestoresFromCheckpoint"]
+                   for b in ours.batch_ids if b >= 2 for op in ours.state_operators(b))
+    assert restored >= 1  # the new worker restored from checkpoint storage
+
+
+def _crash_conf(markers, mode: str) -> dict:
+    return {"spark.sql.streaming.stateStore.sparkState.testing.crashOnCommit": f"3:{markers}:{mode}"}
+
+
+def test_worker_crash_during_commit_fails_the_task_and_the_retry_recovers(spark, agg_input, tmp_path):
+    markers = tmp_path / "m"
+    markers.mkdir()
+    reference = _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs")
+    ours = _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours", extra_confs=_crash_conf(markers, "once"))
+    assert len(os.listdir(markers)) == 1  # the worker crashed in the middle of committing version 3
+    assert ours.batches == reference.batches
+
+
+def test_a_worker_that_keeps_crashing_fails_the_query_with_a_clear_message(spark, agg_input, tmp_path):
+    markers = tmp_path / "m"
+    markers.mkdir()
+    with pytest.raises(Exception) as excinfo:
+        _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours", extra_confs=_crash_conf(markers, "always"))
+    message = _failure_message(excinfo)
+    assert "spark-state Python worker" in message and "died during committing version 3" in message
+    assert "restores the state from the checkpoint" in message
+    assert len(os.listdir(markers)) >= 4  # every attempt (local[2,4]) crashed its worker
