@@ -1,0 +1,81 @@
+"""A streaming aggregation on spark-state over two executor JVMs (local-cluster[2,1,1024]).
+
+After batch 2 one executor is removed, so its partitions move to the other executor and must
+be restored from checkpoint storage there. Prints one ``RESULT <json>`` line.
+Run by tests/spark/test_jobs.py in its own process (a second SparkContext cannot share the
+test session's JVM).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+
+
+def main(workdir: str) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import spark_state
+
+    input_dir = os.path.join(workdir, "input")
+    os.makedirs(input_dir)
+    expected: collections.Counter = collections.Counter()
+    for b in range(6):
+        path = os.path.join(input_dir, f"b{b:03d}.json")
+        with open(path, "w") as f:
+            for i in range(400):
+                key = (b * 13 + i * 7) % 97
+                expected[key] += 1
+                f.write(json.dumps({"k": key}) + "\n")
+        os.utime(path, (1_700_000_000 + 10 * b,) * 2)
+
+    spark = spark_state.configure(
+        SparkSession.builder.master("local-cluster[2,1,1024]").appName("spark-state-cluster-test")
+        .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    ).getOrCreate()
+    sc = spark.sparkContext
+    sc.setLogLevel("ERROR")
+    counts: dict[int, int] = {}
+    events: dict = {"workers_before_kill": None, "killed": None, "executors_after_kill": None}
+
+    def executor_ids() -> list[str]:
+        return [e for e in sc._jsc.sc().getExecutorIds().mkString(",").split(",") if e]
+
+    def sink(df, batch_id: int) -> None:
+        for row in df.collect():
+            counts[row["k"]] = row["count"]
+        if batch_id == 2:
+            out = subprocess.run(["pgrep", "-f", "spark_state.provider.worker"], capture_output=True, text=True)
+            events["workers_before_kill"] = len(out.stdout.split())
+            victim = executor_ids()[0]
+            events["killed"] = victim
+            sc._jsc.sc().killExecutor(victim)
+            deadline = time.time() + 60
+            while victim in executor_ids() and time.time() < deadline:
+                time.sleep(0.5)
+            events["executors_after_kill"] = executor_ids()
+
+    # Wait until both executors have registered, so that the first batches use both.
+    deadline = time.time() + 120
+    while len(executor_ids()) < 2 and time.time() < deadline:
+        time.sleep(0.5)
+    query = (spark.readStream.schema("k long").option("maxFilesPerTrigger", 1).json(input_dir)
+             .groupBy("k").count().writeStream.outputMode("update").foreachBatch(sink)
+             .option("checkpointLocation", os.path.join(workdir, "ckpt")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    restores = {p["batchId"]: p["stateOperators"][0]["customMetrics"]["sparkStateRestoresFromCheckpoint"]
+                for p in query.recentProgress if p["stateOperators"]}
+    result = dict(events, restores=restores, counts_match=counts == dict(expected),
+                  keys=len(counts), total=sum(counts.values()))
+    spark.stop()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
