@@ -38,6 +38,10 @@ _LOG = logging.getLogger(__name__)
 CRASH_ON_COMMIT_OPTION = "testing.crashOnCommit"
 
 
+#: Options read by the JVM shim only (see ``PythonWorker.scala``).
+JVM_ONLY_OPTIONS = ("workersPerExecutor",)
+
+
 class _Instance:
     __slots__ = ("store", "lock", "checkpoint", "crash_on_commit")
 
@@ -69,6 +73,8 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
     ``minDeltasForSnapshot`` as defaults for retention and snapshot interval."""
     engine = dict(options.get("engine") or {})
     engine.pop(CRASH_ON_COMMIT_OPTION, None)
+    for key in JVM_ONLY_OPTIONS:
+        engine.pop(key, None)
     engine.setdefault("retainedVersions", str(options.get("minVersionsToRetain", C.DEFAULT_RETAINED_VERSIONS)))
     engine.setdefault("snapshotInterval", str(options.get("minDeltasForSnapshot", C.DEFAULT_SNAPSHOT_INTERVAL)))
     if options.get("localDir") and "localDir" not in engine:

@@ -32,6 +32,7 @@ import pytest
 from streaming_harness import (
     HDFS_PROVIDER,
     ROCKSDB_PROVIDER,
+    SPARKSTATE_PROVIDER,
     RunResult,
     merge_runs,
     run_query,
@@ -43,7 +44,7 @@ from streaming_harness import (
 
 pytestmark = pytest.mark.spark
 
-#: Compared against the HDFS provider. Later: SPARKSTATE_PROVIDER from streaming_harness.
+#: Compared against the HDFS provider. spark-state's provider: add SPARKSTATE_PROVIDER.
 PROVIDERS_UNDER_TEST = [ROCKSDB_PROVIDER]
 
 REFERENCE_PROVIDER = HDFS_PROVIDER
@@ -664,6 +665,23 @@ def test_restart_after_crash_between_batches(spark, case_inputs, reference, prov
     assert_same_batches(merge_runs(first, second), want.batches, f"crash/restart on {short_name(provider)}")
 
 
+def _version_files(part_dir: str, version: int) -> list:
+    """Files under a state partition directory named ``<version>`` followed by ``.``, ``_``
+    or ``-``: HDFS ``2.delta``, RocksDB ``2.zip`` / ``2.changelog`` / ``2_<uuid>.zip``,
+    spark-state ``manifests/2.json`` and ``changelogs/2-<id>.arrow``."""
+    import re
+
+    pattern = re.compile(rf"{version}[._-]")
+    found = []
+    for dirpath, _, names in os.walk(part_dir):
+        found += [os.path.relpath(os.path.join(dirpath, n), part_dir) for n in names if pattern.match(n)]
+    return sorted(found)
+
+
+#: Providers whose files show a committed version (see _version_files).
+KNOWN_LAYOUT_PROVIDERS = (HDFS_PROVIDER, ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER)
+
+
 def fail_once_after_commit(marker_dir: str, state_dir: str):
     """A mapInPandas function placed right after the aggregation (same task as
     StateStoreSaveExec). It first drains its input -- the JVM ends the input only after the
@@ -681,13 +699,7 @@ def fail_once_after_commit(marker_dir: str, state_dir: str):
         tag = f"b{batch}-p{part}"
         failed = os.path.join(marker_dir, tag + ".failed")
         if ctx.attemptNumber() == 0 and not os.path.exists(failed):
-            version = str(batch + 1)
-            part_dir = os.path.join(state_dir, str(part))
-            files = sorted(
-                f
-                for f in (os.listdir(part_dir) if os.path.isdir(part_dir) else [])
-                if f.split(".")[0].split("_")[0] == version
-            )
+            files = _version_files(os.path.join(state_dir, str(part)), batch + 1)
             with open(failed, "w") as out:
                 json.dump({"attempt": ctx.attemptNumber(), "committed_files": files}, out)
             raise RuntimeError(f"injected failure after the state commit ({tag})")
@@ -730,7 +742,7 @@ def test_task_retry_after_commit(spark, case_inputs, reference, provider, tmp_pa
     retried = {p.name.split(".retried")[0] for p in markers.glob("*.retried-*")}
     assert len(failed) >= case.num_batches, f"expected a failure per batch and partition, got {sorted(failed)}"
     assert set(failed) == retried, "every failed task must have been retried"
-    if provider in (HDFS_PROVIDER, ROCKSDB_PROVIDER):
-        # known layouts (<v>.delta, <v>.zip / <v>.changelog): the failure came after commit
+    if provider in KNOWN_LAYOUT_PROVIDERS:
+        # the committed version's files existed when the first attempt failed
         not_committed = sorted(t for t, info in failed.items() if not info["committed_files"])
         assert not not_committed, f"failed before the state commit: {not_committed}"

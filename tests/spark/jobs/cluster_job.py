@@ -16,6 +16,23 @@ import sys
 import time
 
 
+def _my_state_workers() -> list[int]:
+    """spark-state workers descending from this process (driver JVM -> executor JVMs -> workers),
+    ignoring any other Spark application on the machine."""
+    table = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
+    children: dict[int, list[tuple[int, str]]] = {}
+    for line in table.splitlines():
+        pid, ppid, args = line.strip().split(None, 2) + [""] * (3 - len(line.strip().split(None, 2)))
+        children.setdefault(int(ppid), []).append((int(pid), args))
+    found, stack = [], [os.getpid()]
+    while stack:
+        for pid, args in children.get(stack.pop(), []):
+            stack.append(pid)
+            if "spark_state.provider.worker" in args:
+                found.append(pid)
+    return found
+
+
 def main(workdir: str) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -38,6 +55,8 @@ def main(workdir: str) -> None:
         SparkSession.builder.master("local-cluster[2,1,1024]").appName("spark-state-cluster-test")
         .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        # One Python worker per executor, so the test can count them (the default is one per slot).
+        .config("spark.sql.streaming.stateStore.sparkState.workersPerExecutor", "1")
     ).getOrCreate()
     sc = spark.sparkContext
     sc.setLogLevel("ERROR")
@@ -51,8 +70,7 @@ def main(workdir: str) -> None:
         for row in df.collect():
             counts[row["k"]] = row["count"]
         if batch_id == 2:
-            out = subprocess.run(["pgrep", "-f", "spark_state.provider.worker"], capture_output=True, text=True)
-            events["workers_before_kill"] = len(out.stdout.split())
+            events["workers_before_kill"] = len(_my_state_workers())
             victim = executor_ids()[0]
             events["killed"] = victim
             sc._jsc.sc().killExecutor(victim)

@@ -17,8 +17,11 @@ import org.apache.spark.util.Utils
 class SparkStateException(message: String, cause: Throwable = null) extends RuntimeException(message, cause)
 
 /**
- * The executor's Python worker: one process per executor JVM, started lazily on the first store load
- * (never inside `init`, which Spark runs under an executor-wide lock), restarted if it died.
+ * The executor's Python workers: a small pool of processes per executor JVM, one per task slot by
+ * default, each started lazily on the first store load that needs it (never inside `init`, which
+ * Spark runs under an executor-wide lock) and restarted if it died. A store is pinned to one worker
+ * (by partition). Several workers, because RocksDB writes in rocksdict hold the GIL: with one process
+ * the commits of concurrently running tasks would queue behind each other.
  *
  * Security: the Py4J gateway listens on the loopback address only and requires a 256-bit random token,
  * which the worker receives in its environment (not on its command line) and also requires on its own
@@ -29,9 +32,22 @@ class SparkStateException(message: String, cause: Throwable = null) extends Runt
  */
 private[sparkstate] object PythonWorker extends Logging {
   private val StartTimeoutMs = 120000L
-  private val lock = new Object
-  @volatile private var current: Worker = _
-  private var generation = 0
+  private val MaxDefaultWorkers = 4
+  /** Spark conf (set when the session starts) overriding the number of workers per executor. */
+  val WorkersConf = "spark.sql.streaming.stateStore.sparkState.workersPerExecutor"
+
+  /** Number of workers per executor: the conf, else the executor's task slots (at most 4). */
+  lazy val slots: Int = {
+    val conf = SparkEnv.get.conf
+    conf.getOption(WorkersConf).map(_.trim.toInt).getOrElse {
+      val cores = conf.getOption("spark.executor.cores").map(_.toInt)
+        .getOrElse(Runtime.getRuntime.availableProcessors())
+      math.max(1, math.min(cores, MaxDefaultWorkers))
+    }
+  }
+  private lazy val current = new Array[Worker](slots)
+  private lazy val locks = Array.fill(slots)(new Object)
+  private val generation = new java.util.concurrent.atomic.AtomicInteger()
 
   /** Entry point the Python worker calls once it serves requests. */
   final class Registration(gatewayRef: => GatewayServer) {
@@ -74,29 +90,30 @@ private[sparkstate] object PythonWorker extends Logging {
     Utils.createTempDir(Utils.getLocalDir(conf), "spark-state")
   }
 
-  /** The running worker, started or restarted as needed. */
-  def get(): Worker = lock.synchronized {
-    val w = current
+  /** The worker of `slot` (0 until slots), started or restarted as needed. */
+  def get(slot: Int): Worker = locks(slot).synchronized {
+    val w = current(slot)
     if (w != null && w.alive) return w
     if (w != null) {
       logWarning(s"${w.describe} is gone (exit code ${w.process.exitValue()}); starting a new one. " +
         s"Last output:\n${tail(w.logFile)}")
       w.stop()
     }
-    current = start()
-    current
+    val started = start(slot)
+    current(slot) = started
+    started
   }
 
-  /** The running worker, if any: maintenance never starts one. */
-  def running(): Option[Worker] = Option(current).filter(_.alive)
+  /** The running worker of `slot`, if any: maintenance never starts one. */
+  def running(slot: Int): Option[Worker] = Option(current(slot)).filter(_.alive)
 
   /**
-   * Call the worker and parse its JSON reply. A dead worker or a failed call becomes a
-   * [[SparkStateException]] that fails the task; Spark retries it and the retry restores from the
-   * checkpoint (a restarted worker has no local state).
+   * Call the worker of `slot` and parse its JSON reply. A worker that died since the last call is
+   * replaced first (the new one restores from the checkpoint); one that dies during the call, or a
+   * failed call, becomes a [[SparkStateException]] that fails the task, and Spark's retry restores.
    */
-  def call(what: String)(f: PythonStoreService => String): JsonNode = {
-    val w = get()
+  def call(slot: Int, what: String)(f: PythonStoreService => String): JsonNode = {
+    val w = get(slot)
     callOn(w, what)(f)
   }
 
@@ -133,8 +150,8 @@ private[sparkstate] object PythonWorker extends Logging {
     bytes.map("%02x".format(_)).mkString
   }
 
-  private def start(): Worker = {
-    generation += 1
+  private def start(slot: Int): Worker = {
+    val gen = generation.incrementAndGet()
     val token = newToken()
     var gateway: GatewayServer = null
     val registration = new Registration(gateway)
@@ -157,7 +174,7 @@ private[sparkstate] object PythonWorker extends Logging {
       thread.setContextClassLoader(previousLoader)
     }
     val python = pythonExecutable()
-    val logFile = new File(baseDir, s"worker-$generation.log")
+    val logFile = new File(baseDir, s"worker-$slot-$gen.log")
     val builder = new ProcessBuilder(python, "-m", "spark_state.provider.worker")
     builder.environment().put("SPARK_STATE_GATEWAY_PORT", gateway.getListeningPort.toString)
     builder.environment().put("SPARK_STATE_GATEWAY_TOKEN", token)
@@ -187,14 +204,13 @@ private[sparkstate] object PythonWorker extends Logging {
           s"$hint Worker output ($logFile):\n$output")
       }
     }
-    val worker = new Worker(process, gateway, registration.service, registration.pid, logFile, generation)
+    val worker = new Worker(process, gateway, registration.service, registration.pid, logFile, gen)
     logInfo(s"started ${worker.describe} with $python")
     worker
   }
 
   sys.addShutdownHook {
-    val w = current
-    if (w != null) w.stop()
+    if (slots > 0) current.filter(_ != null).foreach(_.stop())
   }
 
   /** The last few KB of a log file, for error messages. */

@@ -32,7 +32,9 @@ class SparkStateProvider extends StateStoreProvider with Logging {
   private var optionsJson: String = _
   private var hadoopConf: Configuration = _
   private var secondary: SecondaryDb = _
-  private var secondaryGeneration = -1
+  private var secondaryWorker: PythonWorker.Worker = _
+  /** The worker this store is pinned to (chosen lazily: the pool size needs SparkEnv). */
+  private lazy val slot: Int = java.lang.Math.floorMod(storeId.partitionId, PythonWorker.slots)
 
   override def init(
       stateStoreId: StateStoreId,
@@ -109,15 +111,15 @@ class SparkStateProvider extends StateStoreProvider with Logging {
 
   private def open(version: Long): SparkStateStore = synchronized {
     val started = System.nanoTime()
-    val worker = PythonWorker.get()
+    val worker = PythonWorker.get(slot)
     val reply = PythonWorker.callOn(worker, s"loading version $version of $checkpointUrl") {
       _.load(instanceId, checkpointUrl, optionsJson, version)
     }
     val dbPath = Json.text(reply, "dbPath")
-    if (secondary == null || secondary.primaryPath != dbPath || secondaryGeneration != worker.generation) {
+    if (secondary == null || secondary.primaryPath != dbPath || (secondaryWorker ne worker)) {
       if (secondary != null) secondary.close()
       secondary = new SecondaryDb(dbPath, new File(PythonWorker.baseDir, s"secondary-${UUID.randomUUID()}"))
-      secondaryGeneration = worker.generation
+      secondaryWorker = worker
     }
     secondary.catchUp()
     val loadMs = (System.nanoTime() - started) / 1000000
@@ -130,7 +132,7 @@ class SparkStateProvider extends StateStoreProvider with Logging {
     val file = new File(PythonWorker.baseDir, s"changes-$instanceId-$next-${UUID.randomUUID()}.arrow")
     try {
       buffer.writeArrow(file)
-      PythonWorker.call(s"committing version $next of $checkpointUrl") {
+      PythonWorker.call(slot, s"committing version $next of $checkpointUrl") {
         _.commit(instanceId, checkpointUrl, optionsJson, store.version, file.getPath)
       }
     } finally {
@@ -148,7 +150,7 @@ class SparkStateProvider extends StateStoreProvider with Logging {
 
   override def doCleanupMaintenance(): Unit = {
     // Never start a worker just for maintenance; a worker that is not running has nothing to clean.
-    PythonWorker.running().foreach { w =>
+    PythonWorker.running(slot).foreach { w =>
       try PythonWorker.callOn(w, s"cleanup of $checkpointUrl")(_.maintenance(instanceId, "cleanup"))
       catch { case e: Exception => logWarning(s"spark-state cleanup of $checkpointUrl failed: ${e.getMessage}") }
     }
@@ -160,7 +162,7 @@ class SparkStateProvider extends StateStoreProvider with Logging {
       secondary = null
     }
     if (instanceId != null) {
-      PythonWorker.running().foreach { w =>
+      PythonWorker.running(slot).foreach { w =>
         try PythonWorker.callOn(w, s"closing $checkpointUrl")(_.close(instanceId))
         catch { case e: Exception => logWarning(s"spark-state close of $checkpointUrl failed: ${e.getMessage}") }
       }
