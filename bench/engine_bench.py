@@ -44,7 +44,15 @@ def keys_for(n: int, seed: int) -> list[bytes]:
     return [rng.randbytes(KEY_BYTES) for _ in range(n)]
 
 
-def best_of(runs: int, fn: Callable[[], float]) -> float:
+def time_gets(get: Callable[[bytes], object], keys: list[bytes]) -> float:
+    """Seconds for one ``get`` per key, in order."""
+    t = time.perf_counter()
+    for k in keys:
+        get(k)
+    return time.perf_counter() - t
+
+
+def median_of(runs: int, fn: Callable[[], float]) -> float:
     """Median seconds of ``runs`` runs (fn returns its own measured seconds)."""
     return statistics.median(fn() for _ in range(runs))
 
@@ -92,7 +100,7 @@ def bench_epoch(results: Results, root: str, n: int, runs: int) -> None:
             d[k] = value
         return time.perf_counter() - t
 
-    results.add(f"put ({n:,} keys)", "dict", best_of(runs, dict_put), n)
+    results.add(f"put ({n:,} keys)", "dict", median_of(runs, dict_put), n)
 
     def raw_epoch() -> tuple[float, float]:
         path = tempfile.mkdtemp(dir=root)
@@ -147,13 +155,7 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int, updat
 
     data = dict.fromkeys(keys, value)
 
-    def dict_get() -> float:
-        t = time.perf_counter()
-        for k in probe:
-            data.get(k)
-        return time.perf_counter() - t
-
-    results.add(f"get (random, {n:,}-key state)", "dict", best_of(runs, dict_get), gets)
+    results.add(f"get (random, {n:,}-key state)", "dict", median_of(runs, lambda: time_gets(data.get, probe)), gets)
     del data
 
     # Raw rocksdict: load, flush, checkpoint (the thing a restore would copy).
@@ -166,13 +168,7 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int, updat
         db.write(batch, no_wal())
     db.flush()
 
-    def raw_get() -> float:
-        t = time.perf_counter()
-        for k in probe:
-            db.get(k)
-        return time.perf_counter() - t
-
-    results.add(f"get (random, {n:,}-key state)", "raw rocksdict", best_of(runs, raw_get), gets)
+    results.add(f"get (random, {n:,}-key state)", "raw rocksdict", median_of(runs, lambda: time_gets(db.get, probe)), gets)
     update_keys = probe[:update_n]
 
     def raw_update() -> float:
@@ -184,20 +180,15 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int, updat
         db.write(batch, no_wal())
         return time.perf_counter() - t
 
-    results.add(f"update epoch ({update_n:,} of {n:,} keys)", "raw rocksdict", best_of(runs, raw_update), update_n)
+    results.add(f"update epoch ({update_n:,} of {n:,} keys)", "raw rocksdict", median_of(runs, raw_update), update_n)
     raw_ckpt = os.path.join(root, "raw-ckpt")
     rocksdict.Checkpoint(db).create_checkpoint(raw_ckpt)
     db.close()
 
     tuned = rocksdict.Rdict(raw_ckpt, tuned_options())
 
-    def tuned_get() -> float:
-        t = time.perf_counter()
-        for k in probe:
-            tuned.get(k)
-        return time.perf_counter() - t
-
-    results.add(f"get (random, {n:,}-key state)", "raw rocksdict tuned", best_of(runs, tuned_get), gets)
+    results.add(f"get (random, {n:,}-key state)", "raw rocksdict tuned",
+                median_of(runs, lambda: time_gets(tuned.get, probe)), gets)
     tuned.close()
 
     def raw_restore() -> float:
@@ -211,7 +202,7 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int, updat
         shutil.rmtree(target)
         return elapsed
 
-    results.add(f"restore {n:,}-key version", "raw rocksdict", best_of(runs, raw_restore), n)
+    results.add(f"restore {n:,}-key version", "raw rocksdict", median_of(runs, raw_restore), n)
 
     for backend in ("hashmap", "rocksdb"):
         ckpt = os.path.join(root, f"ckpt-{backend}")
@@ -224,14 +215,8 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int, updat
             version = store.commit()
             store.snapshot()  # version 1 now restores from a snapshot alone
 
-            def store_get() -> float:
-                t = time.perf_counter()
-                get = store.get
-                for k in probe:
-                    get(k)
-                return time.perf_counter() - t
-
-            results.add(f"get (random, {n:,}-key state)", f"store {backend}", best_of(runs, store_get), gets)
+            results.add(f"get (random, {n:,}-key state)", f"store {backend}",
+                        median_of(runs, lambda: time_gets(store.get, probe)), gets)
 
             def store_update() -> float:
                 t = time.perf_counter()
@@ -242,7 +227,7 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int, updat
                 return time.perf_counter() - t
 
             results.add(f"update epoch ({update_n:,} of {n:,} keys)", f"store {backend}",
-                        best_of(runs, store_update), update_n)
+                        median_of(runs, store_update), update_n)
 
         def store_restore() -> float:
             with VersionedStore(ckpt, cfg) as fresh:
@@ -253,7 +238,7 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int, updat
                 assert fresh.last_restore.mode == "restore"
             return elapsed
 
-        results.add(f"restore {n:,}-key version", f"store {backend}", best_of(runs, store_restore), n)
+        results.add(f"restore {n:,}-key version", f"store {backend}", median_of(runs, store_restore), n)
 
 
 def main() -> int:
