@@ -25,6 +25,8 @@ private[sparkstate] final class SparkStateStore(
   import SparkStateStore._
 
   private val buffer = new ChangeBuffer
+  /** Scans not yet exhausted: their native iterators must close before the database can. */
+  private val openScans = scala.collection.mutable.ArrayBuffer.empty[MergedScan]
   private var status: Status = Updating
   private var commitReply: JsonNode = _
   private var commitMs = 0L
@@ -62,6 +64,7 @@ private[sparkstate] final class SparkStateStore(
 
   private def scan(from: Array[Byte], until: Array[Byte]): StateStoreIterator[UnsafeRowPair] = {
     val merged = new MergedScan(db, buffer, from, until, codec, valueFields)
+    openScans.synchronized(openScans += merged)
     new StateStoreIterator[UnsafeRowPair](merged, () => merged.close())
   }
 
@@ -107,6 +110,10 @@ private[sparkstate] final class SparkStateStore(
   override def hasCommitted: Boolean = status == Committed
 
   private def finish(next: Status): Unit = {
+    openScans.synchronized {
+      openScans.foreach(_.close())
+      openScans.clear()
+    }
     if (status == Updating) db.release()
     status = next
     buffer.clear()
