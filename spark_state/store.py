@@ -130,11 +130,6 @@ class VersionedStore:
     def has_uncommitted_changes(self) -> bool:
         return len(self._overlay) > 0
 
-    @property
-    def local_db_path(self) -> Optional[str]:
-        """Directory of the loaded local database, if the backend keeps one on disk (rocksdb)."""
-        return getattr(self._backend, "directory", None)
-
     def versions(self) -> list[int]:
         """Committed versions in checkpoint storage, ascending (0, the empty state, is implicit)."""
         return list_versions(self._storage)
@@ -448,6 +443,14 @@ class VersionedStore:
             self._manifest = rewritten
             self._state_origin = base.path
             return metrics
+
+    def export_view(self, directory: str) -> None:
+        """Write an immutable, openable copy of the loaded committed version into ``directory``
+        (for rocksdb a RocksDB checkpoint: hard-linked SSTs, no WAL), for readers in another
+        process. Pending writes are not included."""
+        with self._lock:
+            os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+            self._loaded_backend().write_snapshot(directory)
 
     def cleanup(self) -> CleanupResult:
         """Delete checkpoint files no retained version needs (see ``checkpoint.retention``)."""

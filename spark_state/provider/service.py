@@ -5,9 +5,15 @@ JSON string. Stores are opened lazily from the arguments of ``load``, so a worke
 restarted (after a crash) serves the same instance ids without any extra handshake: it
 restores from checkpoint storage.
 
-The local RocksDB of each store is the *primary*; the shim reads it as a RocksDB
-*secondary* (``dbPath`` in the replies), so reads never cross the process boundary.
-That needs RocksDB's write-ahead log, which the provider therefore always enables.
+After every load and commit the service exports a *read view* of the version: a RocksDB
+checkpoint of the store's database (hard-linked immutable SSTs, no write-ahead log) that
+the shim opens read-only (``viewPath`` in the replies). Reads therefore never cross the
+process boundary, and a view cannot change under its reader.
+
+Why not a RocksDB secondary that tails the live database: after the primary flushes, a
+secondary keeps the memtable it replayed from the old log, which shadows the newer values
+in the flushed SST, so reads go stale (reproduced with rocksdict 0.3.29 / RocksDB 9.8.4,
+and by this project's SIGKILL test). A view per version has no such failure mode.
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 import traceback
+import uuid
 from dataclasses import asdict
 from typing import Any, Callable, Optional
 
@@ -42,14 +51,40 @@ CRASH_ON_COMMIT_OPTION = "testing.crashOnCommit"
 JVM_ONLY_OPTIONS = ("workersPerExecutor",)
 
 
-class _Instance:
-    __slots__ = ("store", "lock", "checkpoint", "crash_on_commit")
+#: Read views kept per store: the newest, and the one before it (a reader may still be
+#: opening it). Older ones are deleted; an open reader keeps its files through its handles.
+VIEWS_KEPT = 2
 
-    def __init__(self, store: VersionedStore, checkpoint: str, crash_on_commit: Optional[str]) -> None:
+
+class _Instance:
+    __slots__ = ("store", "lock", "checkpoint", "crash_on_commit", "views", "views_dir")
+
+    def __init__(self, store: VersionedStore, checkpoint: str, crash_on_commit: Optional[str], views_dir: str) -> None:
         self.store = store
         self.checkpoint = checkpoint
         self.crash_on_commit = crash_on_commit
         self.lock = threading.Lock()
+        #: (version, path) of exported read views, oldest first
+        self.views: list[tuple[int, str]] = []
+        self.views_dir = views_dir
+
+    def view(self) -> str:
+        """The read view of the loaded version, exported if there is none yet."""
+        version = self.store.version
+        if self.views and self.views[-1][0] == version:
+            return self.views[-1][1]
+        path = os.path.join(self.views_dir, f"v{version}-{uuid.uuid4().hex[:12]}")
+        self.store.export_view(path)
+        self.views.append((version, path))
+        while len(self.views) > VIEWS_KEPT:
+            _, old = self.views.pop(0)
+            shutil.rmtree(old, ignore_errors=True)
+        return path
+
+    def drop_views(self) -> None:
+        for _, path in self.views:
+            shutil.rmtree(path, ignore_errors=True)
+        self.views = []
 
 
 def _maybe_crash(spec: Optional[str], version: int) -> None:
@@ -58,10 +93,13 @@ def _maybe_crash(spec: Optional[str], version: int) -> None:
     target, marker_dir, mode = spec.split(":", 2)
     if int(target) != version:
         return
-    marker = os.path.join(marker_dir, f"crash-{os.getpid()}-{time.monotonic_ns()}")
-    if mode == "once" and os.listdir(marker_dir):
-        return
-    open(marker, "w").close()
+    if mode == "once":
+        try:  # atomic across the executor's workers: exactly one of them crashes
+            os.close(os.open(os.path.join(marker_dir, "crash-once"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+    else:
+        open(os.path.join(marker_dir, f"crash-{os.getpid()}-{time.monotonic_ns()}"), "w").close()
     _LOG.error("fault injection: crashing the worker while committing version %d", version)
     os._exit(99)
 
@@ -89,8 +127,7 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
             f"backend 'rocksdb'; got {config.backend!r}. Set "
             f"{C.CONF_PREFIX}backend=rocksdb (the hashmap backend is available to the Python API)"
         )
-    # The shim reads through a RocksDB secondary, which sees new writes only via the WAL.
-    return config.replace(rocksdb_wal=True)
+    return config
 
 
 class StoreService:
@@ -112,7 +149,7 @@ class StoreService:
             instance = self._instance(instance_id, checkpoint, options_json)
             with instance.lock:
                 store = instance.store.load(int(version))
-                return _state(store) | {"restore": asdict(store.last_restore)}
+                return _state(store) | {"viewPath": instance.view(), "restore": asdict(store.last_restore)}
         return _reply(run)
 
     def commit(self, instance_id: str, checkpoint: str, options_json: str, version: int, changes_path: str) -> str:
@@ -124,7 +161,7 @@ class StoreService:
                 _maybe_crash(instance.crash_on_commit, int(version) + 1)
                 store.stage_changes(keys, values, prior)
                 store.commit()
-                return _state(store) | {"commit": asdict(store.last_commit)}
+                return _state(store) | {"viewPath": instance.view(), "commit": asdict(store.last_commit)}
         return _reply(run)
 
     def maintenance(self, instance_id: str, kind: str) -> str:
@@ -145,6 +182,7 @@ class StoreService:
                 instance = self._instances.pop(instance_id, None)
             if instance is not None:
                 with instance.lock:
+                    instance.drop_views()
                     instance.store.close()
             return {"closed": instance is not None}
         return _reply(run)
@@ -158,7 +196,8 @@ class StoreService:
                 config = engine_config(options)
                 store = VersionedStore(checkpoint, config)
                 crash = (options.get("engine") or {}).get(CRASH_ON_COMMIT_OPTION)
-                instance = self._instances[instance_id] = _Instance(store, checkpoint, crash)
+                views_dir = os.path.join(config.local_dir or tempfile.gettempdir(), f"views-{instance_id}")
+                instance = self._instances[instance_id] = _Instance(store, checkpoint, crash, views_dir)
                 _LOG.info("opened store %s for %s", instance_id, checkpoint)
             return instance
 
@@ -179,7 +218,6 @@ def _state(store: VersionedStore) -> dict[str, Any]:
     return {
         "version": store.version,
         "numKeys": store.num_keys(),
-        "dbPath": store.local_db_path or "",
         "memoryBytes": store.memory_bytes(),
     }
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -47,3 +50,49 @@ def test_executor_python_without_spark_state_gives_a_clear_error(tmp_path):
     assert "spark_state.provider.worker" in message and str(bad) in message
     assert "does not have spark-state installed" in message
     assert "spark.pyspark.python" in message
+
+
+def _write_kill_input(workdir, batches: int = 12) -> dict[int, list[int]]:
+    """One JSON file per micro-batch; returns the expected [count, sum] per key."""
+    expected: dict[int, list[int]] = {}
+    rng = random.Random(11)
+    os.makedirs(os.path.join(workdir, "input"))
+    for b in range(batches):
+        path = os.path.join(workdir, "input", f"b{b:03d}.json")
+        with open(path, "w") as f:
+            for _ in range(300):
+                k, v = rng.randrange(50), rng.randrange(100)
+                entry = expected.setdefault(k, [0, 0])
+                entry[0] += 1
+                entry[1] += v
+                f.write(json.dumps({"k": k, "v": v}) + "\n")
+        os.utime(path, (1_700_000_000 + 10 * b,) * 2)
+    return expected
+
+
+def test_sigkill_mid_stream_then_restart_gives_the_state_of_a_run_without_failure(tmp_path):
+    """Exactly-once under a real kill: the whole Spark process tree (driver and executor JVM,
+    Python workers) is SIGKILLed while the stream runs, then the query restarts from its checkpoint."""
+    workdir = str(tmp_path)
+    expected = _write_kill_input(workdir)
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    job = [sys.executable, os.path.join(JOBS, "kill_job.py"), workdir]
+    first = subprocess.Popen(job + ["run"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             env=env, start_new_session=True)
+    seen = []
+    deadline = time.monotonic() + 300
+    for line in first.stdout:  # kill as soon as a few batches went through
+        if line.startswith("BATCH "):
+            seen.append(int(line.split()[1]))
+        if len(seen) >= 4 or time.monotonic() > deadline:
+            break
+    time.sleep(random.Random(3).uniform(0.2, 1.0))  # land somewhere inside the next batch
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(timeout=60)
+    assert len(seen) >= 4, "the first run did not get far enough before the kill"
+    assert len(os.listdir(os.path.join(workdir, "ckpt", "commits"))) < 12  # killed mid-stream
+
+    second = subprocess.run(job + ["run"], capture_output=True, text=True, env=env, timeout=600)
+    assert "DONE" in second.stdout, second.stderr[-4000:]
+    state = _run_job("kill_job.py", workdir, "verify")["state"]
+    assert {int(k): v for k, v in state.items()} == expected

@@ -12,7 +12,7 @@ package org.apache.spark.sql.execution.streaming.state.sparkstate
 trait PythonStoreService {
   def ping(): String
 
-  /** Make the instance hold `version`; replies `version`, `numKeys`, `dbPath`, `memoryBytes`, `restore`. */
+  /** Make the instance hold `version`; replies `version`, `numKeys`, `viewPath`, `memoryBytes`, `restore`. */
   def load(instanceId: String, checkpoint: String, optionsJson: String, version: Long): String
 
   /** Commit the changes file on top of `version`; replies as `load`, plus `commit` metrics. */

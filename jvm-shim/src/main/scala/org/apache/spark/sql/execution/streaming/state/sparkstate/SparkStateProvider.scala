@@ -18,8 +18,8 @@ import org.apache.spark.sql.types.StructType
  *
  * A thin shim: versions, changelogs, snapshots, key groups and cleanup live in the executor's Python
  * worker (`spark_state.provider`). This class adapts Spark's contract: it loads a version through the
- * worker, reads it through a local RocksDB secondary, buffers writes, and commits them as one Arrow
- * file. Options are the SQL confs under `spark.sql.streaming.stateStore.sparkState.`.
+ * worker, reads it through a read-only view of that version ([[ReadView]]), buffers writes, and
+ * commits them as one Arrow file. Options are the SQL confs under `spark.sql.streaming.stateStore.sparkState.`.
  */
 class SparkStateProvider extends StateStoreProvider with Logging {
   import SparkStateProvider._
@@ -31,8 +31,7 @@ class SparkStateProvider extends StateStoreProvider with Logging {
   private var checkpointUrl: String = _
   private var optionsJson: String = _
   private var hadoopConf: Configuration = _
-  private var secondary: SecondaryDb = _
-  private var secondaryWorker: PythonWorker.Worker = _
+  private var view: ReadView = _
   /** The worker this store is pinned to (chosen lazily: the pool size needs SparkEnv). */
   private lazy val slot: Int = java.lang.Math.floorMod(storeId.partitionId, PythonWorker.slots)
 
@@ -115,15 +114,13 @@ class SparkStateProvider extends StateStoreProvider with Logging {
     val reply = PythonWorker.callOn(worker, s"loading version $version of $checkpointUrl") {
       _.load(instanceId, checkpointUrl, optionsJson, version)
     }
-    val dbPath = Json.text(reply, "dbPath")
-    if (secondary == null || secondary.primaryPath != dbPath || (secondaryWorker ne worker)) {
-      if (secondary != null) secondary.close()
-      secondary = new SecondaryDb(dbPath, new File(PythonWorker.baseDir, s"secondary-${UUID.randomUUID()}"))
-      secondaryWorker = worker
+    val viewPath = Json.text(reply, "viewPath")
+    if (view == null || view.path != viewPath) {
+      if (view != null) view.close() // deferred while a store still reads it
+      view = new ReadView(viewPath)
     }
-    secondary.catchUp()
     val loadMs = (System.nanoTime() - started) / 1000000
-    new SparkStateStore(this, version, secondary, codec, valueFields, reply, loadMs)
+    new SparkStateStore(this, version, view, codec, valueFields, reply, loadMs)
   }
 
   /** Ship a store's buffered writes to the worker as one Arrow file and commit them. */
@@ -157,9 +154,9 @@ class SparkStateProvider extends StateStoreProvider with Logging {
   }
 
   override def close(): Unit = synchronized {
-    if (secondary != null) {
-      secondary.close()
-      secondary = null
+    if (view != null) {
+      view.close()
+      view = null
     }
     if (instanceId != null) {
       PythonWorker.running(slot).foreach { w =>

@@ -9,7 +9,7 @@ import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.StructType
 
 /**
- * One task's view of a store version: reads from the local RocksDB secondary, writes into a
+ * One task's view of a store version: reads from the version's [[ReadView]], writes into a
  * [[ChangeBuffer]], `commit()` ships the buffer to the Python worker. Serves as both the read store
  * and, upgraded in place, the write store of aggregation-style operators (Spark never releases the
  * read store it upgrades, so there is only ever one object to finish).
@@ -17,7 +17,7 @@ import org.apache.spark.sql.types.StructType
 private[sparkstate] final class SparkStateStore(
     provider: SparkStateProvider,
     override val version: Long,
-    db: SecondaryDb,
+    db: ReadView,
     codec: KeyCodec,
     valueFields: Int,
     loadReply: JsonNode,
@@ -193,11 +193,11 @@ private[sparkstate] object SparkStateStore {
 
 /**
  * Entries of `from <= key < until` from the local database merged with the pending writes (pending
- * wins; tombstones hide). Tolerates puts and removes during iteration: the database side is a
- * consistent secondary view, and the buffer side is a weakly consistent skip-list iterator.
+ * wins; tombstones hide). Tolerates puts and removes during iteration: the database side is an
+ * immutable view, and the buffer side is a weakly consistent skip-list iterator.
  */
 private[sparkstate] final class MergedScan(
-    db: SecondaryDb,
+    db: ReadView,
     buffer: ChangeBuffer,
     from: Array[Byte],
     until: Array[Byte],
