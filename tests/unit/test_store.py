@@ -177,3 +177,22 @@ def test_key_count_is_exact_across_commits_and_restores(store, config, tmp_path)
         for version in (3, 8, 9):
             fresh.load(version)
             assert fresh.num_keys() == len(history[version])
+
+
+def test_export_view_is_an_openable_copy_of_the_committed_version(tmp_path):
+    import rocksdict
+
+    cfg = EngineConfig(backend="rocksdb", local_dir=str(tmp_path / "local"))
+    with VersionedStore(str(tmp_path / "ckpt"), cfg) as store:
+        history = run_epochs(store, 3, keys=100, writes_per_epoch=50)
+        store.put(b"pending", b"not committed")
+        view = str(tmp_path / "views" / "v3")
+        store.export_view(view)
+        store.commit()  # the view must not change with later commits
+    reader = rocksdict.Rdict(view, rocksdict.Options(raw_mode=True),
+                             access_type=rocksdict.AccessType.read_only(False))
+    try:
+        assert list(reader.items()) == sorted(history[3].items())
+        assert reader.get(b"pending") is None
+    finally:
+        reader.close()
