@@ -371,9 +371,11 @@ class VersionedStore:
                 path = layout.changelog_path(new_version, commit_id)
                 self._storage.write_bytes(path, data)
                 ref = ChangelogRef(path=path, size=len(data), crc32=crc32_bytes(data), version=new_version)
-                # Exact key count: a put of a new key adds one, a delete of an existing
-                # key removes one; one batched existence check per commit finds which.
-                num_puts = len(changes) - sum(1 for v in changes.values() if v is None)
+                # Exact key count: a put of a new key adds one, a delete of an existing key
+                # removes one. Existence is known from this epoch's reads, and one batched
+                # lookup answers for the remaining keys.
+                num_deletes = sum(1 for v in changes.values() if v is None)
+                num_puts = len(changes) - num_deletes
                 num_keys = self._num_keys + num_puts - self._overlay.count_committed(self._backend.count_existing)
                 self._backend.apply(changes.items())
                 previous = self._manifest
@@ -396,8 +398,8 @@ class VersionedStore:
             self._manifest = manifest
             self._num_keys = num_keys
             self._state_origin = base.path if metrics.snapshot_taken and base else ref.path
-            metrics.num_deletes = sum(1 for v in changes.values() if v is None)
-            metrics.num_updates = len(changes) - metrics.num_deletes
+            metrics.num_deletes = num_deletes
+            metrics.num_updates = num_puts
             metrics.changelog_bytes = len(data)
             if metrics.snapshot_taken:
                 # New snapshots are what make old files obsolete: clean up right after.

@@ -70,10 +70,6 @@ class KVBackend(ABC):
         return sum(1 for v in self.multi_get(keys) if v is not None)
 
     @abstractmethod
-    def count(self) -> int:
-        """Number of entries (exact for hashmap, RocksDB's estimate for rocksdb)."""
-
-    @abstractmethod
     def memory_bytes(self) -> int:
         """Approximate memory held by this backend's data structures."""
 

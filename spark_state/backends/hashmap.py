@@ -73,9 +73,6 @@ class HashMapBackend(KVBackend):
         if track and (added or removed):
             self._update_index(added, removed)
 
-    def count(self) -> int:
-        return len(self._data)
-
     def memory_bytes(self) -> int:
         # Object sizes of keys and values plus the dict's own table: a fair estimate.
         data = self._data

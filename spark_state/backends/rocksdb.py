@@ -104,9 +104,6 @@ class RocksDBBackend(KVBackend):
         if len(batch):
             self._db.write(batch, self._write_options)
 
-    def count(self) -> int:
-        return int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
-
     def memory_bytes(self) -> int:
         total = 0
         for prop in ("rocksdb.cur-size-all-mem-tables", "rocksdb.estimate-table-readers-mem"):

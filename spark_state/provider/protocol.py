@@ -27,5 +27,3 @@ ENV_GATEWAY_TOKEN = "SPARK_STATE_GATEWAY_TOKEN"
 
 #: Java interface the service implements (Py4J callback).
 SERVICE_INTERFACE = "org.apache.spark.sql.execution.streaming.state.sparkstate.PythonStoreService"
-
-PRIOR_UNKNOWN = -1

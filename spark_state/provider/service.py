@@ -57,11 +57,10 @@ VIEWS_KEPT = 2
 
 
 class _Instance:
-    __slots__ = ("store", "lock", "checkpoint", "crash_on_commit", "views", "views_dir")
+    __slots__ = ("store", "lock", "crash_on_commit", "views", "views_dir")
 
-    def __init__(self, store: VersionedStore, checkpoint: str, crash_on_commit: Optional[str], views_dir: str) -> None:
+    def __init__(self, store: VersionedStore, crash_on_commit: Optional[str], views_dir: str) -> None:
         self.store = store
-        self.checkpoint = checkpoint
         self.crash_on_commit = crash_on_commit
         self.lock = threading.Lock()
         #: (version, path) of exported read views, oldest first
@@ -197,7 +196,7 @@ class StoreService:
                 store = VersionedStore(checkpoint, config)
                 crash = (options.get("engine") or {}).get(CRASH_ON_COMMIT_OPTION)
                 views_dir = os.path.join(config.local_dir or tempfile.gettempdir(), f"views-{instance_id}")
-                instance = self._instances[instance_id] = _Instance(store, checkpoint, crash, views_dir)
+                instance = self._instances[instance_id] = _Instance(store, crash, views_dir)
                 _LOG.info("opened store %s for %s", instance_id, checkpoint)
             return instance
 

@@ -70,8 +70,7 @@ private[sparkstate] object PythonWorker extends Logging {
       val gateway: GatewayServer,
       val service: PythonStoreService,
       val pid: Long,
-      val logFile: File,
-      val generation: Int) {
+      val logFile: File) {
     def alive: Boolean = process.isAlive
 
     def stop(): Unit = {
@@ -204,7 +203,7 @@ private[sparkstate] object PythonWorker extends Logging {
           s"$hint Worker output ($logFile):\n$output")
       }
     }
-    val worker = new Worker(process, gateway, registration.service, registration.pid, logFile, gen)
+    val worker = new Worker(process, gateway, registration.service, registration.pid, logFile)
     logInfo(s"started ${worker.describe} with $python")
     worker
   }
