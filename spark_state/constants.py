@@ -49,6 +49,12 @@ DEFAULT_WRITE_BUFFER_MB = 128
 #: Rows per Arrow record batch in changelogs and hashmap snapshots (bounded memory per batch).
 ARROW_BATCH_ROWS = 65536
 
+# --- keyspace -------------------------------------------------------------------------------
+#: First byte of engine-owned keys (TTL expiry index, format markers). Data keys never start
+#: with it: key-group-prefixed keys begin with a big-endian key group below 32768 (<= 0x7F).
+#: ``VersionedStore.num_keys`` does not count these keys.
+SYSTEM_KEY_PREFIX = b"\xff"
+
 # --- changelog record ops -------------------------------------------------------------------
 OP_PUT = 0
 OP_DELETE = 1

@@ -16,6 +16,8 @@ from __future__ import annotations
 import bisect
 from typing import Callable, Iterable, Iterator, Optional
 
+from .constants import SYSTEM_KEY_PREFIX
+
 _MISSING = object()
 
 
@@ -65,6 +67,8 @@ class WriteOverlay:
         known = 0
         unknown: list[bytes] = []
         for key in self._changes:
+            if key[:1] == SYSTEM_KEY_PREFIX:
+                continue  # not counted (see VersionedStore.num_keys)
             exists = prior.get(key)
             if exists is None:
                 unknown.append(key)

@@ -306,7 +306,8 @@ class VersionedStore:
         return self.iterate()
 
     def num_keys(self) -> int:
-        """Number of committed keys (exact: maintained at every commit)."""
+        """Number of committed keys outside the system keyspace (exact: maintained at every
+        commit; see ``constants.SYSTEM_KEY_PREFIX``)."""
         self._require_loaded()
         return self._num_keys
 
@@ -374,9 +375,12 @@ class VersionedStore:
                 # Exact key count: a put of a new key adds one, a delete of an existing key
                 # removes one. Existence is known from this epoch's reads, and one batched
                 # lookup answers for the remaining keys.
+                # Keys of the engine's system keyspace (TTL index, markers) are not counted.
                 num_deletes = sum(1 for v in changes.values() if v is None)
                 num_puts = len(changes) - num_deletes
-                num_keys = self._num_keys + num_puts - self._overlay.count_committed(self._backend.count_existing)
+                user_puts = num_puts - sum(
+                    1 for k, v in changes.items() if v is not None and k[:1] == C.SYSTEM_KEY_PREFIX)
+                num_keys = self._num_keys + user_puts - self._overlay.count_committed(self._backend.count_existing)
                 self._backend.apply(changes.items())
                 previous = self._manifest
                 chain = (previous.replay if previous else ()) + (ref,)

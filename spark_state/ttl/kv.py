@@ -1,0 +1,289 @@
+"""TTL as a decorator over a :class:`~spark_state.store.VersionedStore` (Flink's
+``AbstractTtlDecorator``): stamped values, the expiry index, cleanup on read and sweeps.
+
+A :class:`TtlKeyValue` owns one *namespace*: a set of data keys whose values are stamped
+(layouts in :mod:`spark_state.ttl.codec`). It never touches keys outside its namespace,
+so several namespaces with different TTLs share one store. Every method stages writes in
+the store's pending epoch; nothing is durable before the store commits, so TTL cleanup is
+versioned and exactly-once like any other write.
+
+Invariant: for each stamped data entry of the namespace there is exactly one index entry
+``(namespace, stamp, key)``. Writes keep it by deleting the old index entry (found from
+the old value's stamp) and adding the new one.
+
+"now" is read from the config's clock at each call unless given explicitly; callers that
+want one time per epoch (the Spark provider) pass it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+from ..store import VersionedStore, prefix_upper_bound
+from . import codec
+from .config import TtlConfig
+
+#: Unknown prior stamp in :meth:`TtlKeyValue.stage_raw_changes`.
+PRIOR_UNKNOWN = -1
+#: Known: the key does not exist in committed state.
+PRIOR_ABSENT = -2
+
+
+@dataclass
+class TtlStats:
+    """Expirations since the owner last reset the counters."""
+
+    expired_on_read: int = 0
+    expired_by_sweep: int = 0
+
+    @property
+    def expired(self) -> int:
+        return self.expired_on_read + self.expired_by_sweep
+
+    def reset(self) -> None:
+        self.expired_on_read = 0
+        self.expired_by_sweep = 0
+
+
+class TtlKeyValue:
+    """Stamped key-value access to one namespace of a store.
+
+    Args:
+        store: the loaded store to read and stage writes in.
+        namespace: names the index of these keys (at most 255 bytes; ``b""`` is fine when
+            a store has a single TTL namespace, as in the Spark provider).
+        config: an enabled TTL config.
+        stats: counters to add expirations to (shared between namespaces if wanted).
+    """
+
+    def __init__(self, store: VersionedStore, namespace: bytes, config: TtlConfig,
+                 stats: Optional[TtlStats] = None) -> None:
+        if not config.enabled:
+            raise ValueError("TtlKeyValue needs an enabled TtlConfig; use the store directly without TTL")
+        self._store = store
+        self._ns = namespace
+        self._config = config
+        self._ttl = config.ttl_ms
+        self._index_prefix = codec.index_prefix(namespace)
+        self.stats = stats if stats is not None else TtlStats()
+
+    @property
+    def config(self) -> TtlConfig:
+        return self._config
+
+    @property
+    def namespace(self) -> bytes:
+        return self._ns
+
+    def now(self) -> int:
+        return self._config.clock.now_ms()
+
+    # ------------------------------------------------------------------ reads
+    def get(self, key: bytes, now: Optional[int] = None) -> Optional[bytes]:
+        """The user value of ``key`` honouring visibility, update type and cleanup on read."""
+        raw = self._store.get(key)
+        if raw is None:
+            return None
+        return self._on_read(key, raw, self.now() if now is None else now)
+
+    def get_with_stamp(self, key: bytes) -> tuple[Optional[bytes], Optional[int]]:
+        """``(raw stamped value, stamp)`` without any TTL semantics (for inspection)."""
+        raw = self._store.get(key)
+        return (raw, None) if raw is None else (raw, codec.stamp_of(raw))
+
+    def scan(self, start: Optional[bytes], end: Optional[bytes],
+             now: Optional[int] = None) -> Iterator[tuple[bytes, bytes]]:
+        """Live ``(key, user value)`` entries with ``start <= key < end``, ascending.
+
+        Expired entries are skipped (or returned, under ``RETURN_EXPIRED_IF_NOT_CLEANED_UP``)
+        and removed; refreshes under ``ON_READ_AND_WRITE`` are staged after the scan, since
+        a store must not be written while it is iterated.
+        """
+        now = self.now() if now is None else now
+        rows = list(self._store.iterate(start, end))
+        for key, raw in rows:
+            value = self._on_read(key, raw, now)
+            if value is not None:
+                yield key, value
+
+    def prefix_scan(self, prefix: bytes, now: Optional[int] = None) -> Iterator[tuple[bytes, bytes]]:
+        return self.scan(prefix or None, prefix_upper_bound(prefix), now)
+
+    def _on_read(self, key: bytes, raw: bytes, now: int) -> Optional[bytes]:
+        access, value = codec.unstamp(raw)
+        if codec.is_expired(access, self._ttl, now):
+            self._remove(key, access)
+            self.stats.expired_on_read += 1
+            return value if self._config.return_expired else None
+        if self._config.refresh_on_read and access != now:
+            self._write(key, access, value, now)
+        return value
+
+    # ------------------------------------------------------------------ writes
+    def put(self, key: bytes, value: bytes, now: Optional[int] = None) -> None:
+        """Write ``value``, stamped with ``now`` (create and write refresh under every update type)."""
+        raw = self._store.get(key)
+        self._write(key, None if raw is None else codec.stamp_of(raw), value, self.now() if now is None else now)
+
+    def delete(self, key: bytes) -> None:
+        raw = self._store.get(key)
+        if raw is not None:
+            self._remove(key, codec.stamp_of(raw))
+
+    def _write(self, key: bytes, old_stamp: Optional[int], value: bytes, now: int) -> None:
+        store = self._store
+        if old_stamp is not None and old_stamp != now:
+            store.delete(codec.index_key(self._ns, old_stamp, key))
+        store.put(codec.index_key(self._ns, now, key), b"")
+        store.put(key, codec.stamp(value, now))
+
+    def _remove(self, key: bytes, stamp: int) -> None:
+        self._store.delete(codec.index_key(self._ns, stamp, key))
+        self._store.delete(key)
+
+    def stage_raw_changes(self, keys: Sequence[bytes], values: Sequence[Optional[bytes]],
+                          prior_stamps: Optional[Sequence[int]], now: int) -> None:
+        """Stage an epoch of unstamped writes (``None`` value: delete), stamping them with
+        ``now``. ``prior_stamps[i]`` is the committed stamp of ``keys[i]`` if the caller
+        knows it, ``PRIOR_ABSENT`` if it knows the key is absent, else ``PRIOR_UNKNOWN``;
+        unknown ones are looked up in one batched read."""
+        n = len(keys)
+        priors = list(prior_stamps) if prior_stamps is not None else [PRIOR_UNKNOWN] * n
+        unknown = [i for i, p in enumerate(priors) if p == PRIOR_UNKNOWN]
+        if unknown:
+            # Committed values only: the pending epoch is the batch being staged here.
+            fetched = self._store.multi_get([keys[i] for i in unknown])
+            for i, raw in zip(unknown, fetched):
+                priors[i] = PRIOR_ABSENT if raw is None else codec.stamp_of(raw)
+        ns = self._ns
+        index_key = codec.index_key
+        out_keys: list[bytes] = []
+        out_values: list[Optional[bytes]] = []
+        new_index_prefix = codec.index_key(ns, now, b"")
+        stamp_bytes = codec.stamp(b"", now)
+        for key, value, prior in zip(keys, values, priors):
+            if prior >= 0 and (value is None or prior != now):
+                out_keys.append(index_key(ns, prior, key))
+                out_values.append(None)
+            if value is None:
+                out_keys.append(key)
+                out_values.append(None)
+            else:
+                out_keys.append(new_index_prefix + key)
+                out_values.append(b"")
+                out_keys.append(key)
+                out_values.append(stamp_bytes + value)
+        self._store.stage_changes(out_keys, out_values)
+
+    def touch(self, keys: Iterable[bytes], now: int) -> int:
+        """Refresh the stamp of each live key (``ON_READ_AND_WRITE`` reads done elsewhere,
+        e.g. in the JVM); expired or absent keys are left alone. Returns how many were refreshed."""
+        keys = list(keys)
+        refreshed = 0
+        for key, raw in zip(keys, self._store.multi_get(keys)):
+            if raw is None:
+                continue
+            access, value = codec.unstamp(raw)
+            if codec.is_expired(access, self._ttl, now) or access == now:
+                continue
+            self._write(key, access, value, now)
+            refreshed += 1
+        return refreshed
+
+    # ------------------------------------------------------------------ cleanup
+    def collect_expired(self, now: int, limit: int) -> list[tuple[bytes, int]]:
+        """Up to ``limit`` ``(data key, stamp)`` pairs expired at ``now``, oldest first,
+        read from the index without writing (background cleanup collects these)."""
+        bounds = codec.expired_index_range(self._ns, self._ttl, now)
+        if bounds is None or limit <= 0:
+            return []
+        found: list[tuple[bytes, int]] = []
+        decode = codec.decode_index_key
+        for index_key, _ in self._store.iterate(*bounds):
+            access, data_key = decode(self._ns, index_key)
+            found.append((data_key, access))
+            if len(found) >= limit:
+                break
+        return found
+
+    def expire(self, candidates: Iterable[tuple[bytes, int]], now: int) -> int:
+        """Remove each candidate that still holds the same, expired stamp (a candidate
+        rewritten since it was collected is left alone). Returns how many were removed."""
+        candidates = list(candidates)
+        if not candidates:
+            return 0
+        current = self._store.multi_get([key for key, _ in candidates])
+        removed = 0
+        for (key, access), raw in zip(candidates, current):
+            if raw is None:
+                # Deleted meanwhile; a stale index entry may remain only if the delete
+                # bypassed this decorator, so drop it too.
+                self._store.delete(codec.index_key(self._ns, access, key))
+                continue
+            stamp = codec.stamp_of(raw)
+            if stamp != access or not codec.is_expired(stamp, self._ttl, now):
+                continue
+            self._remove(key, stamp)
+            removed += 1
+        self.stats.expired_by_sweep += removed
+        return removed
+
+    def sweep(self, now: Optional[int] = None, limit: Optional[int] = None) -> int:
+        """The incremental cleanup: remove at most ``limit`` (default: the config's
+        ``cleanup_size``) entries expired at ``now``, found through the index."""
+        now = self.now() if now is None else now
+        limit = self._config.cleanup_size if limit is None else limit
+        return self.expire(self.collect_expired(now, limit), now)
+
+    def sweep_all(self, now: Optional[int] = None, chunk: int = 100_000) -> int:
+        """Remove every entry expired at ``now`` (full-snapshot cleanup)."""
+        now = self.now() if now is None else now
+        total = 0
+        while True:
+            removed = self.sweep(now, chunk)
+            total += removed
+            if removed < chunk:
+                return total
+
+
+# ---------------------------------------------------------------------------- layout migration
+def is_stamped(store: VersionedStore, namespace: bytes) -> bool:
+    """Whether ``namespace``'s values are stored stamped (its format marker is present)."""
+    return store.get(codec.marker_key(namespace)) is not None
+
+
+def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
+                   entries: Callable[[], Iterator[tuple[bytes, bytes]]], now: int) -> int:
+    """Make ``namespace`` stamped or unstamped, rewriting its existing entries if the stored
+    layout differs; returns how many entries were rewritten.
+
+    Turning TTL on stamps every existing value with ``now`` (its TTL starts at the
+    migration) and builds the index; turning it off strips the stamps and drops the index.
+    ``entries`` yields the namespace's committed ``(key, raw value)`` pairs. The rewrite is
+    staged like any write and becomes durable with the next commit (one large changelog).
+    """
+    marker = codec.marker_key(namespace)
+    currently = store.get(marker) is not None
+    if currently == stamped:
+        return 0
+    rows = list(entries())
+    keys: list[bytes] = []
+    values: list[Optional[bytes]] = []
+    if stamped:
+        prefix = codec.index_key(namespace, now, b"")
+        head = codec.stamp(b"", now)
+        for key, raw in rows:
+            keys += [prefix + key, key]
+            values += [b"", head + raw]
+        keys.append(marker)
+        values.append(codec.STAMPED_MARKER)
+    else:
+        for key, raw in rows:
+            access, value = codec.unstamp(raw)
+            keys += [codec.index_key(namespace, access, key), key]
+            values += [None, value]
+        keys.append(marker)
+        values.append(None)
+    store.stage_changes(keys, values)
+    return len(rows)
