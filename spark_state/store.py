@@ -357,6 +357,14 @@ class VersionedStore:
         self._overlay.clear()
 
     # ------------------------------------------------------------------ commit
+    def commit_takes_snapshot(self) -> bool:
+        """Whether the next ``commit()`` will also take a snapshot (TTL's full-snapshot
+        cleanup removes every expired entry first, so snapshots hold none)."""
+        self._require_loaded()
+        interval = self._config.snapshot_interval
+        replayed = len(self._manifest.replay) if self._manifest else 0
+        return bool(interval) and replayed + 1 >= interval
+
     def commit(self) -> int:
         """Persist the pending writes as version ``loaded + 1`` and return that number."""
         with self._lock:
