@@ -1,0 +1,31 @@
+"""Flink-style keyed state on the spark-state engine.
+
+* :mod:`.descriptors` -- ``ValueStateDescriptor`` ... ``AggregatingStateDescriptor``, ``AggregateFunction``.
+* :mod:`.serializers` -- typed value codecs; ``PickleSerializer`` only by explicit opt-in.
+* :mod:`.keyed_states` -- the state types, scoped to the current key.
+* :mod:`.backend` -- :class:`KeyedStateBackend`: current key, state objects, TTL cleanup.
+* :mod:`.keys` -- the key layout (pure functions); :mod:`.rescale` -- moving key groups.
+"""
+
+from __future__ import annotations
+
+from .backend import KeyedStateBackend
+from .descriptors import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+from .keyed_states import AggregatingState, KeyedState, ListState, MapState, ReducingState, ValueState
+from .rescale import copy_key_groups
+from .serializers import PickleSerializer, Serializer, serializer_for
+
+__all__ = [
+    "KeyedStateBackend", "StateDescriptor", "ValueStateDescriptor", "ListStateDescriptor",
+    "MapStateDescriptor", "ReducingStateDescriptor", "AggregatingStateDescriptor", "AggregateFunction",
+    "KeyedState", "ValueState", "ListState", "MapState", "ReducingState", "AggregatingState",
+    "copy_key_groups", "Serializer", "PickleSerializer", "serializer_for",
+]

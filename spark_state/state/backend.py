@@ -1,0 +1,138 @@
+"""The keyed state backend: hands out state objects and scopes them to the current key.
+
+One backend wraps one loaded :class:`~spark_state.store.VersionedStore` (one partition of
+one operator). The runtime calls :meth:`KeyedStateBackend.set_current_key` before each
+element; state objects created by ``get_*_state`` act on that key. Before committing,
+the runtime calls :meth:`before_commit`, which runs TTL cleanup (see
+:mod:`spark_state.ttl.config` for the strategies).
+
+TTL and restarts: a state's TTL is not part of the checkpoint (only last-access stamps
+are), so a restart with a different TTL value simply applies it. Turning TTL on or off for
+an existing state rewrites that state's entries once (stamping them with "now", or
+stripping the stamps); see :func:`spark_state.ttl.kv.migrate_layout`.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Any, Iterator, Optional, Union
+
+from ..store import VersionedStore
+from ..ttl import codec as ttl_codec
+from ..ttl.kv import TtlStats, is_stamped, migrate_layout
+from . import keys as K
+from .access import PlainAccess, TtlAccess
+from .descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+from .keyed_states import AggregatingState, KeyedState, ListState, MapState, ReducingState, ValueState
+
+_LOG = logging.getLogger(__name__)
+_U32 = struct.Struct(">I")
+_KEY_GROUP = struct.Struct(">H")
+
+_STATE_CLASSES: dict[type, type] = {
+    ValueStateDescriptor: ValueState,
+    ListStateDescriptor: ListState,
+    MapStateDescriptor: MapState,
+    ReducingStateDescriptor: ReducingState,
+    AggregatingStateDescriptor: AggregatingState,
+}
+
+
+class KeyedStateBackend:
+    """Keyed state of one partition, on one loaded store."""
+
+    def __init__(self, store: VersionedStore) -> None:
+        self._store = store
+        self._states: dict[str, KeyedState] = {}
+        self._accesses: list[Union[PlainAccess, TtlAccess]] = []
+        self.ttl_stats = TtlStats()
+        self.current_key_group = 0
+        self.current_key_group_bytes = _KEY_GROUP.pack(0)
+        self.current_key: bytes = b""
+        self.current_key_part = _U32.pack(0)
+
+    @property
+    def store(self) -> VersionedStore:
+        return self._store
+
+    # ------------------------------------------------------------------ current key
+    def set_current_key(self, key: bytes, key_group: int) -> None:
+        """Scope every state object to ``key`` (serialized) in ``key_group``."""
+        self.current_key = key
+        self.current_key_part = _U32.pack(len(key)) + key
+        if key_group != self.current_key_group:
+            self.current_key_group_bytes = K.key_group_bytes(key_group)
+            self.current_key_group = key_group
+
+    # ------------------------------------------------------------------ state objects
+    def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
+        return self._get(descriptor, ValueStateDescriptor)  # type: ignore[return-value]
+
+    def get_list_state(self, descriptor: ListStateDescriptor) -> ListState:
+        return self._get(descriptor, ListStateDescriptor)  # type: ignore[return-value]
+
+    def get_map_state(self, descriptor: MapStateDescriptor) -> MapState:
+        return self._get(descriptor, MapStateDescriptor)  # type: ignore[return-value]
+
+    def get_reducing_state(self, descriptor: ReducingStateDescriptor) -> ReducingState:
+        return self._get(descriptor, ReducingStateDescriptor)  # type: ignore[return-value]
+
+    def get_aggregating_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState:
+        return self._get(descriptor, AggregatingStateDescriptor)  # type: ignore[return-value]
+
+    def _get(self, descriptor: StateDescriptor, expected: type) -> KeyedState:
+        if not isinstance(descriptor, expected):
+            raise TypeError(f"expected a {expected.__name__}, got {descriptor!r}")
+        existing = self._states.get(descriptor.name)
+        if existing is not None:
+            if type(existing.descriptor) is not type(descriptor):
+                raise ValueError(
+                    f"state {descriptor.name!r} is already registered as {existing.descriptor.kind} "
+                    f"state; a {descriptor.kind} state needs another name")
+            return existing
+        access = self._access_for(descriptor)
+        state = _STATE_CLASSES[type(descriptor)](self, descriptor, access)
+        self._states[descriptor.name] = state
+        self._accesses.append(access)
+        return state
+
+    def _access_for(self, descriptor: StateDescriptor) -> Union[PlainAccess, TtlAccess]:
+        ns = descriptor.name_bytes
+        want_stamped = descriptor.ttl is not None
+        if is_stamped(self._store, ns) != want_stamped:
+            now = descriptor.ttl.now_ms() if descriptor.ttl else 0
+            rewritten = migrate_layout(self._store, ns, want_stamped, lambda: self._entries_of(ns), now)
+            _LOG.info("state %r: TTL turned %s; %d existing entries rewritten (durable at the next commit)",
+                      descriptor.name, "on" if want_stamped else "off", rewritten)
+        if descriptor.ttl is None:
+            return PlainAccess(self._store)
+        return TtlAccess(self._store, ns, descriptor.ttl, self.ttl_stats)
+
+    def _entries_of(self, name_bytes: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every stored entry of one state, across key groups (a full scan; migration only)."""
+        for key, value in self._store.iterate(None, ttl_codec.SYSTEM_PREFIX):
+            if K.state_name_of(key) == name_bytes:
+                yield key, value
+
+    # ------------------------------------------------------------------ lifecycle
+    def before_commit(self) -> int:
+        """Run TTL cleanup for this epoch; returns how many entries expired by it."""
+        snapshots = self._store.commit_takes_snapshot() if self._accesses else False
+        return sum(access.before_commit(snapshots) for access in self._accesses)
+
+    def collect_expired_in_background(self) -> None:
+        """Background cleanup: look up expired entries now (e.g. while idle); they are
+        removed at the next :meth:`before_commit`."""
+        for access in self._accesses:
+            access.collect_background()
+
+    def state_names(self) -> list[str]:
+        return list(self._states)

@@ -1,0 +1,236 @@
+"""The keyed state types (Flink's ``ValueState``, ``ListState``, ``MapState``,
+``ReducingState``, ``AggregatingState``), each scoped to the backend's current key.
+
+A state object is created once (usually in ``open``) and follows the current key that the
+runtime sets before each element; every method acts on that key's state only. Writes are
+staged in the store's pending epoch and become durable at the next commit.
+Key layout: :mod:`.keys`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
+
+from . import keys as K
+from .descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+
+if TYPE_CHECKING:
+    from .access import PlainAccess, TtlAccess
+    from .backend import KeyedStateBackend
+
+
+class KeyedState:
+    """Common part: the descriptor, the access path, and the current key's base key."""
+
+    def __init__(self, backend: "KeyedStateBackend", descriptor: StateDescriptor,
+                 access: "PlainAccess | TtlAccess") -> None:
+        self._backend = backend
+        self.descriptor = descriptor
+        self._access = access
+        self._name = K.name_part(descriptor.name_bytes)
+        self._ser = descriptor.serializer
+
+    @property
+    def name(self) -> str:
+        return self.descriptor.name
+
+    def _base(self) -> bytes:
+        b = self._backend
+        return b.current_key_group_bytes + self._name + b.current_key_part
+
+    def clear(self) -> None:
+        """Remove the current key's state."""
+        self._access.delete(self._base())
+
+
+class ValueState(KeyedState):
+    """One value per key."""
+
+    descriptor: ValueStateDescriptor
+
+    def value(self) -> Any:
+        """The current key's value, or the descriptor's default if there is none."""
+        raw = self._access.get(self._base())
+        return self.descriptor.default if raw is None else self._ser.deserialize(raw)
+
+    def update(self, value: Any) -> None:
+        """Set the value; ``None`` clears it."""
+        if value is None:
+            self.clear()
+        else:
+            self._access.put(self._base(), self._ser.serialize(value))
+
+
+class ListState(KeyedState):
+    """A list per key, one store entry per element (so every element has its own TTL).
+
+    Layout: the entry at the base key holds the next sequence number (uint64 BE); element
+    ``i`` lives at ``base + seq``. The counter is written with every add, so its TTL stamp
+    is never older than any element's and it never expires before them.
+    """
+
+    descriptor: ListStateDescriptor
+
+    def get(self) -> list[Any]:
+        """The elements, oldest first (``[]`` when empty)."""
+        base = self._base()
+        n = len(base)
+        de = self._ser.deserialize
+        return [de(v) for k, v in self._access.scan(base) if len(k) > n]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.get())
+
+    def add(self, value: Any) -> None:
+        """Append one element."""
+        self.add_all((value,))
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        """Append several elements."""
+        values = list(values)
+        if not values:
+            return
+        if any(v is None for v in values):
+            raise ValueError(f"list state {self.name!r} cannot hold None elements")
+        base = self._base()
+        seq = self._next_seq(base)
+        put = self._access.put
+        ser = self._ser.serialize
+        for value in values:
+            put(base + K.seq_suffix(seq), ser(value))
+            seq += 1
+        put(base, K.seq_suffix(seq))
+
+    def update(self, values: Iterable[Any]) -> None:
+        """Replace all elements."""
+        values = list(values)
+        self.clear()
+        self.add_all(values)
+
+    def clear(self) -> None:
+        base = self._base()
+        delete = self._access.delete
+        for key, _ in self._access.raw_scan(base):
+            delete(key)
+
+    def _next_seq(self, base: bytes) -> int:
+        raw = self._access.get(base)
+        if raw is not None:
+            return K.decode_seq(raw)
+        # No counter (a new list, or its counter was cleaned up): continue after any
+        # element still stored, expired or not, so no element is ever overwritten.
+        n = len(base)
+        last = -1
+        for key, _ in self._access.raw_scan(base):
+            if len(key) == n + K.SEQ_BYTES:
+                last = max(last, K.decode_seq(key, n))
+        return last + 1
+
+
+class MapState(KeyedState):
+    """A map per key, one store entry per map entry (each with its own TTL)."""
+
+    descriptor: MapStateDescriptor
+
+    def __init__(self, backend: "KeyedStateBackend", descriptor: MapStateDescriptor,
+                 access: "PlainAccess | TtlAccess") -> None:
+        super().__init__(backend, descriptor, access)
+        self._kser = descriptor.key_serializer
+
+    def get(self, key: Any) -> Any:
+        raw = self._access.get(self._base() + self._kser.serialize(key))
+        return None if raw is None else self._ser.deserialize(raw)
+
+    def put(self, key: Any, value: Any) -> None:
+        if value is None:
+            self.remove(key)
+        else:
+            self._access.put(self._base() + self._kser.serialize(key), self._ser.serialize(value))
+
+    def put_all(self, entries: dict) -> None:
+        for key, value in entries.items():
+            self.put(key, value)
+
+    def remove(self, key: Any) -> None:
+        self._access.delete(self._base() + self._kser.serialize(key))
+
+    def contains(self, key: Any) -> bool:
+        return self._access.get(self._base() + self._kser.serialize(key)) is not None
+
+    def __contains__(self, key: Any) -> bool:
+        return self.contains(key)
+
+    def items(self) -> list[tuple[Any, Any]]:
+        base = self._base()
+        n = len(base)
+        dk, dv = self._kser.deserialize, self._ser.deserialize
+        return [(dk(k[n:]), dv(v)) for k, v in self._access.scan(base)]
+
+    def keys(self) -> list[Any]:
+        return [k for k, _ in self.items()]
+
+    def values(self) -> list[Any]:
+        return [v for _, v in self.items()]
+
+    def is_empty(self) -> bool:
+        return not self._access.scan(self._base())
+
+    def clear(self) -> None:
+        delete = self._access.delete
+        for key, _ in self._access.raw_scan(self._base()):
+            delete(key)
+
+
+class ReducingState(KeyedState):
+    """A value that ``add`` folds new values into with the descriptor's reduce function."""
+
+    descriptor: ReducingStateDescriptor
+
+    def get(self) -> Any:
+        raw = self._access.get(self._base())
+        return None if raw is None else self._ser.deserialize(raw)
+
+    def add(self, value: Any) -> None:
+        base = self._base()
+        raw = self._access.get(base)
+        if raw is not None:
+            value = self.descriptor.reduce_function(self._ser.deserialize(raw), value)
+        self._access.put(base, self._ser.serialize(value))
+
+
+class AggregatingState(KeyedState):
+    """An accumulator that ``add`` folds inputs into; ``get`` returns the function's result."""
+
+    descriptor: AggregatingStateDescriptor
+
+    def _accumulator(self, base: bytes) -> Optional[Any]:
+        raw = self._access.get(base)
+        return None if raw is None else self._ser.deserialize(raw)
+
+    def get(self) -> Any:
+        acc = self._accumulator(self._base())
+        return None if acc is None else self.descriptor.aggregate_function.get_result(acc)
+
+    def add(self, value: Any) -> None:
+        fn = self.descriptor.aggregate_function
+        base = self._base()
+        acc = self._accumulator(base)
+        if acc is None:
+            acc = fn.create_accumulator()
+        self._access.put(base, self._ser.serialize(fn.add(value, acc)))
+
+    def merge_accumulator(self, accumulator: Any) -> None:
+        """Merge an accumulator (e.g. a partial aggregate) into the current key's with the
+        function's ``merge``."""
+        fn = self.descriptor.aggregate_function
+        base = self._base()
+        acc = self._accumulator(base)
+        merged = accumulator if acc is None else fn.merge(acc, accumulator)
+        self._access.put(base, self._ser.serialize(merged))

@@ -1,0 +1,43 @@
+"""Moving keyed state between partitions by key group (rescaling).
+
+Keyed state of a key group is one contiguous key range (see :mod:`.keys`), so a new
+partition owning key groups ``first..last`` takes exactly that range from each old store
+whose range overlaps. TTL index entries live in the system keyspace and name their data
+key, which starts with its key group, so they are filtered the same way; format markers
+are per state and copied as they are.
+"""
+
+from __future__ import annotations
+
+from ..store import VersionedStore
+from ..ttl import codec as ttl_codec
+from . import keys as K
+
+_INDEX_RANGE = (ttl_codec.SYSTEM_PREFIX + ttl_codec.INDEX_TAG, ttl_codec.SYSTEM_PREFIX + bytes((ttl_codec.INDEX_TAG[0] + 1,)))
+_MARKER_RANGE = (ttl_codec.SYSTEM_PREFIX + ttl_codec.MARKER_TAG, ttl_codec.SYSTEM_PREFIX + bytes((ttl_codec.MARKER_TAG[0] + 1,)))
+
+
+def copy_key_groups(source: VersionedStore, target: VersionedStore, first: int, last: int) -> int:
+    """Stage into ``target`` every entry of key groups ``first..last`` (inclusive) held by
+    ``source``, with their TTL index entries and the format markers. Both stores must be
+    loaded; nothing is committed. Returns the number of data entries copied."""
+    if first > last:
+        return 0
+    start, end = K.key_group_range(first, last)
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    for key, value in source.iterate(start, end):
+        keys.append(key)
+        values.append(value)
+    copied = len(keys)
+    for key, value in source.iterate(*_INDEX_RANGE):
+        ns_len = key[2]
+        data_key = key[3 + ns_len + 8:]
+        if first <= K.key_group_of(data_key) <= last:
+            keys.append(key)
+            values.append(value)
+    for key, value in source.iterate(*_MARKER_RANGE):
+        keys.append(key)
+        values.append(value)
+    target.put_many(keys, values)
+    return copied

@@ -1,0 +1,409 @@
+"""Value serializers for keyed and operator state: typed, compact, never pickle by default.
+
+A descriptor names the type of its values; :func:`serializer_for` turns that into a
+:class:`Serializer`. Accepted types: Python ``int``, ``float``, ``str``, ``bytes``,
+``bool``; pyspark ``DataType``s (integral, floating, string, binary, boolean, date,
+timestamp, decimal, and nested ``StructType``/``ArrayType``/``MapType``); pyarrow
+primitive types; or a ``Serializer`` instance.
+
+Byte layouts (big-endian throughout, so integers also sort numerically when non-negative):
+
+* integral types: int64 (8 bytes); floating types: IEEE-754 float64 (8 bytes);
+  boolean: 1 byte (0/1); date: int32 days since 1970-01-01; timestamp: int64
+  microseconds since the epoch (UTC); decimal: its string form in UTF-8.
+* string / binary at the top level: the raw UTF-8 / bytes; nested: uint32 length + bytes.
+* struct: per field, a presence byte (0 = null, 1 = value) then the field's nested encoding;
+  decoded as a ``pyspark.sql.Row``.
+* array: uint32 count, then per element a presence byte and the element.
+* map: uint32 count, then per entry the key, a presence byte and the value.
+
+:class:`PickleSerializer` is the escape hatch for arbitrary Python objects. Unpickling
+runs code chosen by whoever wrote the bytes, so it is never used unless the descriptor
+names it explicitly, and it warns when created.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import pickle
+import struct
+import warnings
+from typing import Any, Callable, Protocol, runtime_checkable
+
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_F64 = struct.Struct(">d")
+_EPOCH_DATE = _dt.date(1970, 1, 1)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+@runtime_checkable
+class Serializer(Protocol):
+    """Turns state values into bytes and back."""
+
+    def serialize(self, value: Any) -> bytes: ...
+
+    def deserialize(self, data: bytes) -> Any: ...
+
+
+class _Codec:
+    """A serializer that can also write and read itself nested in a larger buffer."""
+
+    name = "?"
+
+    def serialize(self, value: Any) -> bytes:
+        out = bytearray()
+        self.write(out, value)
+        return bytes(out)
+
+    def deserialize(self, data: bytes) -> Any:
+        value, _ = self.read(data, 0)
+        return value
+
+    def write(self, out: bytearray, value: Any) -> None:
+        raise NotImplementedError
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<serializer {self.name}>"
+
+
+class _Fixed(_Codec):
+    def __init__(self, name: str, fmt: struct.Struct, to: Callable[[Any], Any], back: Callable[[Any], Any]) -> None:
+        self.name, self._fmt, self._to, self._back = name, fmt, to, back
+
+    def serialize(self, value: Any) -> bytes:
+        return self._fmt.pack(self._to(value))
+
+    def deserialize(self, data: bytes) -> Any:
+        return self._back(self._fmt.unpack_from(data)[0])
+
+    def write(self, out: bytearray, value: Any) -> None:
+        out += self._fmt.pack(self._to(value))
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        return self._back(self._fmt.unpack_from(data, pos)[0]), pos + self._fmt.size
+
+
+def _to_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            import numpy as np  # numpy integers come out of Arrow/pandas conversions
+            if isinstance(value, np.integer):
+                return int(value)
+        except ImportError:  # pragma: no cover
+            pass
+        raise TypeError(f"expected an integer state value, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+class _Bool(_Codec):
+    name = "boolean"
+
+    def serialize(self, value: Any) -> bytes:
+        return b"\x01" if value else b"\x00"
+
+    def deserialize(self, data: bytes) -> Any:
+        return data[:1] == b"\x01"
+
+    def write(self, out: bytearray, value: Any) -> None:
+        out.append(1 if value else 0)
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        return data[pos] == 1, pos + 1
+
+
+class _Blob(_Codec):
+    """UTF-8 strings or raw bytes: raw at the top level, length-prefixed when nested."""
+
+    def __init__(self, text: bool) -> None:
+        self._text = text
+        self.name = "string" if text else "binary"
+
+    def _bytes(self, value: Any) -> bytes:
+        if self._text:
+            if not isinstance(value, str):
+                raise TypeError(f"expected a str state value, got {type(value).__name__} {value!r}")
+            return value.encode("utf-8")
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise TypeError(f"expected a bytes state value, got {type(value).__name__}")
+        return bytes(value)
+
+    def serialize(self, value: Any) -> bytes:
+        return self._bytes(value)
+
+    def deserialize(self, data: bytes) -> Any:
+        return data.decode("utf-8") if self._text else bytes(data)
+
+    def write(self, out: bytearray, value: Any) -> None:
+        raw = self._bytes(value)
+        out += _U32.pack(len(raw))
+        out += raw
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        (n,) = _U32.unpack_from(data, pos)
+        raw = data[pos + 4: pos + 4 + n]
+        return (raw.decode("utf-8") if self._text else bytes(raw)), pos + 4 + n
+
+
+class _Decimal(_Codec):
+    name = "decimal"
+    _inner = _Blob(text=True)
+
+    def serialize(self, value: Any) -> bytes:
+        return str(decimal.Decimal(value)).encode()
+
+    def deserialize(self, data: bytes) -> Any:
+        return decimal.Decimal(data.decode())
+
+    def write(self, out: bytearray, value: Any) -> None:
+        self._inner.write(out, str(decimal.Decimal(value)))
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        text, pos = self._inner.read(data, pos)
+        return decimal.Decimal(text), pos
+
+
+def _date_to_days(value: _dt.date) -> int:
+    return (value - _EPOCH_DATE).days
+
+
+def _timestamp_to_micros(value: _dt.datetime) -> int:
+    if value.tzinfo is None:  # naive: taken as UTC, like Arrow does
+        value = value.replace(tzinfo=_dt.timezone.utc)
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _micros_to_timestamp(micros: int) -> _dt.datetime:
+    return (_EPOCH + _dt.timedelta(microseconds=micros)).replace(tzinfo=None)
+
+
+class _Struct(_Codec):
+    def __init__(self, names: list[str], fields: list[_Codec]) -> None:
+        self._names = names
+        self._fields = fields
+        self.name = "struct<" + ",".join(f"{n}:{f.name}" for n, f in zip(names, fields)) + ">"
+        from pyspark.sql import Row
+        self._row = Row(*names)
+
+    def write(self, out: bytearray, value: Any) -> None:
+        if isinstance(value, dict):
+            items = [value.get(n) for n in self._names]
+        else:
+            items = list(value)
+            if len(items) != len(self._names):
+                raise TypeError(f"expected {len(self._names)} fields ({', '.join(self._names)}), got {value!r}")
+        for codec, item in zip(self._fields, items):
+            if item is None:
+                out.append(0)
+            else:
+                out.append(1)
+                codec.write(out, item)
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        values = []
+        for codec in self._fields:
+            present = data[pos]
+            pos += 1
+            if present:
+                item, pos = codec.read(data, pos)
+                values.append(item)
+            else:
+                values.append(None)
+        return self._row(*values), pos
+
+
+class _Array(_Codec):
+    def __init__(self, element: _Codec) -> None:
+        self._element = element
+        self.name = f"array<{element.name}>"
+
+    def write(self, out: bytearray, value: Any) -> None:
+        items = list(value)
+        out += _U32.pack(len(items))
+        for item in items:
+            if item is None:
+                out.append(0)
+            else:
+                out.append(1)
+                self._element.write(out, item)
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        (n,) = _U32.unpack_from(data, pos)
+        pos += 4
+        items = []
+        for _ in range(n):
+            present = data[pos]
+            pos += 1
+            if present:
+                item, pos = self._element.read(data, pos)
+                items.append(item)
+            else:
+                items.append(None)
+        return items, pos
+
+
+class _Map(_Codec):
+    def __init__(self, key: _Codec, value: _Codec) -> None:
+        self._key, self._value = key, value
+        self.name = f"map<{key.name},{value.name}>"
+
+    def write(self, out: bytearray, value: Any) -> None:
+        items = list(dict(value).items())
+        out += _U32.pack(len(items))
+        for k, v in items:
+            self._key.write(out, k)
+            if v is None:
+                out.append(0)
+            else:
+                out.append(1)
+                self._value.write(out, v)
+
+    def read(self, data: bytes, pos: int) -> tuple[Any, int]:
+        (n,) = _U32.unpack_from(data, pos)
+        pos += 4
+        result = {}
+        for _ in range(n):
+            k, pos = self._key.read(data, pos)
+            present = data[pos]
+            pos += 1
+            v = None
+            if present:
+                v, pos = self._value.read(data, pos)
+            result[k] = v
+        return result, pos
+
+
+LONG = _Fixed("bigint", _I64, _to_int, _identity)
+DOUBLE = _Fixed("double", _F64, float, _identity)
+BOOLEAN = _Bool()
+STRING = _Blob(text=True)
+BINARY = _Blob(text=False)
+DATE = _Fixed("date", _I32, _date_to_days, lambda d: _EPOCH_DATE + _dt.timedelta(days=d))
+TIMESTAMP = _Fixed("timestamp", _I64, _timestamp_to_micros, _micros_to_timestamp)
+DECIMAL = _Decimal()
+
+_PY_TYPES: dict[type, _Codec] = {int: LONG, float: DOUBLE, str: STRING, bytes: BINARY, bool: BOOLEAN,
+                                 _dt.date: DATE, _dt.datetime: TIMESTAMP, decimal.Decimal: DECIMAL}
+
+
+class PickleSerializer:
+    """Arbitrary Python objects through :mod:`pickle` -- an explicit opt-in.
+
+    Unpickling executes whatever the pickled bytes say, so only use this for state that
+    no one else can write (your own checkpoint location), and prefer typed descriptors.
+    """
+
+    name = "pickle"
+
+    def __init__(self, protocol: int = pickle.HIGHEST_PROTOCOL) -> None:
+        self._protocol = protocol
+        warnings.warn(
+            "spark-state: a state descriptor uses PickleSerializer, so state read back from "
+            "checkpoint storage will be unpickled; anyone who can write that storage can run "
+            "code in your job. Prefer a typed descriptor (Spark/Arrow types).",
+            UserWarning, stacklevel=2,
+        )
+
+    def serialize(self, value: Any) -> bytes:
+        return pickle.dumps(value, protocol=self._protocol)
+
+    def deserialize(self, data: bytes) -> Any:
+        return pickle.loads(data)
+
+    def __repr__(self) -> str:
+        return "<serializer pickle>"
+
+
+def serializer_for(value_type: Any) -> Serializer:
+    """The serializer for a descriptor's type (see the module docstring for what is accepted)."""
+    if isinstance(value_type, type) and value_type in _PY_TYPES:
+        return _PY_TYPES[value_type]
+    if isinstance(value_type, str):
+        from pyspark.sql.types import _parse_datatype_string
+        try:
+            value_type = _parse_datatype_string(value_type)
+        except Exception as exc:
+            raise TypeError(f"cannot parse state type {value_type!r}: {exc}") from None
+    codec = _spark_codec(value_type) or _arrow_codec(value_type)
+    if codec is not None:
+        return codec
+    if isinstance(value_type, Serializer) and not isinstance(value_type, type):
+        return value_type
+    raise TypeError(
+        f"unsupported state type {value_type!r}: use int, float, str, bytes, bool, a pyspark "
+        "DataType, a pyarrow type or a Serializer (PickleSerializer() for arbitrary objects, "
+        "an explicit opt-in)"
+    )
+
+
+def _spark_codec(t: Any) -> "_Codec | None":
+    try:
+        from pyspark.sql import types as T
+    except ImportError:  # pragma: no cover
+        return None
+    if not isinstance(t, T.DataType):
+        return None
+    if isinstance(t, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return LONG
+    if isinstance(t, (T.FloatType, T.DoubleType)):
+        return DOUBLE
+    if isinstance(t, T.StringType):
+        return STRING
+    if isinstance(t, T.BinaryType):
+        return BINARY
+    if isinstance(t, T.BooleanType):
+        return BOOLEAN
+    if isinstance(t, T.DateType):
+        return DATE
+    if isinstance(t, (T.TimestampType, T.TimestampNTZType)):
+        return TIMESTAMP
+    if isinstance(t, T.DecimalType):
+        return DECIMAL
+    if isinstance(t, T.StructType):
+        return _Struct([f.name for f in t.fields], [_nested(f.dataType) for f in t.fields])
+    if isinstance(t, T.ArrayType):
+        return _Array(_nested(t.elementType))
+    if isinstance(t, T.MapType):
+        return _Map(_nested(t.keyType), _nested(t.valueType))
+    return None
+
+
+def _arrow_codec(t: Any) -> "_Codec | None":
+    try:
+        import pyarrow as pa
+    except ImportError:  # pragma: no cover
+        return None
+    if not isinstance(t, pa.DataType):
+        return None
+    if pa.types.is_integer(t):
+        return LONG
+    if pa.types.is_floating(t):
+        return DOUBLE
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return STRING
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return BINARY
+    if pa.types.is_boolean(t):
+        return BOOLEAN
+    if pa.types.is_date32(t):
+        return DATE
+    if pa.types.is_timestamp(t):
+        return TIMESTAMP
+    return None
+
+
+def _nested(t: Any) -> _Codec:
+    codec = _spark_codec(t)
+    if codec is None:
+        raise TypeError(f"unsupported nested state type {t!r}")
+    return codec
