@@ -329,11 +329,7 @@ def serializer_for(value_type: Any) -> Serializer:
     if isinstance(value_type, type) and value_type in _PY_TYPES:
         return _PY_TYPES[value_type]
     if isinstance(value_type, str):
-        from pyspark.sql.types import _parse_datatype_string
-        try:
-            value_type = _parse_datatype_string(value_type)
-        except Exception as exc:
-            raise TypeError(f"cannot parse state type {value_type!r}: {exc}") from None
+        value_type = parse_type_string(value_type)
     codec = _spark_codec(value_type) or _arrow_codec(value_type)
     if codec is not None:
         return codec
@@ -344,6 +340,101 @@ def serializer_for(value_type: Any) -> Serializer:
         "DataType, a pyarrow type or a Serializer (PickleSerializer() for arbitrary objects, "
         "an explicit opt-in)"
     )
+
+
+_SIMPLE_TYPE_NAMES = {
+    "tinyint": "ByteType", "byte": "ByteType", "smallint": "ShortType", "short": "ShortType",
+    "int": "IntegerType", "integer": "IntegerType", "bigint": "LongType", "long": "LongType",
+    "float": "FloatType", "real": "FloatType", "double": "DoubleType", "string": "StringType",
+    "binary": "BinaryType", "boolean": "BooleanType", "bool": "BooleanType", "date": "DateType",
+    "timestamp": "TimestampType", "timestamp_ntz": "TimestampNTZType",
+}
+
+
+def parse_type_string(text: str) -> Any:
+    """A pyspark ``DataType`` from a type string such as ``"bigint"``, ``"array<string>"``,
+    ``"map<string,bigint>"``, ``"struct<a:int,b:string>"`` or ``"decimal(10,2)"``.
+
+    Parsed here rather than by Spark because state descriptors are also built inside Python
+    workers, where no SparkSession exists.
+    """
+    from pyspark.sql import types as T
+
+    pos = 0
+
+    def fail(why: str) -> TypeError:
+        return TypeError(f"cannot parse state type {text!r}: {why} at position {pos}")
+
+    def skip() -> None:
+        nonlocal pos
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+
+    def word() -> str:
+        nonlocal pos
+        skip()
+        start = pos
+        while pos < len(text) and (text[pos].isalnum() or text[pos] in "_`"):
+            pos += 1
+        if start == pos:
+            raise fail("expected a name")
+        return text[start:pos].strip("`")
+
+    def expect(ch: str) -> None:
+        nonlocal pos
+        skip()
+        if pos >= len(text) or text[pos] != ch:
+            raise fail(f"expected {ch!r}")
+        pos += 1
+
+    def peek(ch: str) -> bool:
+        skip()
+        return pos < len(text) and text[pos] == ch
+
+    def parse() -> Any:
+        name = word().lower()
+        if name == "array":
+            expect("<")
+            element = parse()
+            expect(">")
+            return T.ArrayType(element)
+        if name == "map":
+            expect("<")
+            key = parse()
+            expect(",")
+            value = parse()
+            expect(">")
+            return T.MapType(key, value)
+        if name == "struct":
+            expect("<")
+            fields = []
+            while not peek(">"):
+                field_name = word()
+                expect(":")
+                fields.append(T.StructField(field_name, parse()))
+                if not peek(">"):
+                    expect(",")
+            expect(">")
+            return T.StructType(fields)
+        if name == "decimal":
+            precision, scale = 10, 0
+            if peek("("):
+                expect("(")
+                precision = int(word())
+                if peek(","):
+                    expect(",")
+                    scale = int(word())
+                expect(")")
+            return T.DecimalType(precision, scale)
+        if name in _SIMPLE_TYPE_NAMES:
+            return getattr(T, _SIMPLE_TYPE_NAMES[name])()
+        raise fail(f"unknown type {name!r}")
+
+    result = parse()
+    skip()
+    if pos != len(text):
+        raise fail("unexpected trailing text")
+    return result
 
 
 def _spark_codec(t: Any) -> "_Codec | None":
