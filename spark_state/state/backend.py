@@ -109,7 +109,8 @@ class KeyedStateBackend:
         want_stamped = descriptor.ttl is not None
         if is_stamped(self._store, ns) != want_stamped:
             now = descriptor.ttl.now_ms() if descriptor.ttl else 0
-            rewritten = migrate_layout(self._store, ns, want_stamped, lambda: self._entries_of(ns), now)
+            rewritten = migrate_layout(self._store, ns, want_stamped, lambda: self._entries_of(ns), now,
+                                       descriptor.ttl.ttl_ms if descriptor.ttl else None)
             _LOG.info("state %r: TTL turned %s; %d existing entries rewritten (durable at the next commit)",
                       descriptor.name, "on" if want_stamped else "off", rewritten)
         if descriptor.ttl is None:

@@ -9,15 +9,23 @@ expiry time: expiry is ``last_access + ttl <= now`` evaluated with the TTL confi
 *now*, so a query restarted with a different TTL applies the new one to old state, and
 TTL is not part of the checkpoint.
 
-**Expiry index entry** (one per stamped entry, empty value), in the system keyspace::
+**Expiry index entry** (empty value), in the system keyspace::
 
-    [0xFF][0x01][len(namespace) : uint8][namespace][last_access_ms : uint64 BE][data key]
+    [0xFF][0x01][len(namespace) : uint8][namespace][bucket_start_ms : uint64 BE][data key]
 
-Entries of one namespace sort by access time, so every entry that has expired at ``now``
-lies in the key range ``[ns prefix, ns prefix + uint64(now - ttl) + 1)``: a sweep seeks
-there and reads only what expires; its cost follows the expirations, not the state size.
-The index is maintained eagerly (a rewrite moves the entry), so each stamped entry has
-exactly one index entry.
+``bucket_start = stamp - stamp % granularity``: the index is bucketed in time, with a
+granularity of a sixteenth of the TTL (at most an hour, see :func:`index_granularity`), so
+a key rewritten within its bucket -- the common case of a hot key updated every
+micro-batch -- costs no index write at all. Entries of one namespace sort by bucket, so a
+sweep seeks to the buckets that lie wholly in the past of ``now - ttl`` and reads only
+them: its cost follows the expirations, not the state size. Expired entries therefore
+stay on disk for at most one granularity after they expire; reads never see them (they
+check the stamp).
+
+Invariant: every stamped entry has an index entry whose bucket start is ``<=`` its stamp.
+A rewrite into a new bucket moves the entry when the old stamp is known; an index entry
+left behind (old stamp unknown, or the TTL -- hence the granularity -- changed on restart)
+is *stale* and harmless: the sweep checks each candidate's stamp and drops stale entries.
 
 **System keyspace.** Keys starting with ``0xFF`` belong to the engine, never to user data:
 key-group-prefixed data keys start with a big-endian uint16 key group below 32768, so
@@ -51,6 +59,10 @@ STAMP_BYTES = 8
 MAX_TIMESTAMP = (1 << 63) - 1
 _STAMP = struct.Struct(">q")
 _UINT64 = struct.Struct(">Q")
+
+
+def pack_uint64(value: int) -> bytes:
+    return _UINT64.pack(value)
 
 
 def is_system_key(key: bytes) -> bool:
@@ -94,6 +106,23 @@ def expired_access_cutoff(ttl_ms: int, now_ms: int) -> int:
     return now_ms - ttl_ms
 
 
+#: Upper bound of the index granularity: expired entries leave the disk within an hour.
+MAX_GRANULARITY_MS = 3_600_000
+#: The granularity is the TTL divided by this.
+GRANULARITY_DIVISOR = 16
+
+
+def index_granularity(ttl_ms: int) -> int:
+    """The width of an index time bucket for a TTL: ``ttl / 16``, within ``[1 ms, 1 h]``."""
+    return max(1, min(ttl_ms // GRANULARITY_DIVISOR, MAX_GRANULARITY_MS))
+
+
+def bucket_start(access_ms: int, granularity_ms: int) -> int:
+    """Start of the index bucket holding ``access_ms`` (never negative)."""
+    access_ms = max(access_ms, 0)
+    return access_ms - access_ms % granularity_ms
+
+
 # --------------------------------------------------------------------------- index keys
 def namespace_prefix(tag: bytes, namespace: bytes) -> bytes:
     if len(namespace) > 255:
@@ -106,24 +135,30 @@ def index_prefix(namespace: bytes) -> bytes:
     return namespace_prefix(INDEX_TAG, namespace)
 
 
-def index_key(namespace: bytes, access_ms: int, data_key: bytes) -> bytes:
-    """The index entry of ``data_key`` last accessed at ``access_ms``."""
-    return index_prefix(namespace) + _UINT64.pack(max(access_ms, 0)) + data_key
+def index_key(namespace: bytes, bucket_ms: int, data_key: bytes) -> bytes:
+    """The index entry of ``data_key`` in the bucket starting at ``bucket_ms``."""
+    return index_prefix(namespace) + _UINT64.pack(bucket_ms) + data_key
 
 
 def decode_index_key(namespace: bytes, key: bytes) -> tuple[int, bytes]:
-    """``(access_ms, data key)`` of an index entry of ``namespace``."""
+    """``(bucket start ms, data key)`` of an index entry of ``namespace``."""
     start = len(index_prefix(namespace))
     return _UINT64.unpack_from(key, start)[0], key[start + 8:]
 
 
-def expired_index_range(namespace: bytes, ttl_ms: int, now_ms: int) -> Optional[tuple[bytes, bytes]]:
-    """``[start, end)`` of the index entries expired at ``now_ms``, or None if none can be."""
+def expired_index_range(namespace: bytes, ttl_ms: int, granularity_ms: int, now_ms: int,
+                        whole_buckets: bool = True) -> Optional[tuple[bytes, bytes]]:
+    """``[start, end)`` of the index entries to sweep at ``now_ms``, or None if there are none.
+
+    With ``whole_buckets`` only buckets in which *every* entry has expired (bucket end <=
+    cutoff); otherwise also the bucket the cutoff falls in (its entries need a stamp check).
+    """
     cutoff = expired_access_cutoff(ttl_ms, now_ms)
-    if cutoff < 0:
+    last_start = cutoff - granularity_ms + 1 if whole_buckets else cutoff
+    if last_start < 0:
         return None
     prefix = index_prefix(namespace)
-    return prefix, prefix + _UINT64.pack(min(cutoff + 1, (1 << 64) - 1))
+    return prefix, prefix + _UINT64.pack(min(last_start + 1, (1 << 64) - 1))
 
 
 def marker_key(namespace: bytes) -> bytes:

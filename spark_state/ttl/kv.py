@@ -7,9 +7,10 @@ so several namespaces with different TTLs share one store. Every method stages w
 the store's pending epoch; nothing is durable before the store commits, so TTL cleanup is
 versioned and exactly-once like any other write.
 
-Invariant: for each stamped data entry of the namespace there is exactly one index entry
-``(namespace, stamp, key)``. Writes keep it by deleting the old index entry (found from
-the old value's stamp) and adding the new one.
+Invariant (see :mod:`.codec`): each stamped data entry has an index entry in a time
+bucket starting at or before its stamp. A write into the same bucket touches no index
+entry; a write into a later bucket moves it when the old stamp is known. Stale index
+entries are tolerated: sweeps check every candidate's stamp.
 
 "now" is read from the config's clock at each call unless given explicitly; callers that
 want one time per epoch (the Spark provider) pass it.
@@ -65,6 +66,7 @@ class TtlKeyValue:
         self._ns = namespace
         self._config = config
         self._ttl = config.ttl_ms
+        self._granularity = codec.index_granularity(config.ttl_ms)
         self._index_prefix = codec.index_prefix(namespace)
         self.stats = stats if stats is not None else TtlStats()
 
@@ -131,15 +133,21 @@ class TtlKeyValue:
         if raw is not None:
             self._remove(key, codec.stamp_of(raw))
 
+    def _bucket(self, stamp: int) -> int:
+        return codec.bucket_start(stamp, self._granularity)
+
     def _write(self, key: bytes, old_stamp: Optional[int], value: bytes, now: int) -> None:
         store = self._store
-        if old_stamp is not None and old_stamp != now:
-            store.delete(codec.index_key(self._ns, old_stamp, key))
-        store.put(codec.index_key(self._ns, now, key), b"")
+        bucket = self._bucket(now)
+        old_bucket = None if old_stamp is None else self._bucket(old_stamp)
+        if old_bucket != bucket:
+            if old_bucket is not None:
+                store.delete(codec.index_key(self._ns, old_bucket, key))
+            store.put(codec.index_key(self._ns, bucket, key), b"")
         store.put(key, codec.stamp(value, now))
 
     def _remove(self, key: bytes, stamp: int) -> None:
-        self._store.delete(codec.index_key(self._ns, stamp, key))
+        self._store.delete(codec.index_key(self._ns, self._bucket(stamp), key))
         self._store.delete(key)
 
     def stage_raw_changes(self, keys: Sequence[bytes], values: Sequence[Optional[bytes]],
@@ -157,24 +165,40 @@ class TtlKeyValue:
             for i, raw in zip(unknown, fetched):
                 priors[i] = PRIOR_ABSENT if raw is None else codec.stamp_of(raw)
         ns = self._ns
-        index_key = codec.index_key
+        granularity = self._granularity
+        index_prefix = self._index_prefix
+        pack = codec.pack_uint64
+        bucket = self._bucket(now)
+        new_index_prefix = codec.index_key(ns, bucket, b"")
+        stamp_bytes = codec.stamp(b"", now)
+        # The common case -- a rewrite within the current bucket -- is a single stamped put.
+        # Every prior is known by now, so the store's exact key count needs no lookups.
         out_keys: list[bytes] = []
         out_values: list[Optional[bytes]] = []
-        new_index_prefix = codec.index_key(ns, now, b"")
-        stamp_bytes = codec.stamp(b"", now)
+        existed: list[int] = []
         for key, value, prior in zip(keys, values, priors):
-            if prior >= 0 and (value is None or prior != now):
-                out_keys.append(index_key(ns, prior, key))
-                out_values.append(None)
+            old_bucket = prior - prior % granularity if prior >= 0 else -1
             if value is None:
+                if old_bucket >= 0:
+                    out_keys.append(index_prefix + pack(old_bucket) + key)
+                    out_values.append(None)
+                    existed.append(-1)
                 out_keys.append(key)
                 out_values.append(None)
-            else:
+                existed.append(1 if prior >= 0 else 0)
+                continue
+            if old_bucket != bucket:
+                if old_bucket >= 0:
+                    out_keys.append(index_prefix + pack(old_bucket) + key)
+                    out_values.append(None)
+                    existed.append(-1)
                 out_keys.append(new_index_prefix + key)
                 out_values.append(b"")
-                out_keys.append(key)
-                out_values.append(stamp_bytes + value)
-        self._store.stage_changes(out_keys, out_values)
+                existed.append(-1)
+            out_keys.append(key)
+            out_values.append(stamp_bytes + value)
+            existed.append(1 if prior >= 0 else 0)
+        self._store.stage_changes(out_keys, out_values, existed)
 
     def touch(self, keys: Iterable[bytes], now: int) -> int:
         """Refresh the stamp of each live key (``ON_READ_AND_WRITE`` reads done elsewhere,
@@ -192,59 +216,55 @@ class TtlKeyValue:
         return refreshed
 
     # ------------------------------------------------------------------ cleanup
-    def collect_expired(self, now: int, limit: int) -> list[tuple[bytes, int]]:
-        """Up to ``limit`` ``(data key, stamp)`` pairs expired at ``now``, oldest first,
-        read from the index without writing (background cleanup collects these)."""
-        bounds = codec.expired_index_range(self._ns, self._ttl, now)
+    def collect_expired(self, now: int, limit: int, whole_buckets: bool = True) -> list[tuple[bytes, int]]:
+        """Up to ``limit`` candidate ``(data key, bucket start)`` pairs from the index
+        buckets expired at ``now``, oldest first, read without writing (background cleanup
+        collects these; :meth:`expire` checks them). ``whole_buckets=False`` also takes
+        the bucket the expiry cutoff falls in."""
+        bounds = codec.expired_index_range(self._ns, self._ttl, self._granularity, now, whole_buckets)
         if bounds is None or limit <= 0:
             return []
         found: list[tuple[bytes, int]] = []
         decode = codec.decode_index_key
         for index_key, _ in self._store.iterate(*bounds):
-            access, data_key = decode(self._ns, index_key)
-            found.append((data_key, access))
+            bucket, data_key = decode(self._ns, index_key)
+            found.append((data_key, bucket))
             if len(found) >= limit:
                 break
         return found
 
     def expire(self, candidates: Iterable[tuple[bytes, int]], now: int) -> int:
-        """Remove each candidate that still holds the same, expired stamp (a candidate
-        rewritten since it was collected is left alone). Returns how many were removed."""
+        """Remove each candidate whose entry has expired; drop stale index entries (the
+        entry is gone, or lives in a later bucket). Returns how many entries were removed."""
         candidates = list(candidates)
         if not candidates:
             return 0
         current = self._store.multi_get([key for key, _ in candidates])
+        store = self._store
         removed = 0
-        for (key, access), raw in zip(candidates, current):
-            if raw is None:
-                # Deleted meanwhile; a stale index entry may remain only if the delete
-                # bypassed this decorator, so drop it too.
-                self._store.delete(codec.index_key(self._ns, access, key))
-                continue
-            stamp = codec.stamp_of(raw)
-            if stamp != access or not codec.is_expired(stamp, self._ttl, now):
-                continue
-            self._remove(key, stamp)
-            removed += 1
+        for (key, bucket), raw in zip(candidates, current):
+            stamp = None if raw is None else codec.stamp_of(raw)
+            expired = stamp is not None and codec.is_expired(stamp, self._ttl, now)
+            if raw is None or expired or self._bucket(stamp) != bucket:  # type: ignore[arg-type]
+                store.delete(codec.index_key(self._ns, bucket, key))
+            if expired:
+                self._remove(key, stamp)  # type: ignore[arg-type]
+                removed += 1
         self.stats.expired_by_sweep += removed
         return removed
 
     def sweep(self, now: Optional[int] = None, limit: Optional[int] = None) -> int:
-        """The incremental cleanup: remove at most ``limit`` (default: the config's
-        ``cleanup_size``) entries expired at ``now``, found through the index."""
+        """The incremental cleanup: check at most ``limit`` (default: the config's
+        ``cleanup_size``) index entries of buckets expired at ``now`` and remove what expired."""
         now = self.now() if now is None else now
         limit = self._config.cleanup_size if limit is None else limit
         return self.expire(self.collect_expired(now, limit), now)
 
-    def sweep_all(self, now: Optional[int] = None, chunk: int = 100_000) -> int:
-        """Remove every entry expired at ``now`` (full-snapshot cleanup)."""
+    def sweep_all(self, now: Optional[int] = None) -> int:
+        """Remove every entry expired at ``now``, including those in the bucket the cutoff
+        falls in (full-snapshot cleanup: the snapshot then holds no expired entry)."""
         now = self.now() if now is None else now
-        total = 0
-        while True:
-            removed = self.sweep(now, chunk)
-            total += removed
-            if removed < chunk:
-                return total
+        return self.expire(self.collect_expired(now, 1 << 62, whole_buckets=False), now)
 
 
 # ---------------------------------------------------------------------------- layout migration
@@ -254,7 +274,8 @@ def is_stamped(store: VersionedStore, namespace: bytes) -> bool:
 
 
 def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
-                   entries: Callable[[], Iterator[tuple[bytes, bytes]]], now: int) -> int:
+                   entries: Callable[[], Iterator[tuple[bytes, bytes]]], now: int,
+                   ttl_ms: Optional[int] = None) -> int:
     """Make ``namespace`` stamped or unstamped, rewriting its existing entries if the stored
     layout differs; returns how many entries were rewritten.
 
@@ -264,14 +285,15 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
     staged like any write and becomes durable with the next commit (one large changelog).
     """
     marker = codec.marker_key(namespace)
-    currently = store.get(marker) is not None
-    if currently == stamped:
+    if (store.get(marker) is not None) == stamped:
         return 0
     rows = list(entries())
     keys: list[bytes] = []
     values: list[Optional[bytes]] = []
     if stamped:
-        prefix = codec.index_key(namespace, now, b"")
+        # Without the TTL, a 1 ms bucket: still at or before the stamp, so still correct.
+        granularity_ms = codec.index_granularity(ttl_ms) if ttl_ms else 1
+        prefix = codec.index_key(namespace, codec.bucket_start(now, granularity_ms), b"")
         head = codec.stamp(b"", now)
         for key, raw in rows:
             keys += [prefix + key, key]
@@ -280,9 +302,12 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
         values.append(codec.STAMPED_MARKER)
     else:
         for key, raw in rows:
-            access, value = codec.unstamp(raw)
-            keys += [codec.index_key(namespace, access, key), key]
-            values += [None, value]
+            keys.append(key)
+            values.append(codec.unstamp(raw)[1])
+        # Every index entry of the namespace goes, whatever bucket width wrote it.
+        for key, _ in store.prefix_scan(codec.index_prefix(namespace)):
+            keys.append(key)
+            values.append(None)
         keys.append(marker)
         values.append(None)
     store.stage_changes(keys, values)

@@ -16,6 +16,8 @@ from spark_state.state import (
 from spark_state.ttl import ManualClock, TtlConfig, UpdateType, codec
 
 TTL_MS = 10_000
+#: Index bucket width: sweeps take a bucket once all of it has expired.
+BUCKET_MS = codec.index_granularity(TTL_MS)
 
 
 @pytest.fixture
@@ -144,11 +146,16 @@ def test_map_entry_rewrite_refreshes_only_that_entry(tmp_path, clock) -> None:
     m = b.get_map_state(MapStateDescriptor("m", str, int, ttl=ttl(clock)))
     b.set_current_key(b"k", 5)
     m.put_all({"a": 1, "b": 2})
+    assert len(index_entries(store)) == 2
+    clock.advance(BUCKET_MS // 3)
+    m.put("b", 3)                               # same index bucket: no index write
+    assert len(index_entries(store)) == 2
     clock.advance(6000)
-    m.put("a", 10)
+    m.put("a", 10)                              # a later bucket: the index entry moves
+    assert len(index_entries(store)) == 2
     clock.advance(5000)
     assert m.items() == [("a", 10)]
-    assert len(index_entries(store)) == 1       # the index follows rewrites eagerly
+    assert len(index_entries(store)) == 1       # "b" was cleaned on read, with its index entry
 
 
 def test_reducing_state_ttl(tmp_path, clock) -> None:
@@ -176,7 +183,7 @@ def test_incremental_sweep_is_bounded_and_follows_expirations(tmp_path, clock) -
         b.set_current_key(b"new%d" % i, i % 16)
         v.update(i)
     store.commit()
-    clock.advance(TTL_MS // 2)
+    clock.advance(TTL_MS // 2 + BUCKET_MS)
     visited = []
     real_iterate = store.iterate
 
@@ -229,7 +236,7 @@ def test_background_cleanup_collects_now_and_removes_at_commit(tmp_path, clock) 
         b.set_current_key(b"k%d" % i, 0)
         v.update(i)
     store.commit()
-    clock.advance(TTL_MS)
+    clock.advance(TTL_MS + BUCKET_MS)
     assert b.before_commit() == 0               # no incremental sweep configured
     b.collect_expired_in_background()
     b.set_current_key(b"k3", 0)
