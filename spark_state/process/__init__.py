@@ -1,0 +1,33 @@
+"""Flink-style keyed and operator state for PySpark functions, run in-process per partition.
+
+* :func:`keyed_process` runs a :class:`KeyedProcessFunction` with keyed state (value, list,
+  map, reducing, aggregating) on a streaming DataFrame; partitions own whole key groups.
+* :func:`checkpointed_process` runs a non-keyed :class:`CheckpointedFunction` with operator
+  state (list = even-split, union list, broadcast).
+
+Modules: :mod:`.api` (driver: planning), :mod:`.runner` (task: the mapInArrow bodies),
+:mod:`.stores` (versions, store cache, rescale), :mod:`.location` (state location layout),
+:mod:`.routing` (key groups -> partitions), :mod:`.operator_state`, :mod:`.arrow_io`,
+:mod:`.keycodec`, :mod:`.functions` (the user-facing classes and contexts).
+"""
+
+from __future__ import annotations
+
+from .api import checkpointed_process, keyed_process
+from .errors import (
+    MaxParallelismMismatchError,
+    NotInStreamingQueryError,
+    OutputSchemaError,
+    ProcessDefinitionError,
+    StateLocationError,
+    StateVersionMissingError,
+)
+from .functions import CheckpointedFunction, KeyedContext, KeyedProcessFunction, OperatorContext
+from .operator_state import BroadcastState, OperatorListState
+
+__all__ = [
+    "keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction",
+    "KeyedContext", "OperatorContext", "OperatorListState", "BroadcastState",
+    "ProcessDefinitionError", "StateLocationError", "MaxParallelismMismatchError",
+    "StateVersionMissingError", "OutputSchemaError", "NotInStreamingQueryError",
+]

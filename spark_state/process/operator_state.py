@@ -1,0 +1,265 @@
+"""Operator (non-keyed) state: Flink's list, union list and broadcast state, per partition.
+
+State objects live in memory while a task runs. They are read from the partition's store
+when the function registers them (in ``initialize_state``) and written back after
+``snapshot_state``, right before the commit. Operator state is meant to be small (offsets,
+buffers, rules), as in Flink.
+
+Store layout (one VersionedStore per partition; values are the descriptor serializer's bytes)::
+
+    [mode u8][len(name) u8][name UTF-8][index u32 BE]      -> element     mode 1 = list (even-split)
+                                                                          mode 2 = union list
+    [mode u8][len(name) u8][name UTF-8][serialized map key] -> map value  mode 3 = broadcast
+
+Redistribution when the parallelism changes from ``m`` to ``n`` (Flink's
+``RoundRobinOperatorStateRepartitioner``), on raw bytes, without deserializing:
+
+* list (even-split): per state (names in sorted order), all elements of old partitions
+  ``0..m-1`` concatenated; ``base, rem = divmod(total, n)``; new partitions, starting at a
+  rotating offset, take consecutive chunks of ``base`` elements, the first ``rem`` of them
+  one more; the next state starts where the short chunks began.
+* union: every new partition gets all elements of all old partitions.
+* broadcast: new partition ``i`` gets old partition ``i % m``'s map.
+
+At an unchanged parallelism every partition gets back exactly what it snapshotted (a
+Flink operator between two checkpoints), so retries and restarts see the same state.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Iterator
+
+from ..state import MapStateDescriptor, ListStateDescriptor
+from ..state.descriptors import StateDescriptor
+from ..store import VersionedStore, prefix_upper_bound
+
+SPLIT, UNION, BROADCAST = 1, 2, 3
+MODE_NAMES = {SPLIT: "list", UNION: "union list", BROADCAST: "broadcast"}
+_U32 = struct.Struct(">I")
+
+
+def state_prefix(mode: int, name: str) -> bytes:
+    raw = name.encode("utf-8")
+    if len(raw) > 255:
+        raise ValueError(f"operator state name {name!r} is longer than 255 bytes")
+    return bytes((mode, len(raw))) + raw
+
+
+def _scan(store: VersionedStore, prefix: bytes) -> list[tuple[bytes, bytes]]:
+    return list(store.iterate(prefix, prefix_upper_bound(prefix)))
+
+
+def stored_states(store: VersionedStore) -> dict[tuple[int, bytes], list[tuple[bytes, bytes]]]:
+    """Every operator state in ``store``: (mode, name bytes) -> [(entry suffix, value)] in key order."""
+    out: dict[tuple[int, bytes], list[tuple[bytes, bytes]]] = {}
+    for key, value in store.iterate(None, b"\x04"):
+        mode, n = key[0], key[1]
+        out.setdefault((mode, key[2:2 + n]), []).append((key[2 + n:], value))
+    return out
+
+
+# ---------------------------------------------------------------------------- state objects
+class OperatorListState:
+    """Flink's operator ``ListState`` (even-split or union): a list per partition."""
+
+    def __init__(self, mode: int, descriptor: ListStateDescriptor, elements: list[Any]) -> None:
+        self.mode = mode
+        self.descriptor = descriptor
+        self._elements = elements
+
+    @property
+    def name(self) -> str:
+        return self.descriptor.name
+
+    def get(self) -> list[Any]:
+        """A copy of the elements."""
+        return list(self._elements)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._elements))
+
+    def __len__(self) -> int:
+        return len(self._elements)
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError(f"operator list state {self.name!r} cannot hold None")
+        self._elements.append(value)
+
+    def add_all(self, values) -> None:
+        for v in values:
+            self.add(v)
+
+    def update(self, values) -> None:
+        self._elements = []
+        self.add_all(values)
+
+    def clear(self) -> None:
+        self._elements = []
+
+    def _entries(self) -> list[tuple[bytes, bytes]]:
+        ser = self.descriptor.serializer.serialize
+        return [(_U32.pack(i), ser(v)) for i, v in enumerate(self._elements)]
+
+
+class BroadcastState:
+    """Flink's ``BroadcastState``: a map that every partition holds a copy of."""
+
+    mode = BROADCAST
+
+    def __init__(self, descriptor: MapStateDescriptor, entries: dict) -> None:
+        self.descriptor = descriptor
+        self._map = entries
+
+    @property
+    def name(self) -> str:
+        return self.descriptor.name
+
+    def get(self, key: Any) -> Any:
+        return self._map.get(key)
+
+    def put(self, key: Any, value: Any) -> None:
+        if value is None:
+            self._map.pop(key, None)
+        else:
+            self._map[key] = value
+
+    def put_all(self, entries: dict) -> None:
+        for k, v in entries.items():
+            self.put(k, v)
+
+    def remove(self, key: Any) -> None:
+        self._map.pop(key, None)
+
+    def contains(self, key: Any) -> bool:
+        return key in self._map
+
+    __contains__ = contains
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return list(self._map.items())
+
+    def keys(self) -> list[Any]:
+        return list(self._map)
+
+    def values(self) -> list[Any]:
+        return list(self._map.values())
+
+    def is_empty(self) -> bool:
+        return not self._map
+
+    def clear(self) -> None:
+        self._map = {}
+
+    def _entries(self) -> list[tuple[bytes, bytes]]:
+        ks, vs = self.descriptor.key_serializer.serialize, self.descriptor.serializer.serialize
+        return sorted((ks(k), vs(v)) for k, v in self._map.items())
+
+
+class OperatorStateStore:
+    """The operator states of one partition for one task: registration reads, flush writes."""
+
+    def __init__(self, store: VersionedStore) -> None:
+        self._store = store
+        self._states: dict[str, Any] = {}
+
+    def _register(self, mode: int, descriptor: StateDescriptor, expected: type) -> Any:
+        if not isinstance(descriptor, expected):
+            raise TypeError(f"expected a {expected.__name__}, got {descriptor!r}")
+        existing = self._states.get(descriptor.name)
+        if existing is not None:
+            if existing.mode != mode:
+                raise ValueError(
+                    f"operator state {descriptor.name!r} is already registered as "
+                    f"{MODE_NAMES[existing.mode]} state")
+            return existing
+        for other in (SPLIT, UNION, BROADCAST):
+            if other != mode and _scan(self._store, state_prefix(other, descriptor.name))[:1]:
+                raise ValueError(
+                    f"operator state {descriptor.name!r} was stored as {MODE_NAMES[other]} state; "
+                    f"it cannot be read back as {MODE_NAMES[mode]} state")
+        entries = _scan(self._store, state_prefix(mode, descriptor.name))
+        if mode == BROADCAST:
+            n = len(state_prefix(mode, descriptor.name))
+            dk, dv = descriptor.key_serializer.deserialize, descriptor.serializer.deserialize
+            state: Any = BroadcastState(descriptor, {dk(k[n:]): dv(v) for k, v in entries})
+        else:
+            de = descriptor.serializer.deserialize
+            state = OperatorListState(mode, descriptor, [de(v) for _, v in entries])
+        self._states[descriptor.name] = state
+        return state
+
+    def get_list_state(self, descriptor: ListStateDescriptor) -> OperatorListState:
+        return self._register(SPLIT, descriptor, ListStateDescriptor)
+
+    def get_union_list_state(self, descriptor: ListStateDescriptor) -> OperatorListState:
+        return self._register(UNION, descriptor, ListStateDescriptor)
+
+    def get_broadcast_state(self, descriptor: MapStateDescriptor) -> BroadcastState:
+        return self._register(BROADCAST, descriptor, MapStateDescriptor)
+
+    def registered_names(self) -> list[str]:
+        return list(self._states)
+
+    def flush(self) -> None:
+        """Stage every registered state's current content (replacing what was stored)."""
+        store = self._store
+        for name, state in self._states.items():
+            prefix = state_prefix(state.mode, name)
+            store.delete_many([k for k, _ in _scan(store, prefix)])
+            entries = state._entries()
+            store.put_many([prefix + k for k, _ in entries], [v for _, v in entries])
+
+
+# ---------------------------------------------------------------------------- redistribution
+def split_ranges(total: int, parallelism: int, start: int) -> tuple[list[tuple[int, int]], int]:
+    """Flink's even-split assignment: ``ranges[i] = (lo, hi)`` of the concatenated elements
+    for new partition ``i``, and the start offset for the next state."""
+    base, rem = divmod(total, parallelism)
+    ranges: list[tuple[int, int]] = [(0, 0)] * parallelism
+    new_start = start
+    pos = 0
+    for k in range(parallelism):
+        op = (k + start) % parallelism
+        count = base
+        if rem > 0:
+            count += 1
+            rem -= 1
+        elif rem == 0:
+            new_start = op
+            rem -= 1
+        ranges[op] = (pos, pos + count)
+        pos += count
+    return ranges, new_start
+
+
+def redistribute(target: VersionedStore, partition: int, parallelism: int,
+                 old_stores: dict[int, VersionedStore]) -> None:
+    """Stage partition ``partition``'s share of the old partitions' operator state into
+    ``target`` (see the module docstring)."""
+    old_parallelism = len(old_stores)
+    per_old = {j: stored_states(old_stores[j]) for j in sorted(old_stores)}
+    names: set[tuple[int, bytes]] = set()
+    for states in per_old.values():
+        names.update(states)
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    start = 0
+    for mode, name in sorted(names, key=lambda mn: (mn[1], mn[0])):
+        prefix = bytes((mode, len(name))) + name
+        if mode == BROADCAST:
+            for suffix, value in per_old[partition % old_parallelism].get((mode, name), []):
+                keys.append(prefix + suffix)
+                values.append(value)
+            continue
+        elements = [v for j in sorted(per_old) for _, v in per_old[j].get((mode, name), [])]
+        if mode == SPLIT:
+            ranges, start = split_ranges(len(elements), parallelism, start)
+            lo, hi = ranges[partition]
+            elements = elements[lo:hi]
+        for i, value in enumerate(elements):
+            keys.append(prefix + _U32.pack(i))
+            values.append(value)
+    target.put_many(keys, values)
+

@@ -1,0 +1,230 @@
+"""Task side: what runs inside ``mapInArrow`` for one partition of one micro-batch.
+
+Both runners follow the same protocol:
+
+1. read ``streaming.sql.batchId`` (batch ``B``) and ``sql.streaming.queryId`` from the task's
+   local properties, resolve the state location, check its ``_operator.json``;
+2. :func:`~spark_state.process.stores.acquire` the partition's store at batch version ``B``
+   (cached, loaded, or built by a rescale);
+3. run the function over the partition's Arrow batches, emitting output batches as they fill;
+4. when the input is exhausted: TTL cleanup (keyed) or ``snapshot_state`` plus the write-back
+   of operator state, ``close()``, and the commit of version ``B + 1``.
+
+Any exception (in the function, the input, or the commit) discards the pending writes and
+closes the store before it propagates, so Spark's retry of the task starts again from
+version ``B`` in checkpoint storage: state is exactly-once under retries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
+
+import pyarrow as pa
+from pyspark.sql.types import StructField, StructType
+
+from ..config import EngineConfig
+from ..keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
+from ..state import KeyedStateBackend, copy_key_groups
+from .arrow_io import OutputWriter, columns_as_lists, row_class
+from .errors import NotInStreamingQueryError, StateLocationError
+from .functions import KeyedContext, OperatorContext
+from .keycodec import key_encoder
+from .location import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, Layout, LocationSpec, storage_for, verify_location
+from .operator_state import OperatorStateStore, redistribute
+from .routing import HIDDEN_COLUMNS, KEY_GROUP_COLUMN
+from .stores import PartitionStore, acquire
+
+
+@dataclass
+class ProcessPlan:
+    """Everything a task needs; built on the driver, pickled into the ``mapInArrow`` closure."""
+
+    kind: str  # "keyed" or "operator"
+    function: Any
+    function_name: str
+    location: LocationSpec
+    engine: EngineConfig
+    parallelism: int
+    output_schema: StructType
+    max_parallelism: Optional[int] = None
+    key_fields: list[StructField] = field(default_factory=list)
+
+
+@dataclass
+class _Task:
+    batch_id: int
+    partition: int
+    url: str
+    storage: Any
+
+
+def _task(plan: ProcessPlan) -> _Task:
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    raw = tc.getLocalProperty(BATCH_ID_PROPERTY) if tc is not None else None
+    if raw is None:
+        raise NotInStreamingQueryError(
+            f"{plan.function_name} runs only in a streaming query (no '{BATCH_ID_PROPERTY}' "
+            "task property): keyed_process/checkpointed_process need a streaming DataFrame, "
+            "started with writeStream")
+    url = plan.location.resolve(tc.getLocalProperty(QUERY_ID_PROPERTY))
+    storage = storage_for(url, plan.location.storage_options)
+    verify_location(storage, plan.kind, plan.max_parallelism)
+    return _Task(int(raw), tc.partitionId(), url, storage)
+
+
+def _check_parallelism(plan: ProcessPlan, partition: int) -> None:
+    if partition >= plan.parallelism:  # pragma: no cover - repartition(n) guarantees it
+        raise StateLocationError(f"partition {partition} out of range for parallelism {plan.parallelism}")
+
+
+# ------------------------------------------------------------------------------------ keyed
+def run_keyed(plan: ProcessPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body of :func:`~spark_state.process.keyed_process`."""
+    task = _task(plan)
+    n, max_p, partition = plan.parallelism, plan.max_parallelism, task.partition
+    _check_parallelism(plan, partition)
+    assert max_p is not None
+    own = compute_key_group_range_for_operator_index(max_p, n, partition)
+
+    def old_range(old: Layout, j: int) -> KeyGroupRange:
+        return compute_key_group_range_for_operator_index(max_p, old.parallelism, j)
+
+    def sources_needed(old: Layout) -> list[int]:
+        return [j for j in range(old.parallelism) if not own.intersection(old_range(old, j)).is_empty]
+
+    def populate(store, old: Layout, old_stores) -> None:
+        for j, source in old_stores.items():
+            r = own.intersection(old_range(old, j))
+            copy_key_groups(source, store, r.start, r.end)
+
+    ps = acquire(task.storage, plan.engine, n, partition, task.batch_id, sources_needed, populate)
+    return _keyed_loop(plan, task, ps, own, batches)
+
+
+def _keyed_loop(plan: ProcessPlan, task: _Task, ps: PartitionStore, own: KeyGroupRange,
+                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    out = OutputWriter(plan.output_schema, plan.function_name)
+    try:
+        backend = KeyedStateBackend(ps.store)
+        ctx = KeyedContext(backend, task.batch_id, task.partition, plan.parallelism,
+                           plan.max_parallelism or 0, task.url)
+        fn = plan.function
+        process = fn.process_element
+        encode = key_encoder(plan.key_fields)
+        set_key = backend.set_current_key
+        lo, hi = own.start, own.end
+        layout = None
+        fn.open(ctx)
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if layout is None:
+                layout = _BatchLayout(batch.schema, [f.name for f in plan.key_fields])
+            cols = columns_as_lists(batch, layout.input_idx)
+            rows = list(map(layout.row_cls._make, zip(*cols)))
+            if len(layout.key_pos) == 1:
+                keys = cols[layout.key_pos[0]]
+            else:
+                keys = list(zip(*[cols[i] for i in layout.key_pos]))
+            kgs = batch.column(layout.kg_idx).to_pylist()
+            groups: dict[Any, list[int]] = {}
+            for i, k in enumerate(keys):
+                g = groups.get(k)
+                if g is None:
+                    groups[k] = [i]
+                else:
+                    g.append(i)
+            extend = out.rows.extend
+            for key, idxs in groups.items():
+                kg = kgs[idxs[0]]
+                if not lo <= kg <= hi:
+                    raise StateLocationError(
+                        f"row with key {key!r} (key group {kg}) reached partition {task.partition}, which "
+                        f"owns key groups {lo}..{hi}: the query's routing does not match its state")
+                set_key(encode(key), kg)
+                ctx.current_key = key
+                ctx.current_key_group = kg
+                for i in idxs:
+                    produced = process(rows[i], ctx)
+                    if produced is not None:
+                        extend(produced)
+            if out.full:
+                yield out.flush()
+        fn.close()
+        backend.before_commit()
+        ps.commit()
+    except BaseException:
+        ps.discard()
+        raise
+    last = out.flush()
+    if last is not None:
+        yield last
+
+
+class _BatchLayout:
+    """Column positions of the Arrow batches a task receives (same for all its batches)."""
+
+    def __init__(self, schema: pa.Schema, key_names: list[str]) -> None:
+        names = schema.names
+        self.input_idx = [i for i, n in enumerate(names) if n not in HIDDEN_COLUMNS]
+        input_names = [names[i] for i in self.input_idx]
+        self.row_cls = row_class(input_names)
+        self.key_pos = [input_names.index(k) for k in key_names]
+        self.kg_idx = names.index(KEY_GROUP_COLUMN) if KEY_GROUP_COLUMN in names else -1
+
+
+# --------------------------------------------------------------------------------- operator
+def run_operator(plan: ProcessPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body of :func:`~spark_state.process.checkpointed_process`."""
+    task = _task(plan)
+    n, partition = plan.parallelism, task.partition
+    _check_parallelism(plan, partition)
+
+    def sources_needed(old: Layout) -> list[int]:
+        return list(range(old.parallelism))
+
+    def populate(store, old: Layout, old_stores) -> None:
+        redistribute(store, partition, n, old_stores)
+
+    ps = acquire(task.storage, plan.engine, n, partition, task.batch_id, sources_needed, populate)
+    return _operator_loop(plan, task, ps, batches)
+
+
+def _operator_loop(plan: ProcessPlan, task: _Task, ps: PartitionStore,
+                   batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    out = OutputWriter(plan.output_schema, plan.function_name)
+    try:
+        states = OperatorStateStore(ps.store)
+        ctx = OperatorContext(states, task.batch_id, task.partition, plan.parallelism,
+                              task.batch_id > 0, task.url)
+        fn = plan.function
+        process = fn.process_element
+        fn.initialize_state(ctx)
+        fn.open(ctx)
+        layout = None
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            if layout is None:
+                layout = _BatchLayout(batch.schema, [])
+            cols = columns_as_lists(batch, layout.input_idx)
+            extend = out.rows.extend
+            for row in map(layout.row_cls._make, zip(*cols)):
+                produced = process(row, ctx)
+                if produced is not None:
+                    extend(produced)
+            if out.full:
+                yield out.flush()
+        fn.snapshot_state(ctx)
+        states.flush()
+        fn.close()
+        ps.commit()
+    except BaseException:
+        ps.discard()
+        raise
+    last = out.flush()
+    if last is not None:
+        yield last

@@ -1,0 +1,202 @@
+"""Partition stores for one task: find the version a batch needs, keep stores open across
+batches, and build a new layout's store when the parallelism changed.
+
+Invariants
+----------
+* Batch ``B`` of partition ``i`` works on a :class:`~spark_state.store.VersionedStore`
+  loaded at batch version ``B`` (the state after batch ``B - 1``) and commits ``B + 1``;
+  store versions are offset by the layout's base (see :mod:`.location`).
+* A Python worker keeps the stores it committed in a process-wide LRU cache, keyed by
+  (location, layout, partition), so the next batch of that partition in the same process
+  needs no restore. A cached store is used only if its version is the one needed *and*
+  the manifest in checkpoint storage is still the one this process committed (another
+  attempt -- a task retry in another process -- may have re-committed the version).
+  Otherwise the store is loaded, which replays or restores from checkpoint storage.
+* A store is taken out of the cache while a task uses it and put back only after a
+  successful commit; a failed task closes its store, so a retry starts from checkpoint
+  storage. Each VersionedStore has its own local working directory, so two processes
+  never share a RocksDB directory.
+* A rescale is deterministic (it reads committed versions only), so a retried rescale
+  batch rebuilds the same store and re-commits the same version.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable, Iterable, Optional
+
+from ..checkpoint.retention import read_manifest
+from ..config import EngineConfig
+from ..storage import CheckpointStorage
+from ..store import VersionedStore
+from .errors import StateVersionMissingError
+from .location import Choice, Layout, choose_layout, describe_layouts, register_layout
+
+#: Stores one Python worker keeps open between batches (least recently used are closed).
+MAX_CACHED_STORES = 64
+
+#: populate(new_store, old_layout, old_stores): stage the new partition's share of the old state.
+Populate = Callable[[VersionedStore, Layout, dict[int, VersionedStore]], None]
+
+
+@dataclass
+class _Cached:
+    store: VersionedStore
+    layout: Layout
+    commit_id: str
+
+
+class _StoreCache:
+    def __init__(self) -> None:
+        self._entries: "OrderedDict[tuple[str, int, int], _Cached]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, url: str, parallelism: int, partition: int) -> Optional[_Cached]:
+        with self._lock:
+            return self._entries.pop((url, parallelism, partition), None)
+
+    def put(self, url: str, partition: int, entry: _Cached) -> None:
+        evicted = []
+        with self._lock:
+            key = (url, entry.layout.parallelism, partition)
+            old = self._entries.pop(key, None)
+            if old is not None and old.store is not entry.store:
+                evicted.append(old)
+            self._entries[key] = entry
+            while len(self._entries) > MAX_CACHED_STORES:
+                evicted.append(self._entries.popitem(last=False)[1])
+        for e in evicted:
+            e.store.close()
+
+    def clear(self) -> None:
+        with self._lock:
+            entries = list(self._entries.values())
+            self._entries.clear()
+        for e in entries:
+            e.store.close()
+
+
+CACHE = _StoreCache()
+
+
+@dataclass
+class PartitionStore:
+    """The store a task works on, loaded at the batch's version; call :meth:`commit` or
+    :meth:`discard` exactly once."""
+
+    url: str
+    partition: int
+    layout: Layout
+    store: VersionedStore
+    #: "new" (batch 0), "cached", "loaded" (replayed or restored) or "rescaled"
+    origin: str
+    batch_version: int
+    _storage: CheckpointStorage
+
+    def commit(self) -> int:
+        """Commit batch version ``batch_version + 1``; keep the store for the next batch."""
+        s = self.store.commit()
+        commit_id = read_manifest(self.store.storage, s).commit_id
+        CACHE.put(self.url, self.partition, _Cached(self.store, self.layout, commit_id))
+        return self.layout.base + s
+
+    def discard(self) -> None:
+        """Drop the pending writes and close the store (a failed task)."""
+        try:
+            self.store.abort()
+        finally:
+            self.store.close()
+
+
+def acquire(
+    storage: CheckpointStorage,
+    config: EngineConfig,
+    parallelism: int,
+    partition: int,
+    batch_version: int,
+    sources_needed: Callable[[Layout], Iterable[int]],
+    populate: Populate,
+) -> PartitionStore:
+    """Open partition ``partition``'s store at ``batch_version`` (see the module docstring).
+
+    :raises StateVersionMissingError: no layout holds ``batch_version``.
+    """
+    url = storage.url
+    cached = CACHE.take(url, parallelism, partition)
+    if cached is not None and batch_version > 0:
+        s = cached.layout.store_version(batch_version)
+        if 0 < s == _version_of(cached.store) and _manifest_id(cached.store, s) == cached.commit_id:
+            cached.store.abort()
+            return PartitionStore(url, partition, cached.layout, cached.store, "cached", batch_version, storage)
+    if batch_version == 0:
+        layout = Layout(parallelism, 0)
+        register_layout(storage, layout)
+        store = _store_for(cached, storage, config, layout, partition)
+        store.load(0)
+        return PartitionStore(url, partition, layout, store, "new", 0, storage)
+    choice = choose_layout(storage, parallelism, partition, batch_version, sources_needed)
+    if choice is None:
+        if cached is not None:
+            cached.store.close()
+        raise StateVersionMissingError(
+            f"no state for batch {batch_version} (version {batch_version}) of partition {partition} "
+            f"(parallelism {parallelism}) under {url}; found: {describe_layouts(storage)}. The query's "
+            "checkpoint says earlier batches ran, so their state should be here: was the state "
+            "location changed or cleaned, or retention (retainedVersions) too small?")
+    if choice.mode == "direct":
+        store = _store_for(cached, storage, config, choice.layout, partition)
+        try:
+            store.load(choice.layout.store_version(batch_version))
+        except BaseException:
+            store.close()
+            raise
+        return PartitionStore(url, partition, choice.layout, store, "loaded", batch_version, storage)
+    return _rescale(storage, config, parallelism, partition, batch_version, choice, populate, cached)
+
+
+def _rescale(storage: CheckpointStorage, config: EngineConfig, parallelism: int, partition: int,
+             batch_version: int, choice: Choice, populate: Populate, cached: Optional[_Cached]) -> PartitionStore:
+    layout = Layout(parallelism, batch_version)
+    store = _store_for(cached, storage, config, layout, partition)
+    old_stores: dict[int, VersionedStore] = {}
+    try:
+        store.load(0)
+        old_s = choice.layout.store_version(batch_version)
+        for j in choice.sources:
+            old = VersionedStore(storage.child(choice.layout.store_path(j)), config)
+            old_stores[j] = old
+            old.load(old_s)
+        populate(store, choice.layout, old_stores)
+    except BaseException:
+        store.close()
+        raise
+    finally:
+        for old in old_stores.values():
+            old.close()
+    register_layout(storage, layout)
+    return PartitionStore(storage.url, partition, layout, store, "rescaled", batch_version, storage)
+
+
+def _store_for(cached: Optional[_Cached], storage: CheckpointStorage, config: EngineConfig,
+               layout: Layout, partition: int) -> VersionedStore:
+    if cached is not None:
+        if cached.layout == layout:
+            return cached.store
+        cached.store.close()
+    return VersionedStore(storage.child(layout.store_path(partition)), config)
+
+
+def _version_of(store: VersionedStore) -> Optional[int]:
+    try:
+        return store.version
+    except Exception:
+        return None
+
+
+def _manifest_id(store: VersionedStore, version: int) -> Optional[str]:
+    try:
+        return read_manifest(store.storage, version).commit_id
+    except Exception:
+        return None
