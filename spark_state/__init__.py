@@ -30,4 +30,16 @@ __all__ = [
     "SparkStateError", "ConfigError", "VersionNotFoundError", "CheckpointCorruptError",
     "CheckpointFileMissingError", "IncompatibleFormatError", "StorageError",
     "StorageUnavailableError", "StoreStateError", "__version__", "configure",
+    "keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction",
 ]
+
+#: The Python-function API (``spark_state.process``) imports pyspark, so it loads on first use.
+_PROCESS_EXPORTS = ("keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction")
+
+
+def __getattr__(name: str):
+    if name in _PROCESS_EXPORTS:
+        from . import process
+
+        return getattr(process, name)
+    raise AttributeError(f"module 'spark_state' has no attribute {name!r}")
