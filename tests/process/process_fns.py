@@ -1,0 +1,173 @@
+"""Functions the process tests run inside Spark's Python workers (shipped by value).
+
+Each is deterministic given its input, so runs can be compared exactly; ``expected_*``
+helpers compute the same results in plain Python.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any, Iterable
+
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from spark_state.process import CheckpointedFunction, KeyedProcessFunction
+from spark_state.state import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+
+INPUT_SCHEMA = StructType([StructField("k", StringType()), StructField("v", LongType())])
+ALL_STATES_OUTPUT = "k string, count bigint, recent string, per_bucket string, total bigint, mean double"
+
+
+class Mean(AggregateFunction):
+    """(sum, count) accumulator -> mean."""
+
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add(self, value, acc):
+        return (acc[0] + value, acc[1] + 1)
+
+    def get_result(self, acc):
+        return acc[0] / acc[1]
+
+    def merge(self, a, b):
+        return (a[0] + b[0], a[1] + b[1])
+
+
+class AllStates(KeyedProcessFunction):
+    """Every keyed state type per key; ``v == 0`` clears all of the key's state first.
+
+    Emits per row: running count (value), the last 3 values (list), count per ``v % 3``
+    bucket (map), running sum (reducing) and mean (aggregating) since the last clear.
+    """
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
+        self.recent = ctx.get_list_state(ListStateDescriptor("recent", LongType()))
+        self.buckets = ctx.get_map_state(MapStateDescriptor("buckets", LongType(), LongType()))
+        self.total = ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b, LongType()))
+        self.mean = ctx.get_aggregating_state(
+            AggregatingStateDescriptor("mean", Mean(), StructType([
+                StructField("s", LongType()), StructField("n", LongType())])))
+
+    def process_element(self, row, ctx):
+        if row.v == 0:
+            for s in (self.count, self.recent, self.buckets, self.total, self.mean):
+                s.clear()
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        self.recent.add(row.v)
+        recent = self.recent.get()
+        if len(recent) > 3:
+            recent = recent[-3:]
+            self.recent.update(recent)
+        b = row.v % 3
+        self.buckets.put(b, (self.buckets.get(b) or 0) + 1)
+        self.total.add(row.v)
+        self.mean.add(row.v)
+        yield (ctx.current_key, n, json.dumps(recent), json.dumps(sorted(self.buckets.items())),
+               self.total.get(), self.mean.get())
+
+
+def expected_all_states(batches: Iterable[Iterable[tuple[str, int]]]) -> dict[int, list]:
+    """What :class:`AllStates` must emit, per batch (rows sorted)."""
+    state: dict[str, dict[str, Any]] = {}
+    out: dict[int, list] = {}
+    for b, rows in enumerate(batches):
+        emitted = []
+        for k, v in rows:
+            s = state.get(k)
+            if s is None or v == 0:
+                s = state[k] = {"count": 0, "recent": [], "buckets": defaultdict(int), "total": 0, "vals": []}
+            s["count"] += 1
+            s["recent"] = (s["recent"] + [v])[-3:]
+            s["buckets"][v % 3] += 1
+            s["total"] += v
+            s["vals"].append(v)
+            emitted.append((k, s["count"], json.dumps(s["recent"]), json.dumps(sorted(s["buckets"].items())),
+                            s["total"], sum(s["vals"]) / len(s["vals"])))
+        out[b] = sorted(emitted)
+    return out
+
+
+class FailOnce(AllStates):
+    """:class:`AllStates` that fails the first attempt of batch ``fail_batch`` in every
+    partition, after it has already changed state for some rows."""
+
+    def __init__(self, fail_batch: int) -> None:
+        self.fail_batch = fail_batch
+
+    def open(self, ctx):
+        super().open(ctx)
+        from pyspark import TaskContext
+
+        self.failing = ctx.batch_id == self.fail_batch and TaskContext.get().attemptNumber() == 0
+        self.seen = 0
+
+    def process_element(self, row, ctx):
+        yield from super().process_element(row, ctx)
+        self.seen += 1
+        if self.failing and self.seen == 2:
+            raise RuntimeError("injected failure: first attempt of the batch")
+
+
+def fail_first_attempt_of_batch(batch_to_fail: int):
+    """A Python UDF after the function: fails the task's first attempt in ``batch_to_fail``
+    (possibly after the function committed), so Spark retries the whole task."""
+    from pyspark.sql import functions as F
+
+    def check(k):
+        from pyspark import TaskContext
+
+        tc = TaskContext.get()
+        if (tc.getLocalProperty("streaming.sql.batchId") == str(batch_to_fail)
+                and tc.attemptNumber() == 0):
+            raise RuntimeError("injected downstream failure")
+        return k
+
+    return F.udf(check, StringType())
+
+
+class OperatorStates(CheckpointedFunction):
+    """All three operator state modes. Every row appends ``v`` to the even-split list and the
+    union list; the broadcast map records which partition first wrote it. Each row emits the
+    state as restored at the start of the batch (``seq == 0`` marks the partition's first row)."""
+
+    def initialize_state(self, ctx):
+        self.split = ctx.get_list_state(ListStateDescriptor("split", LongType()))
+        self.union = ctx.get_union_list_state(ListStateDescriptor("union", LongType()))
+        self.bcast = ctx.get_broadcast_state(MapStateDescriptor("bcast", StringType(), LongType()))
+        if not ctx.is_restored:
+            self.bcast.put("writer", ctx.partition_id)
+        self.restored = (self.split.get(), self.union.get(), self.bcast.get("writer"))
+        self.seq = 0
+
+    def process_element(self, row, ctx):
+        split, union, writer = self.restored
+        self.split.add(row.v)
+        self.union.add(row.v)
+        yield (ctx.batch_id, ctx.partition_id, ctx.parallelism, self.seq, row.v,
+               json.dumps(split), json.dumps(union), writer)
+        self.seq += 1
+
+    def snapshot_state(self, ctx):
+        self.bcast.put("batches", (self.bcast.get("batches") or 0) + 1)
+
+
+OPERATOR_OUTPUT = ("batch bigint, partition int, parallelism int, seq int, v bigint, "
+                   "split string, union_ string, writer bigint")
+
+
+class WrongOutput(KeyedProcessFunction):
+    """Emits a string where ``output_schema`` has a bigint."""
+
+    def process_element(self, row, ctx):
+        yield (ctx.current_key, "one", "[]", "[]", 0, 0.0)

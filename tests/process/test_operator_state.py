@@ -1,0 +1,99 @@
+"""checkpointed_process: operator state in its three modes, redistributed on 4 -> 3 -> 6, on
+real streaming queries; plus Flink's even-split assignment without Spark."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import pytest
+
+import process_fns
+from process_fns import INPUT_SCHEMA, OPERATOR_OUTPUT, OperatorStates
+from spark_state import EngineConfig, VersionedStore
+from spark_state.process import checkpointed_process
+from spark_state.process.operator_state import SPLIT, UNION, redistribute, split_ranges, state_prefix
+from streaming_harness import HDFS_PROVIDER, merge_runs, run_query, ship_module_by_value, write_batches
+
+
+def test_even_split_follows_flinks_round_robin_assignment():
+    # 5 elements over 3: chunks of 2, 2, 1 from operator 0; the next state starts at 2,
+    # the first operator that got the short chunk.
+    assert split_ranges(5, 3, 0) == ([(0, 2), (2, 4), (4, 5)], 2)
+    assert split_ranges(5, 3, 2) == ([(2, 4), (4, 5), (0, 2)], 1)
+    assert split_ranges(6, 3, 1) == ([(4, 6), (0, 2), (2, 4)], 1)
+    assert split_ranges(0, 2, 0) == ([(0, 0), (0, 0)], 0)
+
+
+def test_redistribute_from_stores(tmp_path):
+    config = EngineConfig(backend="hashmap")
+    old = {}
+    for j in range(2):
+        s = VersionedStore(str(tmp_path / f"old{j}"), config)
+        s.load(0)
+        for i, v in enumerate([b"a%d" % j, b"b%d" % j, b"c%d" % j]):
+            s.put(state_prefix(SPLIT, "s") + i.to_bytes(4, "big"), v)
+            s.put(state_prefix(UNION, "u") + i.to_bytes(4, "big"), v)
+        s.put(state_prefix(3, "b") + b"writer", b"%d" % j)
+        old[j] = s
+    got = {}
+    for i in range(3):
+        t = VersionedStore(str(tmp_path / f"new{i}"), config)
+        t.load(0)
+        redistribute(t, i, 3, old)
+        got[i] = {k: v for k, v in t.iterate()}
+    split = {i: [v for k, v in sorted(got[i].items()) if k.startswith(state_prefix(SPLIT, "s"))] for i in got}
+    assert split == {0: [b"a0", b"b0"], 1: [b"c0", b"a1"], 2: [b"b1", b"c1"]}
+    for i in got:
+        union = [v for k, v in sorted(got[i].items()) if k.startswith(state_prefix(UNION, "u"))]
+        assert union == [b"a0", b"b0", b"c0", b"a1", b"b1", b"c1"]
+        assert got[i][state_prefix(3, "b") + b"writer"] == b"%d" % (i % 2)
+
+
+@pytest.mark.spark
+def test_operator_state_redistribution_on_4_3_6(spark, tmp_path):
+    ship_module_by_value(process_fns)
+    batches = [[(f"r{b}", b * 100 + i) for i in range(12)] for b in range(6)]
+    write_batches(tmp_path / "in", batches, INPUT_SCHEMA)
+    ckpt, root = str(tmp_path / "ckpt"), str(tmp_path / "state")
+
+    def run(parallelism, **kwargs):
+        return run_query(
+            spark, lambda df: checkpointed_process(df, OperatorStates(), OPERATOR_OUTPUT, parallelism=parallelism,
+                                                   state_root=root),
+            provider_class=HDFS_PROVIDER, input_dir=str(tmp_path / "in"), schema=INPUT_SCHEMA,
+            checkpoint_dir=ckpt, output_mode="append", **kwargs)
+
+    out = merge_runs(run(4, stop_after_batches=2), run(3, stop_after_batches=2), run(6))
+    assert sorted(out) == list(range(6))
+    # per (batch, partition): restored state and the values it added, in order
+    restored, added = {}, defaultdict(list)
+    for batch in out.values():
+        for b, p, n, seq, v, split, union, writer in batch:
+            if seq == 0:
+                restored[b, p] = (n, json.loads(split), json.loads(union), writer)
+            added[b, p].append((seq, v))
+    assert sorted(v for rows in added.values() for _, v in rows) == sorted(v for bt in batches for _, v in bt)
+    parallelism = {0: 4, 1: 4, 2: 3, 3: 3, 4: 6, 5: 6}
+
+    def state_after(b, p):
+        _, split, union, writer = restored[b, p]
+        new = [v for _, v in sorted(added[b, p])]
+        return split + new, union + new, writer
+
+    for b in range(1, 6):
+        m, n = parallelism[b - 1], parallelism[b]
+        assert all((b, p) in restored for p in range(n)), "every partition gets rows each batch"
+        old = [state_after(b - 1, j) for j in range(m)]
+        for i in range(n):
+            _, split, union, writer = restored[b, i]
+            if m == n:  # same parallelism: everyone gets back its own state
+                assert (split, union, writer) == old[i]
+            else:
+                everything = [v for s, _, _ in old for v in s]
+                lo, hi = split_ranges(len(everything), n, 0)[0][i]
+                assert split == everything[lo:hi]
+                assert union == [v for _, u, _ in old for v in u]
+                assert writer == old[i % m][2]
+    # writer: 0..3 from batch 0, then i % 4 at 3 partitions, then (i % 3) at 6
+    assert [restored[5, i][3] for i in range(6)] == [0, 1, 2, 0, 1, 2]
