@@ -1,0 +1,229 @@
+"""keyed_process vs Spark's transformWithStateInPandas (RocksDB provider): same logic, same input.
+
+Workloads (``--rows-per-batch`` rows per micro-batch, keys uniform over ``--keys``):
+
+* ``count``   -- keyed running count: every row increments its key's count (value state)
+  and emits ``(k, count)``.
+* ``listmap`` -- every row appends ``v`` to its key's list state and increments the count of
+  bucket ``v % 10`` in its key's map state, and emits ``(k, bucket, bucket count)``.
+
+keyed_process runs the per-row Flink-style function (``KeyedProcessFunction``) with the
+engine in-process (default backend RocksDB). transformWithStateInPandas runs the same logic per
+key group, vectorised with pandas the way its API invites (one state read and write per key
+and batch, not per row), on Spark's RocksDB provider (the only one it accepts).
+
+Method: input is generated up front (one parquet file per micro-batch), read with
+``maxFilesPerTrigger=1`` and ``trigger(availableNow=True)`` into the ``noop`` sink; ``local[2]``,
+``--partitions`` partitions. Every (workload, engine) runs in a fresh Python process and JVM;
+the first ``--warmup`` batches are not measured; the figure is the median ``addBatch`` time of
+the measured batches, as rows/s. Ratios are keyed_process over transformWithStateInPandas.
+
+Usage: python bench/keyed_bench.py [--rows-per-batch 50000] [--keys 25000] [--batches 4]
+           [--workloads count,listmap] [--engines process,tws] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+WORKLOADS = ("count", "listmap")
+ENGINES = ("process", "tws")
+OUTPUTS = {"count": "k bigint, count bigint", "listmap": "k bigint, bucket bigint, count bigint"}
+
+
+# ------------------------------------------------------------------------------ functions
+def process_function(workload: str):
+    """The keyed_process function of a workload (defined here so that it pickles by value)."""
+    from pyspark.sql.types import LongType
+
+    from spark_state.process import KeyedProcessFunction
+    from spark_state.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+
+    class RunningCount(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
+
+        def process_element(self, row, ctx):
+            n = (self.count.value() or 0) + 1
+            self.count.update(n)
+            return ((row.k, n),)
+
+    class ListMap(KeyedProcessFunction):
+        def open(self, ctx):
+            self.values = ctx.get_list_state(ListStateDescriptor("values", LongType()))
+            self.buckets = ctx.get_map_state(MapStateDescriptor("buckets", LongType(), LongType()))
+
+        def process_element(self, row, ctx):
+            self.values.add(row.v)
+            b = row.v % 10
+            n = (self.buckets.get(b) or 0) + 1
+            self.buckets.put(b, n)
+            return ((row.k, b, n),)
+
+    return RunningCount() if workload == "count" else ListMap()
+
+
+def tws_processor(workload: str):
+    """The transformWithStateInPandas processor of a workload."""
+    import numpy as np
+    import pandas as pd
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class RunningCount(StatefulProcessor):
+        def init(self, handle):
+            self.count = handle.getValueState("count", "count bigint")
+
+        def handleInputRows(self, key, rows, timerValues):
+            n = sum(len(pdf) for pdf in rows)
+            state = self.count.get()  # None when unset: one round trip, not exists() + get()
+            prev = state[0] if state is not None else 0
+            self.count.update((prev + n,))
+            yield pd.DataFrame({"k": np.full(n, key[0], dtype=np.int64),
+                                "count": np.arange(prev + 1, prev + n + 1, dtype=np.int64)})
+
+        def close(self):
+            pass
+
+    class ListMap(StatefulProcessor):
+        def init(self, handle):
+            self.values = handle.getListState("values", "v bigint")
+            self.buckets = handle.getMapState("buckets", "b bigint", "n bigint")
+
+        def handleInputRows(self, key, rows, timerValues):
+            pdf = pd.concat(list(rows), ignore_index=True)
+            self.values.appendList(pdf[["v"]])
+            bucket = pdf["v"] % 10
+            counts = bucket.groupby(bucket).cumcount() + 1
+            out = np.empty(len(pdf), dtype=np.int64)
+            for b, idx in bucket.groupby(bucket).groups.items():
+                prev = self.buckets.getValue((int(b),))
+                base = prev[0] if prev is not None else 0
+                out[idx] = base + counts.loc[idx].to_numpy()
+                self.buckets.updateValue((int(b),), (int(base + len(idx)),))
+            yield pd.DataFrame({"k": np.full(len(pdf), key[0], dtype=np.int64),
+                                "bucket": bucket.to_numpy(dtype=np.int64), "count": out})
+
+        def close(self):
+            pass
+
+    return RunningCount() if workload == "count" else ListMap()
+
+
+# ------------------------------------------------------------------------------ one run
+def generate_inputs(root: str, files: int, rows: int, keys: int, seed: int = 7) -> str:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(seed)
+    for b in range(files):
+        table = pa.table({"k": rng.integers(0, keys, size=rows, dtype=np.int64),
+                          "v": rng.integers(0, 1000, size=rows, dtype=np.int64)})
+        path = os.path.join(root, f"batch-{b:06d}.parquet")
+        pq.write_table(table, path)
+        os.utime(path, (1_700_000_000 + 10 * b,) * 2)
+    return root
+
+
+def child(args: argparse.Namespace) -> None:
+    """One (workload, engine) run in this process; prints a JSON line with batch durations."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import spark_state
+
+    spark = (SparkSession.builder.master("local[2]").appName("keyed-bench")
+             .config("spark.sql.shuffle.partitions", str(args.partitions))
+             .config("spark.ui.enabled", "false").config("spark.pyspark.python", sys.executable)
+             .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    df = spark.readStream.schema("k bigint, v bigint").option("maxFilesPerTrigger", 1).parquet(args.input)
+    if args.engine == "process":
+        out = spark_state.keyed_process(df, "k", process_function(args.workload), OUTPUTS[args.workload],
+                                        parallelism=args.partitions, state_location=args.state,
+                                        engine={"backend": args.backend})
+    else:
+        out = df.groupBy("k").transformWithStateInPandas(
+            statefulProcessor=tws_processor(args.workload), outputStructType=OUTPUTS[args.workload],
+            outputMode="Append", timeMode="None")
+    query = (out.writeStream.format("noop").outputMode("append")
+             .option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination()
+    progress = [json.loads(p.json()) for p in query._jsq.recentProgress()]
+    durations = [p["durationMs"]["addBatch"] for p in progress if "addBatch" in p.get("durationMs", {})]
+    print("RESULT " + json.dumps({"addBatch": durations, "rows": [p["numInputRows"] for p in progress]}))
+    spark.stop()
+
+
+def run_one(workload: str, engine: str, backend: str, args: argparse.Namespace, input_dir: str, tmp: str) -> list[float]:
+    work = tempfile.mkdtemp(dir=tmp)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--workload", workload, "--engine", engine,
+           "--backend", backend, "--input", input_dir, "--partitions", str(args.partitions),
+           "--checkpoint", os.path.join(work, "ckpt"), "--state", os.path.join(work, "state")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"{workload}/{engine} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    shutil.rmtree(work, ignore_errors=True)
+    durations = json.loads(line[len("RESULT "):])["addBatch"]
+    return [d / 1000 for d in durations[args.warmup:]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--workload"), ap.add_argument("--engine"), ap.add_argument("--input")
+    ap.add_argument("--checkpoint"), ap.add_argument("--state")
+    ap.add_argument("--backend", default="rocksdb", help="keyed_process engine backend (rocksdb|hashmap)")
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--rows-per-batch", type=int, default=50_000)
+    ap.add_argument("--keys", type=int, default=25_000)
+    ap.add_argument("--batches", type=int, default=4, help="measured batches")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+    tmp = tempfile.mkdtemp(prefix="keyed-bench-")
+    try:
+        os.makedirs(os.path.join(tmp, "input"))
+        input_dir = generate_inputs(os.path.join(tmp, "input"), args.warmup + args.batches,
+                                    args.rows_per_batch, args.keys)
+        print(f"keyed_bench: {args.rows_per_batch} rows/batch over {args.keys} keys, {args.warmup} warm-up + "
+              f"{args.batches} measured batches, {args.partitions} partitions, local[2]")
+        results: dict = {}
+        for workload in args.workloads.split(","):
+            for engine in args.engines.split(","):
+                secs = run_one(workload, engine, args.backend, args, input_dir, tmp)
+                med = statistics.median(secs)
+                results.setdefault(workload, {})[engine] = {
+                    "batch_seconds": secs, "median_s": med, "rows_per_s": args.rows_per_batch / med}
+                print(f"  {workload:8s} {engine:8s} median {med:7.2f} s/batch  "
+                      f"{args.rows_per_batch / med:10.0f} rows/s   batches: {[round(s, 2) for s in secs]}", flush=True)
+        print()
+        for workload, r in results.items():
+            if "process" in r and "tws" in r:
+                ratio = r["process"]["rows_per_s"] / r["tws"]["rows_per_s"]
+                r["ratio"] = ratio
+                print(f"  {workload}: keyed_process is {ratio:.1f}x transformWithStateInPandas (RocksDB)")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"args": vars(args), "results": results}, f, indent=2)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
