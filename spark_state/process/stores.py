@@ -127,9 +127,14 @@ def acquire(
     cached = CACHE.take(url, parallelism, partition)
     if cached is not None and batch_version > 0:
         s = cached.layout.store_version(batch_version)
-        if 0 < s == _version_of(cached.store) and _manifest_id(cached.store, s) == cached.commit_id:
-            cached.store.abort()
-            return PartitionStore(url, partition, cached.layout, cached.store, "cached", batch_version, storage)
+        if 0 < s == _version_of(cached.store):
+            if _manifest_id(cached.store, s) == cached.commit_id:
+                cached.store.abort()
+                return PartitionStore(url, partition, cached.layout, cached.store, "cached", batch_version, storage)
+            # Another attempt re-committed this version: load() would trust the local copy
+            # (same version number), so drop it and restore.
+            cached.store.close()
+            cached = None
     if batch_version == 0:
         layout = Layout(parallelism, 0)
         register_layout(storage, layout)
