@@ -11,7 +11,13 @@ Workloads (both ``outputMode("update")``, ``spark.sql.shuffle.partitions=4``, ``
 
 Providers: ``hdfs``, ``rocksdb`` (Spark's built-ins) and ``sparkstate`` (this project's
 provider, set up with ``spark_state.configure(builder)``; skipped with a message if that does
-not import). Any other value is taken as a provider class name.
+not import). Any other value is taken as a provider class name. TTL variants of ours:
+
+* ``sparkstate-ttl`` -- TTL on for every operator (``--ttl``, default 1h: long enough that
+  nothing expires mid-run, so it measures what stamping values and keeping the expiry index
+  cost); its rows/s are also reported as a ratio to ``sparkstate`` ("TTL cost", goal <= 15%).
+* ``sparkstate-ttl-expiring`` -- TTL ``--ttl-expiring`` (default 3s, wall clock): keys not
+  updated for about two batches expire, so the sweep removes rows every batch.
 
 Method. Input is generated up front as parquet, one file per micro-batch, and read with
 ``maxFilesPerTrigger=1`` and ``trigger(availableNow=True)`` into the ``noop`` sink, so every
@@ -31,7 +37,7 @@ their order. With ``--rounds N`` the providers run N times, in rotated order, an
 figures are over all measured batches of all rounds.
 
 Usage:
-    python bench/provider_bench.py --providers hdfs,rocksdb[,sparkstate] [--batches 6]
+    python bench/provider_bench.py --providers hdfs,rocksdb[,sparkstate[,sparkstate-ttl]] [--batches 6]
         [--rows-per-batch 500000] [--workloads agg,dedup] [--json out.json]
 """
 
@@ -54,6 +60,9 @@ PROVIDERS = {
 }
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 BASELINE = "rocksdb"
+TTL_CONF = "spark.sql.streaming.stateStore.sparkState.ttl"
+#: variant name -> (provider it runs, Spark confs it adds; a value None is filled from the CLI)
+VARIANTS = {"sparkstate-ttl": ("sparkstate", "ttl"), "sparkstate-ttl-expiring": ("sparkstate", "ttl_expiring")}
 WORKLOADS = ("agg", "dedup")
 
 
@@ -109,7 +118,7 @@ def run_worker(spec: dict) -> dict:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", spec["driver_memory"])
     )
-    if spec["provider"] == "sparkstate":
+    if spec["base"] == "sparkstate":
         from spark_state import configure
 
         builder = configure(builder) or builder
@@ -155,6 +164,7 @@ def run_worker(spec: dict) -> dict:
                 "state_rows": sum(op.get("numRowsTotal", 0) for op in ops),
                 "rows_updated": sum(op.get("numRowsUpdated", 0) for op in ops),
                 "commit_ms": sum(op.get("commitTimeMs", 0) for op in ops),
+                "ttl_expired": sum((op.get("customMetrics") or {}).get("sparkStateTtlExpiredRows", 0) for op in ops),
             }
         )
     return {"batches": batches, "wall_s": wall}
@@ -179,6 +189,7 @@ def summarize(batches: list[dict], warmup: int) -> dict:
         "median_commit_ms": statistics.median(b["commit_ms"] for b in measured),
         "median_rows_updated": statistics.median(b["rows_updated"] for b in measured),
         "final_state_rows": measured[-1]["state_rows"],
+        "ttl_expired_rows": sum(b.get("ttl_expired", 0) for b in measured),
     }
 
 
@@ -202,6 +213,8 @@ def main(argv=None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="4g")
     parser.add_argument("--rounds", type=int, default=1, help="run every provider this many times (rotated order)")
+    parser.add_argument("--ttl", default="1h", help="TTL of the sparkstate-ttl variant")
+    parser.add_argument("--ttl-expiring", default="3s", help="TTL of the sparkstate-ttl-expiring variant")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf for every run")
     parser.add_argument("--workdir", help="input and checkpoints go here (default: a temporary directory, removed)")
     parser.add_argument("--seed", type=int, default=42)
@@ -224,7 +237,7 @@ def main(argv=None) -> int:
     confs = dict(c.split("=", 1) for c in args.conf)
     providers = []
     for name in names:
-        if name == "sparkstate":
+        if name == "sparkstate" or VARIANTS.get(name, ("",))[0] == "sparkstate":
             ok, why = sparkstate_available()
             if not ok:
                 print(f"skipping sparkstate: `from spark_state import configure` failed ({why})")
@@ -254,17 +267,22 @@ def main(argv=None) -> int:
             for w in workloads:
                 for name in order:
                     tag = f"{w}-{name}-r{rnd}"
+                    base = VARIANTS[name][0] if name in VARIANTS else name
+                    run_confs = dict(confs)
+                    if name in VARIANTS:
+                        run_confs[TTL_CONF] = getattr(args, VARIANTS[name][1])
                     spec = {
                         "workload": w,
                         "provider": name,
-                        "provider_class": PROVIDERS.get(name, name),
+                        "base": base,
+                        "provider_class": PROVIDERS.get(base, base),
                         "input_dir": inputs[w],
                         "checkpoint": os.path.join(workdir, "ckpt", tag),
                         "result": os.path.join(workdir, f"{tag}.json"),
                         "master": args.master,
                         "partitions": args.partitions,
                         "driver_memory": args.driver_memory,
-                        "confs": confs,
+                        "confs": run_confs,
                     }
                     log_path = os.path.join(workdir, f"{tag}.log")
                     t = time.monotonic()
@@ -299,7 +317,10 @@ def main(argv=None) -> int:
         for name, runs in results.get(w, {}).items():
             batches = [b for run in runs for b in run["batches"]]
             summary[name] = summarize(batches, args.warmup)
-            summary[name]["provider_class"] = PROVIDERS.get(name, name)
+            base = VARIANTS[name][0] if name in VARIANTS else name
+            summary[name]["provider_class"] = PROVIDERS.get(base, base)
+            if name in VARIANTS:
+                summary[name]["ttl"] = getattr(args, VARIANTS[name][1])
             summary[name]["per_batch"] = [run["batches"] for run in runs]
         base = summary.get(BASELINE, {})
         for name, s in summary.items():
@@ -309,18 +330,26 @@ def main(argv=None) -> int:
         report["workloads"][w] = summary
 
         print(f"\n{w}: rows/s and per-batch medians over measured batches (ratios vs {BASELINE})")
-        header = (f"  {'provider':<12}{'batches':>8}{'rows/s':>12}{'trigger ms':>12}{'addBatch ms':>13}"
+        header = (f"  {'provider':<24}{'batches':>8}{'rows/s':>12}{'trigger ms':>12}{'addBatch ms':>13}"
                   f"{'commit ms':>11}{'state rows':>12}{'thru x':>8}{'lat x':>8}")
         print(header)
         for name, s in summary.items():
             if not s.get("measured_batches"):
-                print(f"  {name:<12} no measured batches")
+                print(f"  {name:<24} no measured batches")
                 continue
             thr = f"{s['throughput_vs_rocksdb']:.2f}" if "throughput_vs_rocksdb" in s else "-"
             lat = f"{s['latency_vs_rocksdb']:.2f}" if "latency_vs_rocksdb" in s else "-"
-            print(f"  {name:<12}{s['measured_batches']:>8}{s['rows_per_s']:>12,.0f}{s['median_trigger_ms']:>12,.0f}"
+            print(f"  {name:<24}{s['measured_batches']:>8}{s['rows_per_s']:>12,.0f}{s['median_trigger_ms']:>12,.0f}"
                   f"{s['median_add_batch_ms']:>13,.0f}{s['median_commit_ms']:>11,.0f}{s['final_state_rows']:>12,}"
                   f"{thr:>8}{lat:>8}")
+        plain = summary.get("sparkstate", {})
+        for name in VARIANTS:
+            s = summary.get(name, {})
+            if plain.get("measured_batches") and s.get("measured_batches"):
+                s["rows_per_s_vs_sparkstate"] = s["rows_per_s"] / plain["rows_per_s"]
+                print(f"  TTL cost, {name} (ttl {s['ttl']}): {s['rows_per_s']:,.0f} vs {plain['rows_per_s']:,.0f} rows/s "
+                      f"= {s['rows_per_s_vs_sparkstate']:.3f}x ({(1 - s['rows_per_s_vs_sparkstate']) * 100:+.1f}% cost; "
+                      f"goal <= 15%); rows expired in measured batches: {s['ttl_expired_rows']:,}")
         if w == "agg":
             for name, s in summary.items():
                 if s.get("measured_batches"):

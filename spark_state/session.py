@@ -10,6 +10,7 @@ from . import constants as C
 from .config import EngineConfig
 from .errors import ConfigError
 from . import jvm
+from .provider.ttl_policy import parse_settings as parse_ttl_settings, split_ttl_options
 
 __all__ = ["configure"]
 
@@ -38,7 +39,7 @@ def configure(
       starts can import spark_state;
     * ``spark.sql.streaming.stateStore.sparkState.backend`` = ``backend`` when given;
     * ``spark.sql.streaming.stateStore.sparkState.<key>`` = value for every ``options``
-      item (keys as in :meth:`EngineConfig.from_options`, e.g. ``snapshotInterval``,
+      item (keys as in :meth:`EngineConfig.from_options` or the TTL confs ``ttl``, ``ttl.*``, e.g. ``snapshotInterval``,
       ``storage.s3.endpoint_url``).
 
     ``backend`` and ``options`` are validated before the builder is touched, so a typo
@@ -67,7 +68,9 @@ def configure(
                 "give the backend once"
             )
         opts["backend"] = backend
-    EngineConfig.from_options(opts)  # raises ConfigError on unknown keys or bad values
+    ttl_opts, engine_opts = split_ttl_options(opts)
+    EngineConfig.from_options(engine_opts)  # raises ConfigError on unknown keys or bad values
+    parse_ttl_settings(ttl_opts)  # TTL for built-in operators (``ttl``, ``ttl.*``)
 
     jar = jvm.jar_path()
     python = python or sys.executable

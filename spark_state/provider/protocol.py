@@ -12,12 +12,24 @@ with the Python message instead of a bare Py4J error). The worker exits when its
 closes, i.e. when the executor JVM that owns it is gone.
 
 Changes file (Arrow IPC *file* format, written by the shim at ``commit()``), one row per
-key written in the epoch (the last write wins)::
+key written (or, with TTL ``OnReadAndWrite``, read) in the epoch; the last write wins::
 
-    op     int8    0 = put, 1 = delete
-    key    binary  stored key (layout: keycodec in the shim, key-group prefixed)
-    value  binary  new value; null for deletes
-    prior  int8    1 = the key existed before this epoch, 0 = it did not, -1 = unknown
+    op           int8    0 = put, 1 = delete, 2 = touch (an OnReadAndWrite read of a key not
+                         written this epoch: rewrite the value read with a new stamp)
+    key          binary  stored key (layout: keycodec in the shim, key-group prefixed)
+    value        binary  new value (bare UnsafeRow, never stamped; for a touch, the value
+                         read); null for deletes
+    prior        int8    1 = the key existed before this epoch, 0 = it did not, -1 = unknown
+    prior_stamp  int64   last-access stamp of the committed value the JVM read for this key
+                         (TTL layout); -1 = unknown (not read, or an unstamped layout),
+                         -2 = known absent
+
+Load and commit replies carry ``ttl``: ``stamped`` (the loaded version's values start with an
+8-byte big-endian last-access stamp, which reads strip), ``enabled``, and when enabled
+``ttlMs``, ``nowMs`` (processing time of this batch, taken once at load), ``returnExpired``
+and ``refreshOnRead``. ``commit`` receives that ``nowMs`` back, so expiry in the JVM and
+cleanup in the worker use one time per batch; its reply adds ``ttl.expired`` (rows removed
+by expiry) and ``ttl.migrated`` (rows rewritten because TTL was turned on or off).
 """
 
 from __future__ import annotations

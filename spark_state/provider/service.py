@@ -30,13 +30,15 @@ import uuid
 from dataclasses import asdict
 from typing import Any, Callable, Optional
 
-import pyarrow as pa
-
 from .. import constants as C
 from ..config import EngineConfig
 from ..errors import ConfigError
 from ..store import VersionedStore
+from ..ttl import is_stamped
+from . import ttl_policy
 from .protocol import SERVICE_INTERFACE
+from .ttl_commit import NAMESPACE, collect_background, read_changes, stage_epoch
+from .ttl_policy import StoreTtl
 
 _LOG = logging.getLogger(__name__)
 
@@ -57,11 +59,16 @@ VIEWS_KEPT = 2
 
 
 class _Instance:
-    __slots__ = ("store", "lock", "crash_on_commit", "views", "views_dir")
+    __slots__ = ("store", "lock", "crash_on_commit", "views", "views_dir", "ttl", "expired_candidates", "where")
 
-    def __init__(self, store: VersionedStore, crash_on_commit: Optional[str], views_dir: str) -> None:
+    def __init__(self, store: VersionedStore, crash_on_commit: Optional[str], views_dir: str,
+                 ttl: StoreTtl, where: str) -> None:
         self.store = store
         self.crash_on_commit = crash_on_commit
+        self.ttl = ttl
+        self.where = where
+        #: (version, [(key, index bucket)]): expired rows background cleanup found in that version
+        self.expired_candidates: Optional[tuple[int, list[tuple[bytes, int]]]] = None
         self.lock = threading.Lock()
         #: (version, path) of exported read views, oldest first
         self.views: list[tuple[int, str]] = []
@@ -108,7 +115,7 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
     ``engine`` (spark-state options without the conf prefix), ``storage`` (checkpoint
     storage options), ``localDir``, and Spark's own ``minVersionsToRetain`` /
     ``minDeltasForSnapshot`` as defaults for retention and snapshot interval."""
-    engine = dict(options.get("engine") or {})
+    _, engine = ttl_policy.split_ttl_options(options.get("engine") or {})
     engine.pop(CRASH_ON_COMMIT_OPTION, None)
     for key in JVM_ONLY_OPTIONS:
         engine.pop(key, None)
@@ -119,7 +126,12 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
     for key, value in (options.get("storage") or {}).items():
         engine.setdefault("storage." + key, str(value))
     # Validate under the full conf names, so an error names the conf the user actually set.
-    config = EngineConfig.from_options({C.CONF_PREFIX + k: v for k, v in engine.items()}, prefix=C.CONF_PREFIX)
+    try:
+        config = EngineConfig.from_options({C.CONF_PREFIX + k: v for k, v in engine.items()}, prefix=C.CONF_PREFIX)
+    except ConfigError as exc:
+        if not str(exc).startswith("unknown spark-state option"):
+            raise
+        raise ConfigError(f"{exc}; TTL options: {C.CONF_PREFIX}ttl and {C.CONF_PREFIX}ttl.*") from None
     if config.backend != C.BACKEND_ROCKSDB:
         raise ConfigError(
             f"the Spark provider serves reads from the executor JVM through RocksDB, so it needs "
@@ -127,6 +139,30 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
             f"{C.CONF_PREFIX}backend=rocksdb (the hashmap backend is available to the Python API)"
         )
     return config
+
+
+def store_ttl(options: dict[str, Any]) -> StoreTtl:
+    """The TTL of the store the shim's ``options`` describe (``engine`` confs, ``operatorId``,
+    ``storeName``); raises :class:`ConfigError` for bad TTL confs."""
+    ttl_options, _ = ttl_policy.split_ttl_options(options.get("engine") or {})
+    operator = options.get("operatorId")
+    return ttl_policy.resolve(ttl_options, None if operator is None else int(operator),
+                              str(options.get("storeName") or ttl_policy.DEFAULT_STORE))
+
+
+def ttl_state(instance: _Instance) -> dict[str, Any]:
+    """What the JVM needs to read the loaded version: whether values are stamped, and when
+    TTL is on, the TTL and the batch's processing time (taken once, here, per load)."""
+    store, ttl = instance.store, instance.ttl
+    state: dict[str, Any] = {"stamped": is_stamped(store, NAMESPACE), "enabled": ttl.enabled}
+    if ttl.config is not None:
+        state |= {
+            "ttlMs": ttl.config.ttl_ms,
+            "nowMs": ttl.now_ms(store.version),
+            "returnExpired": ttl.config.return_expired,
+            "refreshOnRead": ttl.config.refresh_on_read,
+        }
+    return state
 
 
 class StoreService:
@@ -148,19 +184,29 @@ class StoreService:
             instance = self._instance(instance_id, checkpoint, options_json)
             with instance.lock:
                 store = instance.store.load(int(version))
-                return _state(store) | {"viewPath": instance.view(), "restore": asdict(store.last_restore)}
+                return _state(store) | {"viewPath": instance.view(), "restore": asdict(store.last_restore),
+                                        "ttl": ttl_state(instance)}
         return _reply(run)
 
-    def commit(self, instance_id: str, checkpoint: str, options_json: str, version: int, changes_path: str) -> str:
+    def commit(self, instance_id: str, checkpoint: str, options_json: str, version: int, changes_path: str,
+               now_ms: int = -1) -> str:
+        """Commit the changes file on top of ``version``. ``now_ms`` is the processing time the
+        load reply gave the JVM for this batch (-1: take it now), so that what the JVM saw
+        expire and what this commit removes agree."""
         def run() -> dict[str, Any]:
             instance = self._instance(instance_id, checkpoint, options_json)
             with instance.lock:
                 store = instance.store.load(int(version))  # cached unless the worker restarted
-                keys, values, prior = read_changes(changes_path)
+                changes = read_changes(changes_path)
                 _maybe_crash(instance.crash_on_commit, int(version) + 1)
-                store.stage_changes(keys, values, prior)
+                ttl = instance.ttl
+                now = int(now_ms) if int(now_ms) >= 0 else ttl.now_ms(store.version)
+                background, instance.expired_candidates = instance.expired_candidates, None
+                candidates = background[1] if background and background[0] == store.version else None
+                epoch = stage_epoch(store, ttl, changes, now, candidates, instance.where)
                 store.commit()
-                return _state(store) | {"viewPath": instance.view(), "commit": asdict(store.last_commit)}
+                return _state(store) | {"viewPath": instance.view(), "commit": asdict(store.last_commit),
+                                        "ttl": ttl_state(instance) | asdict(epoch)}
         return _reply(run)
 
     def maintenance(self, instance_id: str, kind: str) -> str:
@@ -171,7 +217,15 @@ class StoreService:
             with instance.lock:
                 if kind == "cleanup":
                     result = instance.store.cleanup()
-                    return {"deleted": len(result.deleted)}
+                    reply: dict[str, Any] = {"deleted": len(result.deleted)}
+                    store = instance.store
+                    if instance.ttl.enabled and _is_loaded(store) and not store.has_uncommitted_changes:
+                        # Background TTL cleanup: find expired rows now, between batches; the
+                        # next commit on top of this version removes them.
+                        found = collect_background(store, instance.ttl)
+                        instance.expired_candidates = (store.version, found) if found else None
+                        reply["ttlExpiredFound"] = len(found)
+                    return reply
                 raise ValueError(f"unknown maintenance kind {kind!r}")
         return _reply(run)
 
@@ -193,24 +247,22 @@ class StoreService:
             if instance is None:
                 options = json.loads(options_json)
                 config = engine_config(options)
+                ttl = store_ttl(options)
                 store = VersionedStore(checkpoint, config)
                 crash = (options.get("engine") or {}).get(CRASH_ON_COMMIT_OPTION)
                 views_dir = os.path.join(config.local_dir or tempfile.gettempdir(), f"views-{instance_id}")
-                instance = self._instances[instance_id] = _Instance(store, crash, views_dir)
-                _LOG.info("opened store %s for %s", instance_id, checkpoint)
+                instance = self._instances[instance_id] = _Instance(store, crash, views_dir, ttl, checkpoint)
+                _LOG.info("opened store %s for %s (%s)", instance_id, checkpoint,
+                          ttl.config.describe() if ttl.config else ttl.exempt_reason or "no TTL")
             return instance
 
 
-def read_changes(path: str) -> tuple[list[bytes], list[Optional[bytes]], list[int]]:
-    """Read a changes file written by the shim (schema in ``protocol``)."""
-    with pa.memory_map(path) as source:
-        table = pa.ipc.open_file(source).read_all()
-    keys = table.column("key").to_pylist()
-    values = table.column("value").to_pylist()
-    ops = table.column("op").to_pylist()
-    prior = table.column("prior").to_pylist()
-    values = [None if op == C.OP_DELETE else v for op, v in zip(ops, values)]
-    return keys, values, prior
+def _is_loaded(store: VersionedStore) -> bool:
+    try:
+        store.version
+    except Exception:  # never loaded, or invalidated by a failed commit
+        return False
+    return True
 
 
 def _state(store: VersionedStore) -> dict[str, Any]:

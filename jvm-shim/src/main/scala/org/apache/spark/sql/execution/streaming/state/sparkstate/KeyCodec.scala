@@ -146,6 +146,13 @@ private[sparkstate] object KeyCodec {
     row
   }
 
+  /** The value row stored in `bytes` from `offset` on (after a TTL stamp); points into `bytes`, no copy. */
+  def valueRow(bytes: Array[Byte], offset: Int, numFields: Int): UnsafeRow = {
+    val row = new UnsafeRow(numFields)
+    row.pointTo(bytes, Platform.BYTE_ARRAY_OFFSET + offset, bytes.length - offset)
+    row
+  }
+
   /** Smallest byte string greater than every string starting with `prefix` (null: unbounded). */
   def prefixEnd(prefix: Array[Byte]): Array[Byte] = {
     var i = prefix.length - 1

@@ -12,11 +12,15 @@ package org.apache.spark.sql.execution.streaming.state.sparkstate
 trait PythonStoreService {
   def ping(): String
 
-  /** Make the instance hold `version`; replies `version`, `numKeys`, `viewPath`, `memoryBytes`, `restore`. */
+  /** Make the instance hold `version`; replies `version`, `numKeys`, `viewPath`, `memoryBytes`, `restore`, `ttl`. */
   def load(instanceId: String, checkpoint: String, optionsJson: String, version: Long): String
 
-  /** Commit the changes file on top of `version`; replies as `load`, plus `commit` metrics. */
-  def commit(instanceId: String, checkpoint: String, optionsJson: String, version: Long, changesPath: String): String
+  /**
+   * Commit the changes file on top of `version`; replies as `load`, plus `commit` metrics. `nowMs` is
+   * the processing time the load reply gave for this batch (TTL), or -1.
+   */
+  def commit(instanceId: String, checkpoint: String, optionsJson: String, version: Long, changesPath: String,
+      nowMs: Long): String
 
   /** Maintenance on another thread than tasks; `kind` is "cleanup". */
   def maintenance(instanceId: String, kind: String): String

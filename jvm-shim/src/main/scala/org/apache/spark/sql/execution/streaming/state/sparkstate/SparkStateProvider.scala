@@ -68,7 +68,7 @@ class SparkStateProvider extends StateStoreProvider with Logging {
     this.valueFields = valueSchema.length
     this.instanceId = UUID.randomUUID().toString
     this.checkpointUrl = stateStoreId.storeCheckpointLocation().toString
-    this.optionsJson = buildOptions(storeConfs, hadoopConf)
+    this.optionsJson = buildOptions(storeConfs, hadoopConf, stateStoreId)
     this.hadoopConf = hadoopConf
   }
 
@@ -120,17 +120,17 @@ class SparkStateProvider extends StateStoreProvider with Logging {
       view = new ReadView(viewPath)
     }
     val loadMs = (System.nanoTime() - started) / 1000000
-    new SparkStateStore(this, version, view, codec, valueFields, reply, loadMs)
+    new SparkStateStore(this, version, view, codec, valueFields, reply, loadMs, TtlView.fromReply(reply))
   }
 
   /** Ship a store's buffered writes to the worker as one Arrow file and commit them. */
-  private[sparkstate] def commitChanges(store: SparkStateStore, buffer: ChangeBuffer): JsonNode = {
+  private[sparkstate] def commitChanges(store: SparkStateStore, buffer: ChangeBuffer, nowMs: Long): JsonNode = {
     val next = store.version + 1
     val file = new File(PythonWorker.baseDir, s"changes-$instanceId-$next-${UUID.randomUUID()}.arrow")
     try {
       buffer.writeArrow(file)
       PythonWorker.call(slot, s"committing version $next of $checkpointUrl") {
-        _.commit(instanceId, checkpointUrl, optionsJson, store.version, file.getPath)
+        _.commit(instanceId, checkpointUrl, optionsJson, store.version, file.getPath, nowMs)
       }
     } finally {
       file.delete()
@@ -179,10 +179,12 @@ object SparkStateProvider {
   val SnapshotFilesUploadedMetric = StateStoreCustomSumMetric("sparkStateSnapshotFilesUploaded", "spark-state: snapshot files uploaded")
   val SnapshotFilesReusedMetric = StateStoreCustomSumMetric("sparkStateSnapshotFilesReused", "spark-state: snapshot files reused")
   val RestoresMetric = StateStoreCustomSumMetric("sparkStateRestoresFromCheckpoint", "spark-state: stores restored from checkpoint storage")
+  val TtlExpiredMetric = StateStoreCustomSumMetric("sparkStateTtlExpiredRows", "spark-state: rows removed by TTL expiry")
+  val TtlMigratedMetric = StateStoreCustomSumMetric("sparkStateTtlMigratedRows", "spark-state: rows rewritten because TTL was turned on or off")
 
   val CustomMetrics: Seq[StateStoreCustomMetric] = Seq(
     CommitTimeMetric, LoadTimeMetric, ChangelogBytesMetric, SnapshotBytesMetric,
-    SnapshotFilesUploadedMetric, SnapshotFilesReusedMetric, RestoresMetric)
+    SnapshotFilesUploadedMetric, SnapshotFilesReusedMetric, RestoresMetric, TtlExpiredMetric, TtlMigratedMetric)
 
   /** Hadoop S3A settings reused as checkpoint storage options, so credentials are configured once. */
   private val S3aOptions = Seq(
@@ -191,8 +193,12 @@ object SparkStateProvider {
     "fs.s3a.session.token" -> "s3.session_token",
     "fs.s3a.endpoint.region" -> "s3.region")
 
-  private[sparkstate] def buildOptions(storeConfs: StateStoreConf, hadoopConf: Configuration): String = {
+  private[sparkstate] def buildOptions(
+      storeConfs: StateStoreConf, hadoopConf: Configuration, storeId: StateStoreId): String = {
     val root = Json.obj()
+    // Which store this is: TTL confs resolve per operator, and never apply to join stores.
+    root.put("operatorId", storeId.operatorId)
+    root.put("storeName", storeId.storeName)
     val engine = root.putObject("engine")
     storeConfs.sqlConfs.foreach { case (k, v) =>
       if (k.startsWith(ConfPrefix)) engine.put(k.substring(ConfPrefix.length), v)

@@ -13,6 +13,11 @@ import org.apache.spark.sql.types.StructType
  * [[ChangeBuffer]], `commit()` ships the buffer to the Python worker. Serves as both the read store
  * and, upgraded in place, the write store of aggregation-style operators (Spark never releases the
  * read store it upgrades, so there is only ever one object to finish).
+ *
+ * TTL ([[TtlView]]): values of a stamped version carry an 8-byte last-access stamp that reads strip;
+ * expired entries read as absent (NeverReturnExpired) or are returned (ReturnExpiredIfNotCleanedUp);
+ * scans skip them and never reach the system keyspace (keys from 0xFF on: the expiry index and
+ * format markers). Buffered writes are bare rows: the worker stamps them at commit.
  */
 private[sparkstate] final class SparkStateStore(
     provider: SparkStateProvider,
@@ -21,7 +26,8 @@ private[sparkstate] final class SparkStateStore(
     codec: KeyCodec,
     valueFields: Int,
     loadReply: JsonNode,
-    loadMs: Long) extends StateStore {
+    loadMs: Long,
+    ttl: TtlView) extends StateStore {
   import SparkStateStore._
 
   private val buffer = new ChangeBuffer
@@ -46,8 +52,22 @@ private[sparkstate] final class SparkStateStore(
       if (pending eq ChangeBuffer.Tombstone) null else KeyCodec.valueRow(pending, valueFields)
     } else {
       val v = db.get(k)
-      buffer.notePrior(k, v != null)
-      if (v == null) null else KeyCodec.valueRow(v, valueFields)
+      if (v == null) {
+        buffer.notePrior(k, ChangeBuffer.PriorAbsent)
+        null
+      } else if (!ttl.stamped) {
+        buffer.notePrior(k, ChangeBuffer.PriorExists)
+        KeyCodec.valueRow(v, valueFields)
+      } else {
+        val stamp = TtlView.stampOf(v)
+        buffer.notePrior(k, stamp)
+        if (ttl.enabled && ttl.expired(stamp)) {
+          if (ttl.returnExpired) KeyCodec.valueRow(v, TtlView.StampBytes, valueFields) else null
+        } else {
+          if (ttl.touches && stamp != ttl.nowMs) buffer.touch(k, v)
+          KeyCodec.valueRow(v, TtlView.StampBytes, valueFields)
+        }
+      }
     }
   }
 
@@ -63,7 +83,7 @@ private[sparkstate] final class SparkStateStore(
   }
 
   private def scan(from: Array[Byte], until: Array[Byte]): StateStoreIterator[UnsafeRowPair] = {
-    val merged = new MergedScan(db, buffer, from, until, codec, valueFields)
+    val merged = new MergedScan(db, buffer, from, if (until == null) SystemKeyspace else until, codec, valueFields, ttl)
     openScans.synchronized(openScans += merged)
     new StateStoreIterator[UnsafeRowPair](merged, () => merged.close())
   }
@@ -85,7 +105,7 @@ private[sparkstate] final class SparkStateStore(
     checkUpdating("commit")
     val started = System.nanoTime()
     try {
-      commitReply = provider.commitChanges(this, buffer)
+      commitReply = provider.commitChanges(this, buffer, ttl.nowMs)
     } catch {
       case e: Throwable =>
         finish(Aborted)
@@ -129,7 +149,9 @@ private[sparkstate] final class SparkStateStore(
       SparkStateProvider.SnapshotBytesMetric -> Json.long(reply, "commit", "snapshot_bytes_uploaded"),
       SparkStateProvider.SnapshotFilesUploadedMetric -> Json.long(reply, "commit", "snapshot_files_uploaded"),
       SparkStateProvider.SnapshotFilesReusedMetric -> Json.long(reply, "commit", "snapshot_files_reused"),
-      SparkStateProvider.RestoresMetric -> (if (Json.text(loadReply.path("restore"), "mode") == "restore") 1L else 0L))
+      SparkStateProvider.RestoresMetric -> (if (Json.text(loadReply.path("restore"), "mode") == "restore") 1L else 0L),
+      SparkStateProvider.TtlExpiredMetric -> Json.long(commitReply, "ttl", "expired"),
+      SparkStateProvider.TtlMigratedMetric -> Json.long(commitReply, "ttl", "migrated"))
     StateStoreMetrics(Json.long(reply, "numKeys"), Json.long(reply, "memoryBytes") + buffer.memoryBytes, custom)
   }
 
@@ -184,6 +206,9 @@ private[sparkstate] final class SparkStateStore(
 }
 
 private[sparkstate] object SparkStateStore {
+  /** First key of the engine's system keyspace (TTL index, format markers): scans stop before it. */
+  val SystemKeyspace: Array[Byte] = Array(0xff.toByte)
+
   sealed trait Status
   case object Updating extends Status
   case object Committed extends Status
@@ -194,7 +219,9 @@ private[sparkstate] object SparkStateStore {
 /**
  * Entries of `from <= key < until` from the local database merged with the pending writes (pending
  * wins; tombstones hide). Tolerates puts and removes during iteration: the database side is an
- * immutable view, and the buffer side is a weakly consistent skip-list iterator.
+ * immutable view, and the buffer side is a weakly consistent skip-list iterator. Database values are
+ * read through `ttl`: stamps stripped, expired entries skipped unless ReturnExpiredIfNotCleanedUp.
+ * Scans do not count as reads for OnReadAndWrite (eviction and complete-mode scans visit every key).
  */
 private[sparkstate] final class MergedScan(
     db: ReadView,
@@ -202,7 +229,8 @@ private[sparkstate] final class MergedScan(
     from: Array[Byte],
     until: Array[Byte],
     codec: KeyCodec,
-    valueFields: Int) extends Iterator[UnsafeRowPair] {
+    valueFields: Int,
+    ttl: TtlView) extends Iterator[UnsafeRowPair] {
   private val it = db.newIterator()
   private val pending = buffer.range(from, until)
   private var pendingEntry = nextPending()
@@ -241,21 +269,23 @@ private[sparkstate] final class MergedScan(
         else if (!pendingHas) -1
         else JArrays.compareUnsigned(it.key(), pendingEntry.getKey)
       if (order < 0) {
-        val k = it.key()
         val v = it.value()
-        it.next()
-        nextPair = pair(k, v)
+        if (ttl.hidesExpired && ttl.expiredValue(v)) it.next()
+        else {
+          val k = it.key()
+          it.next()
+          nextPair = new UnsafeRowPair(codec.decode(k), KeyCodec.valueRow(v, ttl.valueOffset, valueFields))
+        }
       } else {
         val e = pendingEntry
         pendingEntry = nextPending()
         if (order == 0) it.next()
-        if (!(e.getValue eq ChangeBuffer.Tombstone)) nextPair = pair(e.getKey, e.getValue)
+        if (!(e.getValue eq ChangeBuffer.Tombstone)) {
+          nextPair = new UnsafeRowPair(codec.decode(e.getKey), KeyCodec.valueRow(e.getValue, valueFields))
+        }
       }
     }
   }
-
-  private def pair(k: Array[Byte], v: Array[Byte]): UnsafeRowPair =
-    new UnsafeRowPair(codec.decode(k), KeyCodec.valueRow(v, valueFields))
 
   def close(): Unit = if (!closed) {
     closed = true
