@@ -171,3 +171,45 @@ class WrongOutput(KeyedProcessFunction):
 
     def process_element(self, row, ctx):
         yield (ctx.current_key, "one", "[]", "[]", 0, 0.0)
+
+
+class ExpiringCount(KeyedProcessFunction):
+    """A running count (value state) and the batches a key was seen in (list state, each
+    element expiring on its own), both with a 2.5 s TTL on a clock that reads the batch id
+    in seconds -- an injected clock, so expiry is deterministic."""
+
+    TTL_MS = 2500
+
+    def open(self, ctx):
+        from spark_state.ttl import ManualClock, TtlConfig
+
+        ttl = TtlConfig.builder(self.TTL_MS).clock(ManualClock(ctx.batch_id * 1000)).build()
+        self.count = ctx.get_state(ValueStateDescriptor("count", LongType(), default=0, ttl=ttl))
+        self.seen = ctx.get_list_state(ListStateDescriptor("seen", LongType(), ttl=ttl))
+
+    def process_element(self, row, ctx):
+        n = self.count.value() + 1
+        self.count.update(n)
+        self.seen.add(ctx.batch_id)
+        yield (ctx.current_key, n, json.dumps(self.seen.get()))
+
+
+EXPIRING_OUTPUT = "k string, count bigint, seen string"
+
+
+def expected_expiring_count(batches: Iterable[Iterable[tuple[str, int]]]) -> dict[int, list]:
+    """What :class:`ExpiringCount` must emit: state written at batch w is gone at batch b
+    once (b - w) * 1000 >= 2500."""
+    count: dict[str, tuple[int, int]] = {}
+    seen: dict[str, list[int]] = defaultdict(list)
+    out: dict[int, list] = {}
+    for b, rows in enumerate(batches):
+        emitted = []
+        for k, _ in rows:
+            n, written = count.get(k, (0, b))
+            n = n + 1 if (b - written) * 1000 < ExpiringCount.TTL_MS else 1
+            count[k] = (n, b)
+            seen[k] = [s for s in seen[k] if (b - s) * 1000 < ExpiringCount.TTL_MS] + [b]
+            emitted.append((k, n, json.dumps(seen[k])))
+        out[b] = sorted(emitted)
+    return out
