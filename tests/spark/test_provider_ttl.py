@@ -139,6 +139,20 @@ def test_aggregation_count_restarts_after_expiry_and_expired_keys_leave_the_stat
     assert _state_rows(spark, tmp_path / "ours", confs=ttl_confs("1500ms")) == {1: 3, 2: 1}
 
 
+def test_return_expired_if_not_cleaned_up_returns_rows_still_stored(spark, tmp_path):
+    """With incremental and background cleanup off, expired rows stay stored, and under
+    ReturnExpiredIfNotCleanedUp the operator still gets them."""
+    write_batches(tmp_path / "in", [[(1, 0), (2, 0)], [], [], [(1, 3)]], SCHEMA)
+    confs = ttl_confs("2500ms", **{"ttl.visibility": "ReturnExpiredIfNotCleanedUp", "ttl.cleanupSize": "0",
+                                   "ttl.backgroundCleanup": "false"})
+    run = run_query(spark, _count, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
+                    checkpoint_dir=tmp_path / "ours", extra_confs=confs)
+    assert run.nonempty_batches() == {0: [(1, 1), (2, 1)], 3: [(1, 2)]}  # not (1, 1): returned, not hidden
+    assert _rows_total(run, 3) == 2 and _metric(run, 3, "sparkStateTtlExpiredRows") == 0
+    assert _state_rows(spark, tmp_path / "ours", confs=confs) == {1: 2, 2: 1}  # key 2 expired, still returned
+    assert _state_rows(spark, tmp_path / "ours", confs=ttl_confs("2500ms")) == {1: 2}  # NeverReturnExpired
+
+
 def test_restart_with_a_different_ttl_applies_it_to_existing_state(spark, tmp_path):
     """As in Flink, TTL is not part of the checkpoint: rows carry their last-access time, and
     the TTL of the running query decides."""

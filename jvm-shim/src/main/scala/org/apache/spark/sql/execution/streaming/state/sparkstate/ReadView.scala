@@ -1,6 +1,6 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
-import org.rocksdb.{BlockBasedTableConfig, BloomFilter, InfoLogLevel, Logger, LRUCache, Options, ReadOptions, RocksDB, RocksIterator}
+import org.rocksdb.{BlockBasedTableConfig, BloomFilter, InfoLogLevel, Logger, LRUCache, Options, ReadOptions, RocksDB, RocksIterator, Slice}
 
 /**
  * The JVM's read view of one committed version of a store: a RocksDB checkpoint the Python worker
@@ -29,7 +29,13 @@ private[sparkstate] final class ReadView(val path: String) {
 
   def get(key: Array[Byte]): Array[Byte] = db.get(key)
 
-  def newIterator(): RocksIterator = db.newIterator(new ReadOptions().setFillCache(false))
+  /**
+   * An iterator over the data keys: RocksDB itself stops it before the engine's system keyspace
+   * (keys from 0xFF on: the TTL expiry index and format markers), so those never reach an operator
+   * or the state reader, at no per-entry cost.
+   */
+  def newIterator(): RocksIterator =
+    db.newIterator(new ReadOptions().setFillCache(false).setIterateUpperBound(systemKeyspaceStart))
 
   def acquire(): Unit = synchronized {
     if (closed) throw new SparkStateException(s"spark-state: the read view $path is closed")
@@ -58,6 +64,9 @@ private[sparkstate] object ReadView {
 
   /** One block cache for every view of this JVM, so memory does not grow with partitions. */
   private lazy val sharedCache = new LRUCache(64L * 1024 * 1024)
+
+  /** First key of the system keyspace; shared by every iterator's read options, never closed. */
+  private lazy val systemKeyspaceStart = new Slice(Array(0xff.toByte))
 
   private lazy val silentLogger: Logger = new Logger(InfoLogLevel.ERROR_LEVEL) {
     override protected def log(level: InfoLogLevel, message: String): Unit = ()

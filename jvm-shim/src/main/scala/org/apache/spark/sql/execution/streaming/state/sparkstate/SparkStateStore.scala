@@ -17,7 +17,8 @@ import org.apache.spark.sql.types.StructType
  * TTL ([[TtlView]]): values of a stamped version carry an 8-byte last-access stamp that reads strip;
  * expired entries read as absent (NeverReturnExpired) or are returned (ReturnExpiredIfNotCleanedUp);
  * scans skip them and never reach the system keyspace (keys from 0xFF on: the expiry index and
- * format markers). Buffered writes are bare rows: the worker stamps them at commit.
+ * format markers; [[ReadView.newIterator]] bounds every scan). Buffered writes are bare rows: the
+ * worker stamps them at commit.
  */
 private[sparkstate] final class SparkStateStore(
     provider: SparkStateProvider,
@@ -83,7 +84,7 @@ private[sparkstate] final class SparkStateStore(
   }
 
   private def scan(from: Array[Byte], until: Array[Byte]): StateStoreIterator[UnsafeRowPair] = {
-    val merged = new MergedScan(db, buffer, from, if (until == null) SystemKeyspace else until, codec, valueFields, ttl)
+    val merged = new MergedScan(db, buffer, from, until, codec, valueFields, ttl)
     openScans.synchronized(openScans += merged)
     new StateStoreIterator[UnsafeRowPair](merged, () => merged.close())
   }
@@ -206,9 +207,6 @@ private[sparkstate] final class SparkStateStore(
 }
 
 private[sparkstate] object SparkStateStore {
-  /** First key of the engine's system keyspace (TTL index, format markers): scans stop before it. */
-  val SystemKeyspace: Array[Byte] = Array(0xff.toByte)
-
   sealed trait Status
   case object Updating extends Status
   case object Committed extends Status
