@@ -242,13 +242,18 @@ class TtlKeyValue:
         current = self._store.multi_get([key for key, _ in candidates])
         store = self._store
         removed = 0
+        gone: set[bytes] = set()  # a key may appear twice (a stale entry in an older bucket)
         for (key, bucket), raw in zip(candidates, current):
+            if key in gone:
+                store.delete(codec.index_key(self._ns, bucket, key))
+                continue
             stamp = None if raw is None else codec.stamp_of(raw)
             expired = stamp is not None and codec.is_expired(stamp, self._ttl, now)
             if raw is None or expired or self._bucket(stamp) != bucket:  # type: ignore[arg-type]
                 store.delete(codec.index_key(self._ns, bucket, key))
             if expired:
                 self._remove(key, stamp)  # type: ignore[arg-type]
+                gone.add(key)
                 removed += 1
         self.stats.expired_by_sweep += removed
         return removed

@@ -85,3 +85,17 @@ def test_migration_on_and_off_keeps_values(tmp_path) -> None:
     assert migrate_layout(store, b"", False, entries, now=8_000) == 2
     store.commit()
     assert list(store) == [(b"a", b"1"), (b"b", b"2")]
+
+
+def test_a_key_listed_twice_by_stale_index_entries_expires_once(tmp_path) -> None:
+    store = VersionedStore(str(tmp_path)).load(0)
+    kv = TtlKeyValue(store, b"", TtlConfig.builder(TTL).build())
+    kv.stage_raw_changes([b"a"], [b"1"], [PRIOR_ABSENT], now=1_200)
+    store.commit()
+    kv.stage_raw_changes([b"a"], [b"2"], [PRIOR_UNKNOWN], now=2_100)   # moves a to bucket 2 s
+    store.put(codec.index_key(b"", 1_000, b"a"), b"")                  # a stale entry left behind
+    store.commit()
+    assert index(store) == [(1_000, b"a"), (2_000, b"a")]
+    assert kv.sweep(now=2_100 + TTL + BUCKET) == 1
+    store.commit()
+    assert index(store) == [] and data(store) == {} and kv.stats.expired_by_sweep == 1
