@@ -32,6 +32,15 @@ from .runner import ProcessPlan, run_keyed, run_operator
 EngineLike = Union[EngineConfig, Mapping[str, str], None]
 
 
+def _function_instance(function: Any, kind: type, api: str) -> Any:
+    """``function`` as an instance of ``kind`` (a class is instantiated), or a clear error."""
+    if isinstance(function, type) and issubclass(function, kind):
+        function = function()
+    if not isinstance(function, kind):
+        raise ProcessDefinitionError(f"{api} needs a {kind.__name__} instance, got {type(function).__name__}")
+    return function
+
+
 def keyed_process(
     df: DataFrame,
     key: Union[str, Sequence[str]],
@@ -68,11 +77,7 @@ def keyed_process(
         engine: an :class:`~spark_state.EngineConfig` or its string options (``backend``,
             ``snapshotInterval``, ...); default the engine defaults (RocksDB backend).
     """
-    if isinstance(function, type) and issubclass(function, KeyedProcessFunction):
-        function = function()
-    if not isinstance(function, KeyedProcessFunction):
-        raise ProcessDefinitionError(
-            f"keyed_process needs a KeyedProcessFunction instance, got {type(function).__name__}")
+    function = _function_instance(function, KeyedProcessFunction, "keyed_process")
     _check_stream(df, "keyed_process")
     keys = [key] if isinstance(key, str) else list(key)
     if not keys:
@@ -118,11 +123,7 @@ def checkpointed_process(
     """Run a non-keyed :class:`CheckpointedFunction` with operator state over ``df`` in
     ``parallelism`` partitions (rows dealt round-robin). Options as for :func:`keyed_process`.
     Restarting with another ``parallelism`` redistributes operator state by its mode."""
-    if isinstance(function, type) and issubclass(function, CheckpointedFunction):
-        function = function()
-    if not isinstance(function, CheckpointedFunction):
-        raise ProcessDefinitionError(
-            f"checkpointed_process needs a CheckpointedFunction instance, got {type(function).__name__}")
+    function = _function_instance(function, CheckpointedFunction, "checkpointed_process")
     _check_stream(df, "checkpointed_process")
     n = _parallelism(df, parallelism)
     plan = ProcessPlan(
