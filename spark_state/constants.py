@@ -26,9 +26,17 @@ SNAPSHOT_DIR = "snapshots"
 #: ``shared/<version>-<db instance id>-<sst name>`` -- immutable SST files shared between
 #: snapshots. The version is the snapshot that first uploaded the file.
 SHARED_DIR = "shared"
+#: ``runs/<seq>.json`` -- one record per query run that committed (see ``checkpoint.runs``);
+#: ``runs/<seq>.fenced`` -- written when that run was found writing beside an older live run.
+RUNS_DIR = "runs"
 
 MANIFEST_KIND = "spark-state/manifest"
 SNAPSHOT_KIND = "spark-state/snapshot"
+RUN_KIND = "spark-state/run"
+FENCE_KIND = "spark-state/fence"
+#: Rank of commits made without a run (the engine API, and checkpoints of earlier releases):
+#: their manifests are ``manifests/<version>.json`` and a re-commit overwrites them.
+UNRANKED = 0
 
 # --- backends ------------------------------------------------------------------------------
 BACKEND_ROCKSDB = "rocksdb"

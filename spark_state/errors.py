@@ -21,13 +21,14 @@ class ConfigError(SparkStateError, ValueError):
 class VersionNotFoundError(SparkStateError, LookupError):
     """A version was asked for that checkpoint storage does not hold."""
 
-    def __init__(self, version: int, available: Iterable[int], location: str) -> None:
+    def __init__(self, version: int, available: Iterable[int], location: str, detail: str = "") -> None:
         self.version = version
         self.available = sorted(available)
         self.location = location
         super().__init__(
-            f"state version {version} not found in {location}; "
-            f"available versions: {describe_versions(self.available)}"
+            f"state version {version} not found in {location}"
+            + (f": {detail}" if detail else "")
+            + f"; available versions: {describe_versions(self.available)}"
         )
 
 
@@ -68,6 +69,10 @@ class StorageError(SparkStateError, OSError):
 
 class StorageUnavailableError(StorageError):
     """Checkpoint storage cannot be reached at all (no NameNode, no S3 endpoint, ...)."""
+
+
+class ConcurrentWriterError(SparkStateError, RuntimeError):
+    """Two runs of a query are writing one checkpoint; the later one is fenced off."""
 
 
 class StoreStateError(SparkStateError, RuntimeError):

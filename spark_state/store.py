@@ -14,10 +14,13 @@ Durability and atomicity of a commit, in order:
 4. the version's manifest is written, atomically replacing any earlier one.
 
 The manifest is the commit point. A crash before step 4 leaves the previous version in
-force; a retried or speculative commit of the same version writes files under fresh ids
-and then replaces the manifest, so committing the same version twice is a clean,
-idempotent overwrite. A failure anywhere marks the local copy untrusted, and the next
-``load`` restores from checkpoint storage.
+force. A retried or speculative commit of the same version writes files under fresh ids;
+then, for a store in a query run (a :class:`~spark_state.checkpoint.runs.RunContext`), the
+first attempt to create the run's manifest of the version wins and a later attempt's
+commit becomes a no-op that adopts the winner (see :mod:`spark_state.checkpoint.runs` for
+how copies from different runs are told apart); without a run, the manifest is replaced
+atomically. A failure anywhere marks the local copy untrusted, and the next ``load``
+restores from checkpoint storage.
 
 Thread-safety: one task thread drives reads and writes; ``snapshot()``, ``cleanup()``
 and ``close()`` may come from maintenance threads and are serialised with commits by a
@@ -42,7 +45,8 @@ from .backends.base import BackendFactory
 from .checkpoint import changelog, layout
 from .checkpoint.checksum import crc32_bytes
 from .checkpoint.metadata import ChangelogRef, Manifest, SnapshotRef
-from .checkpoint.retention import CleanupResult, cleanup, list_versions, read_manifest
+from .checkpoint.retention import CleanupResult, cleanup, list_copies, list_versions, read_manifest
+from .checkpoint.runs import RunContext
 from .checkpoint.snapshots import SharedFileIndex, SnapshotStats, download_snapshot, read_descriptor, upload_snapshot
 from .config import EngineConfig
 from .errors import CheckpointCorruptError, CheckpointFileMissingError, StoreStateError, VersionNotFoundError
@@ -65,6 +69,10 @@ class CommitMetrics:
     snapshot_files_reused: int = 0
     snapshot_bytes_uploaded: int = 0
     duration_ms: float = 0.0
+    #: Another attempt of the same run had committed this version first: "identical" (same
+    #: changes; the local copy is kept) or "replaced" (different changes; the winner was
+    #: loaded instead). Empty when this commit made the version.
+    lost_to_earlier_attempt: str = ""
 
 
 @dataclass
@@ -87,10 +95,16 @@ class VersionedStore:
         checkpoint: where committed versions live: a local path, ``file://``, ``s3://``
             or ``hdfs://`` URL, or a :class:`CheckpointStorage`.
         config: engine configuration (backend, snapshot interval, retention, memory).
+        runs: the query run this store works for (ranked commits, first committer wins,
+            copies of abandoned attempts never loaded, fencing of a second writer); None for
+            the plain engine API, whose commits are unranked.
     """
 
-    def __init__(self, checkpoint: Union[str, CheckpointStorage], config: Optional[EngineConfig] = None) -> None:
+    def __init__(self, checkpoint: Union[str, CheckpointStorage], config: Optional[EngineConfig] = None,
+                 runs: Optional[RunContext] = None) -> None:
         self._config = config or EngineConfig()
+        self._runs = runs
+        self._runs_checked_at: Optional[int] = None
         if isinstance(checkpoint, CheckpointStorage):
             self._storage = checkpoint
         else:
@@ -127,6 +141,16 @@ class VersionedStore:
         return self._version  # type: ignore[return-value]
 
     @property
+    def manifest(self) -> Optional[Manifest]:
+        """The manifest of the loaded version (None for the empty version 0)."""
+        self._require_loaded()
+        return self._manifest
+
+    @property
+    def runs(self) -> Optional[RunContext]:
+        return self._runs
+
+    @property
     def has_uncommitted_changes(self) -> bool:
         return len(self._overlay) > 0
 
@@ -152,10 +176,19 @@ class VersionedStore:
             self._require_open()
             started = time.perf_counter()
             self._overlay.clear()
-            if self._backend is not None and self._version == version:
+            # A local copy at this version is the valid one: this run made it or chose it,
+            # and runs registered later never change what an earlier reader loads.
+            cached = self._backend is not None and self._version == version
+            if self._runs is not None and not (cached and self._runs_checked_at == version):
+                # Once per version: the provider loads again right before it commits.
+                self._runs.before_load(version)
+                self._runs_checked_at = version
+            if cached:
                 self.last_restore = RestoreMetrics(version=version, mode="cached")
                 return self
             if version == 0:
+                if self._runs is not None:  # a new query on a location another one writes?
+                    self._runs.check_not_behind(0, list_copies(self._storage), self._storage.url)
                 self._reset_to_empty()
                 self.last_restore = RestoreMetrics(version=0, mode="empty")
                 return self
@@ -187,10 +220,26 @@ class VersionedStore:
             return self
 
     def _read_manifest_or_raise(self, version: int) -> Manifest:
-        try:
-            return read_manifest(self._storage, version)
-        except CheckpointFileMissingError:
-            raise VersionNotFoundError(version, self.versions(), self._storage.url) from None
+        """The manifest of the copy of ``version`` to load: the valid one for this run, or
+        (without a run) the unranked one, else the highest-ranked."""
+        if self._runs is None:
+            try:
+                return read_manifest(self._storage, version)
+            except CheckpointFileMissingError:
+                pass
+        copies = list_copies(self._storage)
+        ranks = copies.get(version, [])
+        if self._runs is not None:
+            self._runs.check_not_behind(version, copies, self._storage.url)
+        rank = self._runs.choose(version, ranks) if self._runs is not None else (max(ranks) if ranks else None)
+        if rank is None:
+            if ranks:
+                raise VersionNotFoundError(
+                    version, sorted(copies), self._storage.url,
+                    detail=f"its copies (run ranks {ranks}) were all made by attempts that a later run "
+                           "superseded, so none of them is a committed state")
+            raise VersionNotFoundError(version, sorted(copies), self._storage.url)
+        return read_manifest(self._storage, version, rank)
 
     def _replay_start(self, manifest: Manifest) -> Optional[int]:
         """Index of the first changelog of ``manifest`` to replay on the local copy, or
@@ -217,7 +266,7 @@ class VersionedStore:
         self._close_backend()
         descriptor = read_descriptor(self._storage, base)
         snapshot_dir = os.path.join(self._work_dir, f"db-{layout.new_id()}")
-        needed_by = self._storage.full_url(layout.manifest_path(manifest.version))
+        needed_by = self._storage.full_url(layout.manifest_path(manifest.version, manifest.rank))
         try:
             download_snapshot(self._storage, descriptor, snapshot_dir, needed_by)
             if descriptor.backend == self._factory.name:
@@ -254,7 +303,7 @@ class VersionedStore:
             data = self._storage.read_bytes(ref.path)
         except CheckpointFileMissingError:
             raise CheckpointFileMissingError(
-                url, needed_by=self._storage.full_url(layout.manifest_path(manifest.version))
+                url, needed_by=self._storage.full_url(layout.manifest_path(manifest.version, manifest.rank))
             ) from None
         if len(data) != ref.size:
             raise CheckpointCorruptError(url, f"size is {len(data)} bytes, expected {ref.size}")
@@ -375,6 +424,11 @@ class VersionedStore:
             commit_id = layout.new_id()
             changes = self._overlay.changes()
             metrics = CommitMetrics(version=new_version)
+            runs = self._runs
+            rank = C.UNRANKED
+            if runs is not None:
+                rank = runs.commit_rank(self._version)
+                runs.before_commit()
             try:
                 data = changelog.encode(new_version, changes)
                 path = layout.changelog_path(new_version, commit_id)
@@ -400,8 +454,14 @@ class VersionedStore:
                 manifest = Manifest(
                     version=new_version, commit_id=commit_id, backend=self._factory.name,
                     changelog=ref, base_snapshot=base, replay=chain, num_keys=num_keys,
+                    rank=rank, run_id=runs.run_id if runs is not None else None,
                 )
-                self._storage.write_bytes(layout.manifest_path(new_version), manifest.to_json())
+                try:
+                    # Ranked: create-if-absent, the first attempt of the run to get here wins.
+                    self._storage.write_bytes(layout.manifest_path(new_version, rank), manifest.to_json(),
+                                              overwrite=rank == C.UNRANKED)
+                except FileExistsError:
+                    return self._adopt_earlier_commit(new_version, rank, ref, metrics, started)
             except BaseException:
                 self._invalidate()
                 raise
@@ -419,6 +479,36 @@ class VersionedStore:
             metrics.duration_ms = (time.perf_counter() - started) * 1000
             self.last_commit = metrics
             return new_version
+
+    def _adopt_earlier_commit(self, version: int, rank: int, ours: ChangelogRef, metrics: CommitMetrics,
+                              started: float) -> int:
+        """Another attempt of this run committed ``version`` first (a retry after its task
+        failed late, or a speculative twin): our commit becomes a no-op. If its changes are
+        byte-identical to ours, the local copy (which has ours applied) equals the version
+        and is kept; otherwise the winner's version is loaded. Files we uploaded are
+        orphans that retention removes."""
+        winner = read_manifest(self._storage, version, rank)
+        if metrics.snapshot_taken:
+            # The index points at SSTs our orphaned snapshot uploaded: never reuse them.
+            self._shared_index = SharedFileIndex()
+        identical = (winner.changelog.size, winner.changelog.crc32) == (ours.size, ours.crc32)
+        if identical:
+            self._overlay.clear()
+            self._version = version
+            self._manifest = winner
+            self._num_keys = winner.num_keys
+            base = winner.base_snapshot
+            self._state_origin = base.path if base is not None and not winner.replay else winner.changelog.path
+        else:
+            self._invalidate()
+            self.load(version)
+        _LOG.info("version %d of %s was already committed by another attempt of this run (commit %s); "
+                  "this attempt's commit is a no-op (%s changes)", version, self._storage.url,
+                  winner.commit_id, "identical" if identical else "different")
+        metrics.lost_to_earlier_attempt = "identical" if identical else "replaced"
+        metrics.duration_ms = (time.perf_counter() - started) * 1000
+        self.last_commit = metrics
+        return version
 
     def _upload_snapshot(self, version: int) -> tuple[SnapshotRef, SnapshotStats]:
         assert self._backend is not None
@@ -445,15 +535,16 @@ class VersionedStore:
             metrics = CommitMetrics(version=manifest.version)
             base, stats = self._upload_snapshot(manifest.version)
             _record_snapshot(metrics, stats)
-            current = read_manifest(self._storage, manifest.version)
+            current = read_manifest(self._storage, manifest.version, manifest.rank)
             if current.commit_id != manifest.commit_id:
                 _LOG.warning("version %d was re-committed meanwhile; keeping its manifest", manifest.version)
                 return metrics
             rewritten = Manifest(
                 version=manifest.version, commit_id=manifest.commit_id, backend=manifest.backend,
                 changelog=manifest.changelog, base_snapshot=base, replay=(), num_keys=manifest.num_keys,
+                rank=manifest.rank, run_id=manifest.run_id,
             )
-            self._storage.write_bytes(layout.manifest_path(manifest.version), rewritten.to_json())
+            self._storage.write_bytes(layout.manifest_path(manifest.version, manifest.rank), rewritten.to_json())
             self._manifest = rewritten
             self._state_origin = base.path
             return metrics

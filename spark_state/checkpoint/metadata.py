@@ -1,6 +1,7 @@
 """Manifests and snapshot descriptors: small JSON documents, with their codecs.
 
-A **manifest** (``manifests/<version>.json``) is the commit point of a version. It is
+A **manifest** (``manifests/<version>.json``, or ``manifests/<version>.r<rank>.json`` when a
+run made it, see :mod:`.runs`) is the commit point of a version. It is
 self-contained: restoring the version needs only the snapshot it names and the changelogs
 it lists under ``replay``, in order. ``changelog`` is the version's own epoch changelog;
 it is the last ``replay`` entry unless the version is itself a snapshot, and is kept
@@ -10,7 +11,8 @@ while the version is retained so that the changes of every retained version can 
      "commit_id": "3f2a...", "backend": "rocksdb", "num_keys": 1234,
      "changelog": {"version": 7, "path": "changelogs/7-....arrow", "size": 640, "crc32": 99},
      "base_snapshot": {"version": 5, "id": "9c1e...", "path": "snapshots/5-9c1e....json"} | null,
-     "replay": [{"version": 6, "path": "changelogs/6-....arrow", "size": 812, "crc32": 1234}, ...]}
+     "replay": [{"version": 6, "path": "changelogs/6-....arrow", "size": 812, "crc32": 1234}, ...],
+     "run": {"rank": 2, "id": "4f7c..."}}       (only in ranked manifests)
 
 A **snapshot descriptor** (``snapshots/<v>-<id>.json``) lists every file of one backend
 snapshot with where it lives in checkpoint storage (private files as
@@ -71,9 +73,12 @@ class Manifest:
     replay: tuple[ChangelogRef, ...]
     num_keys: int
     format_version: int = C.FORMAT_VERSION
+    #: Rank of the run that committed it (``C.UNRANKED``: no run); also in the file name.
+    rank: int = C.UNRANKED
+    run_id: Optional[str] = None
 
     def to_json(self) -> bytes:
-        doc = {
+        doc: dict[str, Any] = {
             "kind": C.MANIFEST_KIND,
             "format_version": self.format_version,
             "version": self.version,
@@ -84,13 +89,16 @@ class Manifest:
             "base_snapshot": asdict(self.base_snapshot) if self.base_snapshot else None,
             "replay": [asdict(c) for c in self.replay],
         }
+        if self.rank != C.UNRANKED:
+            doc["run"] = {"rank": self.rank, "id": self.run_id}
         return json.dumps(doc, indent=1).encode()
 
     @classmethod
     def from_json(cls, data: bytes, path: str) -> "Manifest":
-        doc = _load(data, path, C.MANIFEST_KIND)
+        doc = load_document(data, path, C.MANIFEST_KIND)
         try:
             base = doc["base_snapshot"]
+            run = doc.get("run") or {}
             return cls(
                 version=int(doc["version"]),
                 commit_id=str(doc["commit_id"]),
@@ -100,8 +108,10 @@ class Manifest:
                 replay=tuple(_changelog_ref(c) for c in doc["replay"]),
                 num_keys=int(doc["num_keys"]),
                 format_version=int(doc["format_version"]),
+                rank=int(run.get("rank", C.UNRANKED)),
+                run_id=run.get("id"),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CheckpointCorruptError(path, f"malformed manifest ({exc!r})") from None
 
 
@@ -128,7 +138,7 @@ class SnapshotDescriptor:
 
     @classmethod
     def from_json(cls, data: bytes, path: str) -> "SnapshotDescriptor":
-        doc = _load(data, path, C.SNAPSHOT_KIND)
+        doc = load_document(data, path, C.SNAPSHOT_KIND)
         try:
             return cls(
                 version=int(doc["version"]),
@@ -149,7 +159,8 @@ def _changelog_ref(doc: dict[str, Any]) -> ChangelogRef:
     return ChangelogRef(path=str(doc["path"]), size=int(doc["size"]), crc32=int(doc["crc32"]), version=int(doc["version"]))
 
 
-def _load(data: bytes, path: str, kind: str) -> dict[str, Any]:
+def load_document(data: bytes, path: str, kind: str) -> dict[str, Any]:
+    """Parse one of spark-state's JSON documents, checking its ``kind`` and format version."""
     try:
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

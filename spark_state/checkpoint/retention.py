@@ -5,6 +5,9 @@ recomputed from their manifests and snapshot descriptors on every cleanup (the a
 of Spark's RocksDB file manager) rather than kept as reference counts, so a crash midway
 can never leave a count wrong.
 
+Every copy of a retained version is kept (runs, see :mod:`.runs`, may leave several: one per
+run that made it), with everything it needs.
+
 A file nothing references is deleted only if its version (the leading number of its
 name: the version a changelog produced, a snapshot captured, or the snapshot that first
 uploaded a shared file) is older than the oldest retained version. Unreferenced files at
@@ -32,14 +35,25 @@ class CleanupResult:
     kept: int = 0
 
 
+def list_copies(storage: CheckpointStorage) -> dict[int, list[int]]:
+    """Every manifest in storage: version -> ranks of its copies (ascending), one listing."""
+    copies: dict[int, list[int]] = {}
+    for name in storage.list_dir(C.MANIFEST_DIR):
+        parsed = layout.parse_manifest_name(name)
+        if parsed is not None:
+            copies.setdefault(parsed[0], []).append(parsed[1])
+    for ranks in copies.values():
+        ranks.sort()
+    return copies
+
+
 def list_versions(storage: CheckpointStorage) -> list[int]:
-    """Versions with a manifest, ascending."""
-    versions = (layout.parse_manifest_name(n) for n in storage.list_dir(C.MANIFEST_DIR))
-    return sorted(v for v in versions if v is not None)
+    """Versions with at least one manifest, ascending."""
+    return sorted(list_copies(storage))
 
 
-def read_manifest(storage: CheckpointStorage, version: int) -> Manifest:
-    path = layout.manifest_path(version)
+def read_manifest(storage: CheckpointStorage, version: int, rank: int = C.UNRANKED) -> Manifest:
+    path = layout.manifest_path(version, rank)
     return Manifest.from_json(storage.read_bytes(path), storage.full_url(path))
 
 
@@ -48,7 +62,7 @@ def needed_files(storage: CheckpointStorage, manifests: list[Manifest]) -> set[s
     needed: set[str] = set()
     seen_snapshots: set[str] = set()
     for manifest in manifests:
-        needed.add(layout.manifest_path(manifest.version))
+        needed.add(layout.manifest_path(manifest.version, manifest.rank))
         needed.add(manifest.changelog.path)
         needed.update(c.path for c in manifest.replay)
         base = manifest.base_snapshot
@@ -60,13 +74,14 @@ def needed_files(storage: CheckpointStorage, manifests: list[Manifest]) -> set[s
 
 
 def cleanup(storage: CheckpointStorage, retained_versions: int) -> CleanupResult:
-    versions = list_versions(storage)
+    copies = list_copies(storage)
+    versions = sorted(copies)
     result = CleanupResult()
     if not versions:
         return result
     retained = versions[-retained_versions:]
     result.retained_versions = retained
-    manifests = [read_manifest(storage, v) for v in retained]
+    manifests = [read_manifest(storage, v, r) for v in retained for r in copies[v]]
     needed = needed_files(storage, manifests)
     oldest_retained = retained[0]
     doomed: list[str] = []
@@ -89,7 +104,8 @@ def cleanup(storage: CheckpointStorage, retained_versions: int) -> CleanupResult
 def _version_of(path: str) -> int:
     directory, _, name = path.partition("/")
     if directory == C.MANIFEST_DIR:
-        version = layout.parse_manifest_name(name)
+        parsed = layout.parse_manifest_name(name)
+        version = parsed[0] if parsed else None
     else:
         version = layout.parse_versioned_name(name)
     # Names we do not recognise (temp files of an interrupted upload, foreign files) get

@@ -16,6 +16,7 @@ Layout of one state location (one operator)
 
     _operator.json               {"format": 1, "kind": "keyed"|"operator", "max_parallelism": 128|null}
     layouts/p<n>-b<base>.json    one file per layout ever used (create-if-absent, never changed)
+    runs/<seq>.json              the query runs that committed here (spark_state.checkpoint.runs)
     stores/p<n>-b<base>/<i>/     partition i's VersionedStore (manifests/, changelogs/, ...)
 
 A *layout* is the set of ``n`` partition stores a parallelism ``n`` writes, starting at batch
@@ -28,16 +29,15 @@ after batch ``base + s - 1``. Batch ``B`` loads batch version ``B`` and commits 
   batch version ``B`` from the old layout into the pending epoch and commits store version 1,
   i.e. batch version ``B + 1``. A layout therefore *holds* batch versions ``base + 1`` on.
 
-Choosing the layout for batch version ``V > 0`` (:func:`choose_layout`): among layouts with
-``base < V``, newest ``base`` first, at equal ``base`` the current parallelism first, take the
-first that holds ``V``: for the current parallelism, this partition's store has version
-``V - base`` (load it); for another parallelism, every old store the partition needs has it
-(rescale from them). Why newest base first: an older layout can hold a version past a newer
-layout's base only from a batch attempt that failed and was then re-run (and completed) at
-the new parallelism, so its copy is the discarded one. (If the discarded attempt's layout is
-the newer one -- a batch fails at parallelism ``m`` after some partitions committed, and is
-re-run at the old parallelism -- the rule picks the discarded copy; for a deterministic
-function both copies are equal.)
+Choosing the layout for batch version ``V > 0`` (:func:`choose_layout`): a version may have
+copies in several layouts -- a batch that failed after some partitions committed, then was
+re-run after a restart, maybe at another parallelism. Every commit is made by a query run
+registered in ``runs/`` (:mod:`spark_state.checkpoint.runs`), and the run history says which
+copy is the committed state: the one made by the last run that ran batch ``V - 1``. So among
+layouts with ``base < V``, take the one whose copy of ``V`` is valid: for the current
+parallelism, this partition's store holds it (load it); for another parallelism, every old
+store the partition needs holds it (rescale from them). Copies made without a run (earlier
+releases) rank lowest; among those, the newest base, then the current parallelism, wins.
 
 Max parallelism is recorded in ``_operator.json`` by the first task and checked by every
 task; a run with another value fails with :class:`MaxParallelismMismatchError`.
@@ -51,6 +51,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from ..checkpoint.retention import list_copies
+from ..checkpoint.runs import RunContext, RunRegistry
 from ..errors import SparkStateError
 from ..storage import CheckpointStorage, open_storage
 from .errors import MaxParallelismMismatchError, StateLocationError
@@ -63,6 +65,10 @@ ROOT_CONF = "spark.sql.streaming.stateStore.sparkState.process.root"
 DEFAULT_ROOT_DIR = "spark-state"
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+#: Spark sets a streaming query's job group to its run id (``StreamExecution.runStream``);
+#: the job description also names it (``...\nrunId = <uuid>\nbatch = N``).
+JOB_GROUP_PROPERTY = "spark.jobGroup.id"
+JOB_DESCRIPTION_PROPERTY = "spark.job.description"
 
 _LAYOUT_RE = re.compile(r"^p(\d+)-b(\d+)\.json$")
 
@@ -183,19 +189,51 @@ def register_layout(storage: CheckpointStorage, layout: Layout) -> None:
         pass
 
 
-def store_has_version(storage: CheckpointStorage, layout: Layout, partition: int, batch_version: int) -> bool:
+def run_id_of_task(properties: Mapping[str, Optional[str]]) -> Optional[str]:
+    """The streaming query run a task belongs to, from its local properties (None outside a
+    streaming query)."""
+    description = properties.get(JOB_DESCRIPTION_PROPERTY) or ""
+    m = _RUN_ID_RE.search(description)
+    if m:
+        return m.group(1)
+    return properties.get(JOB_GROUP_PROPERTY) or None
+
+
+_RUN_ID_RE = re.compile(r"^runId = ([0-9a-fA-F-]{36})$", re.MULTILINE)
+_contexts: dict[tuple[str, str], RunContext] = {}
+
+
+def run_context(storage: CheckpointStorage, run_id: str) -> RunContext:
+    """The process-wide run context of ``run_id`` at this state location (registry ``runs/``)."""
+    key = (storage.url, run_id)
+    with _lock:
+        ctx = _contexts.get(key)
+        if ctx is None:
+            ctx = _contexts[key] = RunContext(RunRegistry(storage), run_id)
+        return ctx
+
+
+def valid_rank(storage: CheckpointStorage, layout: Layout, partition: int, batch_version: int,
+               runs: RunContext) -> Optional[int]:
+    """The rank of the valid copy of ``batch_version`` in one store, or None (no valid copy).
+    ``runs`` must have been refreshed (``before_load``) by the caller."""
     s = layout.store_version(batch_version)
-    return s > 0 and storage.exists(f"{layout.store_path(partition)}/manifests/{s}.json")
+    if s <= 0:
+        return None
+    ranks = list_copies(storage.child(layout.store_path(partition))).get(s, [])
+    return runs.choose(batch_version, ranks)
 
 
 @dataclass(frozen=True)
 class Choice:
     """Where batch version ``V`` comes from: ``direct`` (load ``layout``'s own store) or
-    ``rescale`` (build layout ``(n, V)`` from ``layout``'s stores ``sources``)."""
+    ``rescale`` (build layout ``(n, V)`` from ``layout``'s stores ``sources``); ``rank`` is
+    the run rank of the copies used."""
 
     mode: str
     layout: Layout
     sources: tuple[int, ...] = ()
+    rank: int = 0
 
 
 def choose_layout(
@@ -204,28 +242,40 @@ def choose_layout(
     partition: int,
     batch_version: int,
     sources_needed,
+    runs: RunContext,
 ) -> Optional[Choice]:
     """See the module docstring. ``sources_needed(old_layout)`` lists the old partitions whose
-    state partition ``partition`` of ``parallelism`` takes over. None when nothing holds it."""
-    candidates = [lay for lay in list_layouts(storage) if lay.base < batch_version]
-    candidates.sort(key=lambda lay: (-lay.base, lay.parallelism != parallelism))
-    for lay in candidates:
+    state partition ``partition`` of ``parallelism`` takes over; ``runs`` (refreshed by the
+    caller, global versions = batch versions) says which copies are valid. None when no layout
+    holds a valid copy."""
+    best: Optional[tuple[tuple[int, int, bool], Choice]] = None
+    for lay in list_layouts(storage):
+        if lay.base >= batch_version:
+            continue
         if lay.parallelism == parallelism:
-            if store_has_version(storage, lay, partition, batch_version):
-                return Choice("direct", lay)
+            rank = valid_rank(storage, lay, partition, batch_version, runs)
+            if rank is None:
+                continue
+            choice = Choice("direct", lay, (), rank)
         else:
             needed = tuple(sources_needed(lay))
-            if all(store_has_version(storage, lay, j, batch_version) for j in needed):
-                return Choice("rescale", lay, needed)
-    return None
+            ranks = [valid_rank(storage, lay, j, batch_version, runs) for j in needed]
+            if not ranks or any(r is None for r in ranks):
+                continue
+            # The valid copies of one version all come from the run that committed the batch.
+            rank = min(r for r in ranks if r is not None)
+            choice = Choice("rescale", lay, needed, rank)
+        order = (choice.rank, lay.base, lay.parallelism == parallelism)
+        if best is None or order > best[0]:
+            best = (order, choice)
+    return best[1] if best else None
 
 
 def describe_layouts(storage: CheckpointStorage) -> str:
     """Human-readable summary for error messages: each layout and its partition 0's versions."""
     parts = []
     for lay in list_layouts(storage):
-        names = storage.list_dir(f"{lay.store_path(0)}/manifests")
-        versions = sorted(int(n.split(".")[0]) + lay.base for n in names if n.split(".")[0].isdigit())
+        versions = sorted(v + lay.base for v in list_copies(storage.child(lay.store_path(0))))
         span = f"{versions[0]}..{versions[-1]}" if versions else "none"
         parts.append(f"{lay.name} (batch versions {span})")
     return ", ".join(parts) or "no layouts"

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Optional
 import pyarrow as pa
 from pyspark.sql.types import StructField, StructType
 
+from ..checkpoint.runs import RunContext
 from ..config import EngineConfig
 from ..keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from ..state import KeyedStateBackend, copy_key_groups
@@ -30,7 +31,18 @@ from .arrow_io import OutputWriter, columns_as_lists, row_class
 from .errors import NotInStreamingQueryError, StateLocationError
 from .functions import KeyedContext, OperatorContext
 from .keycodec import key_encoder
-from .location import BATCH_ID_PROPERTY, QUERY_ID_PROPERTY, Layout, LocationSpec, storage_for, verify_location
+from .location import (
+    BATCH_ID_PROPERTY,
+    JOB_DESCRIPTION_PROPERTY,
+    JOB_GROUP_PROPERTY,
+    QUERY_ID_PROPERTY,
+    Layout,
+    LocationSpec,
+    run_context,
+    run_id_of_task,
+    storage_for,
+    verify_location,
+)
 from .operator_state import OperatorStateStore, redistribute
 from .routing import HIDDEN_COLUMNS, KEY_GROUP_COLUMN
 from .stores import PartitionStore, acquire
@@ -57,6 +69,7 @@ class _Task:
     partition: int
     url: str
     storage: Any
+    runs: RunContext
 
 
 def _task(plan: ProcessPlan) -> _Task:
@@ -70,9 +83,15 @@ def _task(plan: ProcessPlan) -> _Task:
             "task property): keyed_process/checkpointed_process need a streaming DataFrame, "
             "started with writeStream")
     url = plan.location.resolve(tc.getLocalProperty(QUERY_ID_PROPERTY))
+    run_id = run_id_of_task({k: tc.getLocalProperty(k) for k in (JOB_DESCRIPTION_PROPERTY, JOB_GROUP_PROPERTY)})
+    if run_id is None:
+        raise NotInStreamingQueryError(
+            f"{plan.function_name}: the task has no streaming query run id (local properties "
+            f"'{JOB_GROUP_PROPERTY}' / '{JOB_DESCRIPTION_PROPERTY}', which Spark sets for every "
+            "micro-batch); was the job group overridden?")
     storage = storage_for(url, plan.location.storage_options)
     verify_location(storage, plan.kind, plan.max_parallelism)
-    return _Task(int(raw), tc.partitionId(), url, storage)
+    return _Task(int(raw), tc.partitionId(), url, storage, run_context(storage, run_id))
 
 
 def _check_parallelism(plan: ProcessPlan, partition: int) -> None:
@@ -100,7 +119,7 @@ def run_keyed(plan: ProcessPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[
             r = own.intersection(old_range(old, j))
             copy_key_groups(source, store, r.start, r.end)
 
-    ps = acquire(task.storage, plan.engine, n, partition, task.batch_id, sources_needed, populate)
+    ps = acquire(task.storage, plan.engine, n, partition, task.batch_id, sources_needed, populate, task.runs)
     return _keyed_loop(plan, task, ps, own, batches)
 
 
@@ -189,7 +208,7 @@ def run_operator(plan: ProcessPlan, batches: Iterator[pa.RecordBatch]) -> Iterat
     def populate(store, old: Layout, old_stores) -> None:
         redistribute(store, partition, n, old_stores)
 
-    ps = acquire(task.storage, plan.engine, n, partition, task.batch_id, sources_needed, populate)
+    ps = acquire(task.storage, plan.engine, n, partition, task.batch_id, sources_needed, populate, task.runs)
     return _operator_loop(plan, task, ps, batches)
 
 

@@ -6,12 +6,15 @@ Invariants
 * Batch ``B`` of partition ``i`` works on a :class:`~spark_state.store.VersionedStore`
   loaded at batch version ``B`` (the state after batch ``B - 1``) and commits ``B + 1``;
   store versions are offset by the layout's base (see :mod:`.location`).
+* Every store works for the query run of its task (:mod:`spark_state.checkpoint.runs`): its
+  commits are ranked by the run, the first attempt of a run to commit a version wins, and a
+  version is read from the copy that the run history says was committed -- never from an
+  attempt whose batch a later run re-ran.
 * A Python worker keeps the stores it committed in a process-wide LRU cache, keyed by
   (location, layout, partition), so the next batch of that partition in the same process
-  needs no restore. A cached store is used only if its version is the one needed *and*
-  the manifest in checkpoint storage is still the one this process committed (another
-  attempt -- a task retry in another process -- may have re-committed the version).
-  Otherwise the store is loaded, which replays or restores from checkpoint storage.
+  needs no restore. A cached store is used only if it belongs to the task's run, its version
+  is the one needed *and* its copy of that version is still the valid one. Otherwise the
+  store is loaded, which replays or restores from checkpoint storage.
 * A store is taken out of the cache while a task uses it and put back only after a
   successful commit; a failed task closes its store, so a retry starts from checkpoint
   storage. Each VersionedStore has its own local working directory, so two processes
@@ -27,12 +30,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional
 
-from ..checkpoint.retention import read_manifest
+from ..checkpoint.runs import RunContext
 from ..config import EngineConfig
 from ..storage import CheckpointStorage
 from ..store import VersionedStore
 from .errors import StateVersionMissingError
-from .location import Choice, Layout, choose_layout, describe_layouts, register_layout
+from .location import Choice, Layout, choose_layout, describe_layouts, register_layout, valid_rank
 
 #: Stores one Python worker keeps open between batches (least recently used are closed).
 MAX_CACHED_STORES = 64
@@ -45,7 +48,8 @@ Populate = Callable[[VersionedStore, Layout, dict[int, VersionedStore]], None]
 class _Cached:
     store: VersionedStore
     layout: Layout
-    commit_id: str
+    #: run rank of the copy the store holds
+    rank: int
 
 
 class _StoreCache:
@@ -98,8 +102,9 @@ class PartitionStore:
     def commit(self) -> int:
         """Commit batch version ``batch_version + 1``; keep the store for the next batch."""
         s = self.store.commit()
-        commit_id = read_manifest(self.store.storage, s).commit_id
-        CACHE.put(self.url, self.partition, _Cached(self.store, self.layout, commit_id))
+        manifest = self.store.manifest
+        assert manifest is not None
+        CACHE.put(self.url, self.partition, _Cached(self.store, self.layout, manifest.rank))
         return self.layout.base + s
 
     def discard(self) -> None:
@@ -118,30 +123,37 @@ def acquire(
     batch_version: int,
     sources_needed: Callable[[Layout], Iterable[int]],
     populate: Populate,
+    runs: RunContext,
 ) -> PartitionStore:
     """Open partition ``partition``'s store at ``batch_version`` (see the module docstring).
 
+    ``runs`` is the task's run at this location (global versions = batch versions).
+
     :raises StateVersionMissingError: no layout holds ``batch_version``.
+    :raises ConcurrentWriterError: this run was fenced off by an earlier one still running.
     """
     url = storage.url
+    runs.before_load(batch_version)
     cached = CACHE.take(url, parallelism, partition)
+    if cached is not None and (cached.store.runs is None or cached.store.runs.run_id != runs.run_id):
+        cached.store.close()  # a store of another run (the query restarted in this process)
+        cached = None
     if cached is not None and batch_version > 0:
         s = cached.layout.store_version(batch_version)
         if 0 < s == _version_of(cached.store):
-            if _manifest_id(cached.store, s) == cached.commit_id:
+            if valid_rank(storage, cached.layout, partition, batch_version, runs) == cached.rank:
                 cached.store.abort()
                 return PartitionStore(url, partition, cached.layout, cached.store, "cached", batch_version, storage)
-            # Another attempt re-committed this version: load() would trust the local copy
-            # (same version number), so drop it and restore.
+            # The valid copy is not the one held (another run's): drop the local copy and load.
             cached.store.close()
             cached = None
     if batch_version == 0:
         layout = Layout(parallelism, 0)
         register_layout(storage, layout)
-        store = _store_for(cached, storage, config, layout, partition)
+        store = _store_for(cached, storage, config, layout, partition, runs)
         store.load(0)
         return PartitionStore(url, partition, layout, store, "new", 0, storage)
-    choice = choose_layout(storage, parallelism, partition, batch_version, sources_needed)
+    choice = choose_layout(storage, parallelism, partition, batch_version, sources_needed, runs)
     if choice is None:
         if cached is not None:
             cached.store.close()
@@ -151,26 +163,28 @@ def acquire(
             "checkpoint says earlier batches ran, so their state should be here: was the state "
             "location changed or cleaned, or retention (retainedVersions) too small?")
     if choice.mode == "direct":
-        store = _store_for(cached, storage, config, choice.layout, partition)
+        store = _store_for(cached, storage, config, choice.layout, partition, runs)
         try:
             store.load(choice.layout.store_version(batch_version))
         except BaseException:
             store.close()
             raise
         return PartitionStore(url, partition, choice.layout, store, "loaded", batch_version, storage)
-    return _rescale(storage, config, parallelism, partition, batch_version, choice, populate, cached)
+    return _rescale(storage, config, parallelism, partition, batch_version, choice, populate, cached, runs)
 
 
 def _rescale(storage: CheckpointStorage, config: EngineConfig, parallelism: int, partition: int,
-             batch_version: int, choice: Choice, populate: Populate, cached: Optional[_Cached]) -> PartitionStore:
+             batch_version: int, choice: Choice, populate: Populate, cached: Optional[_Cached],
+             runs: RunContext) -> PartitionStore:
     layout = Layout(parallelism, batch_version)
-    store = _store_for(cached, storage, config, layout, partition)
+    store = _store_for(cached, storage, config, layout, partition, runs)
     old_stores: dict[int, VersionedStore] = {}
     try:
         store.load(0)
         old_s = choice.layout.store_version(batch_version)
         for j in choice.sources:
-            old = VersionedStore(storage.child(choice.layout.store_path(j)), config)
+            old = VersionedStore(storage.child(choice.layout.store_path(j)), config,
+                                 runs=runs.at_offset(choice.layout.base))
             old_stores[j] = old
             old.load(old_s)
         populate(store, choice.layout, old_stores)
@@ -185,23 +199,16 @@ def _rescale(storage: CheckpointStorage, config: EngineConfig, parallelism: int,
 
 
 def _store_for(cached: Optional[_Cached], storage: CheckpointStorage, config: EngineConfig,
-               layout: Layout, partition: int) -> VersionedStore:
+               layout: Layout, partition: int, runs: RunContext) -> VersionedStore:
     if cached is not None:
         if cached.layout == layout:
             return cached.store
         cached.store.close()
-    return VersionedStore(storage.child(layout.store_path(partition)), config)
+    return VersionedStore(storage.child(layout.store_path(partition)), config, runs=runs.at_offset(layout.base))
 
 
 def _version_of(store: VersionedStore) -> Optional[int]:
     try:
         return store.version
-    except Exception:
-        return None
-
-
-def _manifest_id(store: VersionedStore, version: int) -> Optional[str]:
-    try:
-        return read_manifest(store.storage, version).commit_id
     except Exception:
         return None

@@ -31,8 +31,10 @@ from dataclasses import asdict
 from typing import Any, Callable, Optional
 
 from .. import constants as C
+from ..checkpoint.runs import RunContext, RunRegistry
 from ..config import EngineConfig
 from ..errors import ConfigError
+from ..storage import open_storage
 from ..store import VersionedStore
 from ..ttl import is_stamped
 from . import ttl_policy
@@ -248,7 +250,11 @@ class StoreService:
                 options = json.loads(options_json)
                 config = engine_config(options)
                 ttl = store_ttl(options)
-                store = VersionedStore(checkpoint, config)
+                # Each store keeps its own run registry: ranked commits, first committer wins,
+                # abandoned attempts never read, a second writer fenced (checkpoint.runs).
+                storage = open_storage(checkpoint, config.storage_options)
+                runs = RunContext(RunRegistry(storage), options.get("runId"))
+                store = VersionedStore(storage, config, runs=runs)
                 crash = (options.get("engine") or {}).get(CRASH_ON_COMMIT_OPTION)
                 views_dir = os.path.join(config.local_dir or tempfile.gettempdir(), f"views-{instance_id}")
                 instance = self._instances[instance_id] = _Instance(store, crash, views_dir, ttl, checkpoint)

@@ -7,7 +7,15 @@ import pytest
 
 from spark_state import EngineConfig, VersionedStore
 from spark_state.process import MaxParallelismMismatchError, StateLocationError, StateVersionMissingError
-from spark_state.process.location import Layout, LocationSpec, list_layouts, storage_for, verify_location
+from spark_state.process.location import (
+    Layout,
+    LocationSpec,
+    list_layouts,
+    run_context,
+    run_id_of_task,
+    storage_for,
+    verify_location,
+)
 from spark_state.process.stores import CACHE, acquire
 
 CONFIG = EngineConfig(backend="hashmap")
@@ -23,8 +31,8 @@ def _copy_all(store, old, old_stores):
             store.put(key, value)
 
 
-def _acquire(storage, n, i, batch):
-    return acquire(storage, CONFIG, n, i, batch, _all, _copy_all)
+def _acquire(storage, n, i, batch, run="run-1"):
+    return acquire(storage, CONFIG, n, i, batch, _all, _copy_all, run_context(storage, run))
 
 
 @pytest.fixture
@@ -49,18 +57,68 @@ def test_batches_commit_successive_versions_and_reuse_the_cached_store(storage):
     ps.discard()
 
 
-def test_a_version_recommitted_elsewhere_is_not_served_from_the_cache(storage):
+def test_a_later_attempt_of_the_same_run_cannot_replace_a_committed_version(storage):
     ps = _acquire(storage, 1, 0, 0)
     ps.store.put(b"k", b"mine")
     ps.commit()
-    # another worker process re-runs batch 0 (a task retry) and commits version 1 again
-    with VersionedStore(storage.child(Layout(1, 0).store_path(0)), CONFIG) as other:
+    # another worker process runs batch 0 again in the same run (a speculative twin): its
+    # commit is a no-op, so the cached copy stays the committed one
+    ctx = run_context(storage, "run-1").at_offset(0)
+    with VersionedStore(storage.child(Layout(1, 0).store_path(0)), CONFIG, runs=ctx) as other:
         other.load(0)
         other.put(b"k", b"theirs")
         other.commit()
+        assert other.last_commit.lost_to_earlier_attempt == "replaced"
     ps = _acquire(storage, 1, 0, 1)
-    assert ps.origin == "loaded" and ps.store.get(b"k") == b"theirs"
+    assert ps.origin == "cached" and ps.store.get(b"k") == b"mine"
     ps.discard()
+
+
+def test_a_batch_re_run_by_a_later_run_is_not_served_from_the_cache(storage):
+    ps = _acquire(storage, 1, 0, 0, run="run-1")
+    ps.store.put(b"k", b"abandoned")
+    ps.commit()   # ... and batch 0 never reached Spark's commit log
+    # the query restarts; its batch 0 re-runs in another worker process
+    ctx = run_context(storage, "run-2").at_offset(0)
+    with VersionedStore(storage.child(Layout(1, 0).store_path(0)), CONFIG, runs=ctx) as other:
+        other.load(0)
+        other.put(b"k", b"re-run")
+        other.commit()
+    ps = _acquire(storage, 1, 0, 1, run="run-2")
+    assert ps.origin == "loaded" and ps.store.get(b"k") == b"re-run"
+    ps.discard()
+
+
+def test_abandoned_rescale_is_never_read_after_a_re_run_at_the_old_parallelism(storage):
+    """Batch 1 runs at parallelism 3 (a rescale from 2), one partition commits, the batch
+    fails; the query is re-run at parallelism 2 with different results. Batch 2 at
+    parallelism 3 again must rescale from the re-run, not from the abandoned layout."""
+    for i in range(2):
+        ps = _acquire(storage, 2, i, 0, run="r1")
+        ps.store.put(b"k%d" % i, b"batch0")
+        ps.commit()
+    for i in range(3):   # batch 1 of run 2 at parallelism 3: every partition commits, batch fails later
+        ps = _acquire(storage, 3, i, 1, run="r2")
+        ps.store.put(b"p3-%d" % i, b"abandoned")
+        ps.commit()
+    for i in range(2):   # run 3 re-runs batch 1 at parallelism 2
+        ps = _acquire(storage, 2, i, 1, run="r3")
+        ps.store.put(b"k%d" % i, b"re-run")
+        ps.commit()
+    for n in (2, 3):     # run 4 reads batch version 2 at either parallelism: only run 3's state
+        seen = {}
+        for i in range(n):
+            ps = _acquire(storage, n, i, 2, run=f"r4-{n}")
+            seen.update(ps.store.iterate())
+            ps.discard()
+        assert seen == {b"k0": b"re-run", b"k1": b"re-run"}
+
+
+def test_run_id_comes_from_the_job_description_or_group():
+    rid = "61d75dbf-a07c-4afd-8da5-2c654a0f9dd5"
+    assert run_id_of_task({"spark.job.description": f"q\nid = x\nrunId = {rid}\nbatch = 0"}) == rid
+    assert run_id_of_task({"spark.jobGroup.id": rid}) == rid
+    assert run_id_of_task({}) is None
 
 
 def test_rescale_builds_a_new_layout_and_a_missing_version_is_a_clear_error(storage):

@@ -171,6 +171,8 @@ class SparkStateProvider extends StateStoreProvider with Logging {
 
 object SparkStateProvider {
   val ConfPrefix = "spark.sql.streaming.stateStore.sparkState."
+  /** `StreamExecution.RUN_ID_KEY`: set in the hadoopConf that providers of a running query get. */
+  val RunIdConf = "sql.streaming.runId"
 
   val CommitTimeMetric = StateStoreCustomTimingMetric("sparkStateCommitTimeMs", "spark-state: commit time (ms)")
   val LoadTimeMetric = StateStoreCustomTimingMetric("sparkStateLoadTimeMs", "spark-state: load time (ms)")
@@ -199,6 +201,9 @@ object SparkStateProvider {
     // Which store this is: TTL confs resolve per operator, and never apply to join stores.
     root.put("operatorId", storeId.operatorId)
     root.put("storeName", storeId.storeName)
+    // The query run this provider instance serves (Spark puts it in the provider's hadoopConf;
+    // instances are per (store, run)). Without it (the state data source) the worker only reads.
+    if (hadoopConf != null) Option(hadoopConf.get(RunIdConf)).foreach(root.put("runId", _))
     val engine = root.putObject("engine")
     storeConfs.sqlConfs.foreach { case (k, v) =>
       if (k.startsWith(ConfPrefix)) engine.put(k.substring(ConfPrefix.length), v)
