@@ -157,7 +157,12 @@ def _hook_rewrite(hook: Callable[[dict, bytes], Any], serializer: Serializer, ol
 # ------------------------------------------------------------------------------ type rules
 def _judge_types(old_type: str, new_type: str) -> Verdict:
     try:
-        convert = _compare(parse_type_string(old_type), parse_type_string(new_type), "")
+        old_parsed = parse_type_string(old_type)
+    except TypeError:
+        return Verdict(INCOMPATIBLE, f"the recorded type {old_type!r} is unknown to this release "
+                                     "(was the state written by a newer one?)")
+    try:
+        convert = _compare(old_parsed, parse_type_string(new_type), "")
     except _Refused as refused:
         return Verdict(INCOMPATIBLE, str(refused))
     if convert is None:

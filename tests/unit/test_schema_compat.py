@@ -239,6 +239,12 @@ def test_record_layout() -> None:
     assert record.describe() == "map state of bigint (declared int) -> struct<a:bigint not null> (declared struct<a:int>)"
 
 
+def test_a_recorded_type_this_release_does_not_know_is_incompatible() -> None:
+    future = StateSchema("value", {"codec": "spark", "type": "interval"})
+    v = judge(future, value(int))
+    assert v.incompatible and "the recorded type 'interval' is unknown to this release" in v.reason
+
+
 def test_unreadable_records_are_named() -> None:
     with pytest.raises(StateSchemaRecordError, match="record of state 'x' is not valid JSON"):
         StateSchema.decode(b"\x00garbage", "x")
