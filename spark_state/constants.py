@@ -62,6 +62,26 @@ ARROW_BATCH_ROWS = 65536
 #: with it: key-group-prefixed keys begin with a big-endian key group below 32768 (<= 0x7F).
 #: ``VersionedStore.num_keys`` does not count these keys.
 SYSTEM_KEY_PREFIX = b"\xff"
+#: Second byte of system keys: what kind of engine record follows.
+#: ``[0xFF][0x01][len ns][ns][bucket ms][data key]`` -- TTL expiry index (``ttl/codec.py``).
+TTL_INDEX_TAG = b"\x01"
+#: ``[0xFF][0x02][len ns][ns]`` -- TTL format marker: the namespace's values are stamped.
+TTL_MARKER_TAG = b"\x02"
+#: ``[0xFF][0x03][len name][name]`` -- schema record of a keyed state (``state/schema.py``).
+KEYED_SCHEMA_TAG = b"\x03"
+#: ``[0xFF][0x04][len name][name]`` -- schema record of an operator state (``state/schema.py``).
+OPERATOR_SCHEMA_TAG = b"\x04"
+#: Version of the schema record's JSON; readers reject others (``state/schema.py``).
+SCHEMA_RECORD_FORMAT = 1
+
+# --- operator state (process/operator_state.py) ---------------------------------------------
+#: First byte of an operator state's data keys: how it is redistributed on rescale.
+OPERATOR_MODE_SPLIT = 1      # list state, even-split
+OPERATOR_MODE_UNION = 2      # union list state
+OPERATOR_MODE_BROADCAST = 3  # broadcast (map) state
+#: Each mode's ``kind`` in the operator state's schema record.
+OPERATOR_MODE_KINDS = {OPERATOR_MODE_SPLIT: "list", OPERATOR_MODE_UNION: "union",
+                       OPERATOR_MODE_BROADCAST: "broadcast"}
 
 # --- changelog record ops -------------------------------------------------------------------
 OP_PUT = 0

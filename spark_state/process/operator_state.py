@@ -23,18 +23,37 @@ Redistribution when the parallelism changes from ``m`` to ``n`` (Flink's
 
 At an unchanged parallelism every partition gets back exactly what it snapshotted (a
 Flink operator between two checkpoints), so retries and restarts see the same state.
+
+Schema records (:mod:`spark_state.state.schema`, ``[0xFF][0x04][len(name)][name]``) say
+what each state's bytes are. Registration checks the descriptor against the record
+before ``initialize_state`` returns: an incompatible change raises, a migration converts
+each stored element (or map value) as it is read, and the write-back at the end of the
+batch stores the converted values and the new record in the same commit. On rescale the
+records go with the state: a broadcast state's from the old partition it is copied from,
+a list state's from every old partition, which must agree.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional
 
+from ..constants import (
+    OPERATOR_MODE_BROADCAST,
+    OPERATOR_MODE_KINDS,
+    OPERATOR_MODE_SPLIT,
+    OPERATOR_MODE_UNION,
+    OPERATOR_SCHEMA_TAG,
+)
 from ..state import MapStateDescriptor, ListStateDescriptor
+from ..state.compatibility import judge
 from ..state.descriptors import StateDescriptor
+from ..state.errors import StateDecodeError, StateSchemaIncompatibleError
+from ..state.evolution import merge_schema_records
+from ..state.schema import StateSchema, operator_record_key, schema_of
 from ..store import VersionedStore, prefix_upper_bound
 
-SPLIT, UNION, BROADCAST = 1, 2, 3
+SPLIT, UNION, BROADCAST = OPERATOR_MODE_SPLIT, OPERATOR_MODE_UNION, OPERATOR_MODE_BROADCAST
 MODE_NAMES = {SPLIT: "list", UNION: "union list", BROADCAST: "broadcast"}
 _U32 = struct.Struct(">I")
 
@@ -174,21 +193,50 @@ class OperatorStateStore:
                     f"operator state {descriptor.name!r} is already registered as "
                     f"{MODE_NAMES[existing.mode]} state")
             return existing
-        for other in (SPLIT, UNION, BROADCAST):
-            if other != mode and _scan(self._store, state_prefix(other, descriptor.name))[:1]:
-                raise ValueError(
-                    f"operator state {descriptor.name!r} was stored as {MODE_NAMES[other]} state; "
-                    f"it cannot be read back as {MODE_NAMES[mode]} state")
+        old, rewrite = self._check_schema(mode, descriptor)
         entries = _scan(self._store, state_prefix(mode, descriptor.name))
-        if mode == BROADCAST:
-            n = len(state_prefix(mode, descriptor.name))
-            dk, dv = descriptor.key_serializer.deserialize, descriptor.serializer.deserialize
-            state: Any = BroadcastState(descriptor, {dk(k[n:]): dv(v) for k, v in entries})
-        else:
-            de = descriptor.serializer.deserialize
-            state = OperatorListState(mode, descriptor, [de(v) for _, v in entries])
+        if rewrite is not None:
+            entries = _migrated(descriptor, old, mode, entries, rewrite)
+        try:
+            if mode == BROADCAST:
+                n = len(state_prefix(mode, descriptor.name))
+                dk, dv = descriptor.key_serializer.deserialize, descriptor.serializer.deserialize
+                state: Any = BroadcastState(descriptor, {dk(k[n:]): dv(v) for k, v in entries})
+            else:
+                de = descriptor.serializer.deserialize
+                state = OperatorListState(mode, descriptor, [de(v) for _, v in entries])
+        except Exception as exc:
+            raise StateDecodeError(descriptor.name, repr(descriptor.serializer), exc) from exc
         self._states[descriptor.name] = state
         return state
+
+    def _check_schema(self, mode: int, descriptor: StateDescriptor
+                      ) -> tuple[Optional[StateSchema], Optional[Callable[[bytes], bytes]]]:
+        """Judge ``descriptor`` against the stored record and stage the new record; returns
+        the old record and, if the state migrates, the rewrite of each stored value.
+        The converted values are written back by :meth:`flush`, in the same epoch."""
+        store = self._store
+        record_key = operator_record_key(descriptor.name_bytes)
+        new = schema_of(descriptor, OPERATOR_MODE_KINDS[mode])
+        raw = store.get(record_key)
+        if raw is None:
+            # A new state, or one written by a release without records: the mode can still
+            # be told from the data keys.
+            for other in (SPLIT, UNION, BROADCAST):
+                if other != mode and _scan(store, state_prefix(other, descriptor.name))[:1]:
+                    raise StateSchemaIncompatibleError(
+                        descriptor.name, f"{MODE_NAMES[other]} state", f"{MODE_NAMES[mode]} state",
+                        "operator state modes redistribute differently on rescale, so a mode never changes")
+            store.put(record_key, new.encode())
+            return None, None
+        old = StateSchema.decode(raw, descriptor.name)
+        if old == new:
+            return old, None
+        verdict = judge(old, new, descriptor.serializer)
+        if verdict.incompatible:
+            raise StateSchemaIncompatibleError(descriptor.name, old.describe(), new.describe(), verdict.reason)
+        store.put(record_key, new.encode())
+        return old, verdict.rewrite
 
     def get_list_state(self, descriptor: ListStateDescriptor) -> OperatorListState:
         return self._register(SPLIT, descriptor, ListStateDescriptor)
@@ -210,6 +258,21 @@ class OperatorStateStore:
             store.delete_many([k for k, _ in _scan(store, prefix)])
             entries = state._entries()
             store.put_many([prefix + k for k, _ in entries], [v for _, v in entries])
+
+
+def _migrated(descriptor: StateDescriptor, old: Optional[StateSchema], mode: int,
+              entries: list[tuple[bytes, bytes]], rewrite: Callable[[bytes], bytes]) -> list[tuple[bytes, bytes]]:
+    """``entries`` with every value rewritten to the new schema (keys stay)."""
+    out = []
+    for key, value in entries:
+        try:
+            out.append((key, rewrite(value)))
+        except Exception as exc:
+            assert old is not None
+            raise StateSchemaIncompatibleError(
+                descriptor.name, old.describe(), schema_of(descriptor, OPERATOR_MODE_KINDS[mode]).describe(),
+                f"a stored value could not be migrated ({type(exc).__name__}: {exc})") from exc
+    return out
 
 
 # ---------------------------------------------------------------------------- redistribution
@@ -243,6 +306,11 @@ def redistribute(target: VersionedStore, partition: int, parallelism: int,
     names: set[tuple[int, bytes]] = set()
     for states in per_old.values():
         names.update(states)
+    # Records: a broadcast state's from the old partition it is copied from, the others'
+    # from every old partition (which must agree in layout).
+    for j in sorted(old_stores):
+        merge_schema_records(old_stores[j], target, OPERATOR_SCHEMA_TAG,
+                             keep=lambda kind, j=j: kind != "broadcast" or j == partition % old_parallelism)
     keys: list[bytes] = []
     values: list[bytes] = []
     start = 0

@@ -5,6 +5,9 @@
 * :mod:`.keyed_states` -- the state types, scoped to the current key.
 * :mod:`.backend` -- :class:`KeyedStateBackend`: current key, state objects, TTL cleanup.
 * :mod:`.keys` -- the key layout (pure functions); :mod:`.rescale` -- moving key groups.
+* :mod:`.schema` -- each state's schema record (pure codec); :mod:`.compatibility` -- the
+  verdicts (compatible as is / after migration / incompatible); :mod:`.evolution` -- checking
+  and migrating at registration, merging records on rescale; :mod:`.errors` -- their errors.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from .descriptors import (
     ValueStateDescriptor,
 )
 from .keyed_states import AggregatingState, KeyedState, ListState, MapState, ReducingState, ValueState
+from .errors import StateDecodeError, StateSchemaConflictError, StateSchemaError, StateSchemaIncompatibleError
 from .rescale import copy_key_groups
 from .serializers import PickleSerializer, Serializer, serializer_for
 
@@ -28,4 +32,5 @@ __all__ = [
     "MapStateDescriptor", "ReducingStateDescriptor", "AggregatingStateDescriptor", "AggregateFunction",
     "KeyedState", "ValueState", "ListState", "MapState", "ReducingState", "AggregatingState",
     "copy_key_groups", "Serializer", "PickleSerializer", "serializer_for",
+    "StateSchemaError", "StateSchemaIncompatibleError", "StateSchemaConflictError", "StateDecodeError",
 ]

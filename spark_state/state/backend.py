@@ -6,8 +6,12 @@ element; state objects created by ``get_*_state`` act on that key. Before commit
 the runtime calls :meth:`before_commit`, which runs TTL cleanup (see
 :mod:`spark_state.ttl.config` for the strategies).
 
-TTL and restarts: a state's TTL is not part of the checkpoint (only last-access stamps
-are), so a restart with a different TTL value simply applies it. Turning TTL on or off for
+Schema evolution: registering a state (``get_*_state``) first checks its descriptor against
+the schema record stored with the state, and migrates or refuses before anything else
+happens (see :mod:`.evolution`).
+
+TTL and restarts: a state's TTL does not decide compatibility (only last-access stamps
+matter), so a restart with a different TTL value simply applies it. Turning TTL on or off for
 an existing state rewrites that state's entries once (stamping them with "now", or
 stripping the stamps); see :func:`spark_state.ttl.kv.migrate_layout`.
 """
@@ -31,6 +35,7 @@ from .descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from .evolution import restore_keyed_schema
 from .keyed_states import AggregatingState, KeyedState, ListState, MapState, ReducingState, ValueState
 
 _LOG = logging.getLogger(__name__)
@@ -98,6 +103,7 @@ class KeyedStateBackend:
                     f"state {descriptor.name!r} is already registered as {existing.descriptor.kind} "
                     f"state; a {descriptor.kind} state needs another name")
             return existing
+        restore_keyed_schema(self._store, descriptor, lambda: self._entries_of(descriptor.name_bytes))
         access = self._access_for(descriptor)
         state = _STATE_CLASSES[type(descriptor)](self, descriptor, access)
         self._states[descriptor.name] = state

@@ -5,6 +5,11 @@ for the state objects (``ctx.get_state(ValueStateDescriptor("count", int))``). T
 identifies the state in checkpoints, so keep it stable across restarts; the type decides
 the serializer (see :mod:`.serializers`); an optional :class:`~spark_state.ttl.TtlConfig`
 makes values (and list elements and map entries, each on its own) expire.
+
+A state's kind, serializer and TTL are recorded with the state the first time it is
+registered; a later run whose descriptor differs is judged compatible, migrated, or
+refused (see :mod:`.compatibility`). Descriptors pickle (serializers pickle as their
+canonical type), so a function may build them in ``__init__`` or as class attributes.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import abc
 from typing import Any, Callable, Generic, Optional, TypeVar
 
 from ..ttl.config import TtlConfig, ttl_or_none
-from .serializers import Serializer, serializer_for
+from .serializers import Serializer, describe_type, serializer_for
 
 IN = TypeVar("IN")
 ACC = TypeVar("ACC")
@@ -56,6 +61,8 @@ class StateDescriptor:
         if len(self.name_bytes) > MAX_NAME_BYTES:
             raise ValueError(f"state name {name!r} is longer than {MAX_NAME_BYTES} bytes")
         self.serializer = serializer
+        #: The value type as declared (for messages; compatibility compares serializers).
+        self.declared_type = describe_type(serializer)
         self.ttl: Optional[TtlConfig] = None
         if ttl is not None:
             self.enable_time_to_live(ttl)
@@ -79,6 +86,7 @@ class ValueStateDescriptor(StateDescriptor):
 
     def __init__(self, name: str, value_type: Any, default: Any = None, ttl: Optional[TtlConfig] = None) -> None:
         super().__init__(name, serializer_for(value_type), ttl)
+        self.declared_type = describe_type(value_type)
         self.default = default
 
 
@@ -89,6 +97,7 @@ class ListStateDescriptor(StateDescriptor):
 
     def __init__(self, name: str, element_type: Any, ttl: Optional[TtlConfig] = None) -> None:
         super().__init__(name, serializer_for(element_type), ttl)
+        self.declared_type = describe_type(element_type)
 
 
 class MapStateDescriptor(StateDescriptor):
@@ -99,7 +108,9 @@ class MapStateDescriptor(StateDescriptor):
 
     def __init__(self, name: str, key_type: Any, value_type: Any, ttl: Optional[TtlConfig] = None) -> None:
         super().__init__(name, serializer_for(value_type), ttl)
+        self.declared_type = describe_type(value_type)
         self.key_serializer = serializer_for(key_type)
+        self.declared_key_type = describe_type(key_type)
 
 
 class ReducingStateDescriptor(StateDescriptor):
@@ -112,6 +123,7 @@ class ReducingStateDescriptor(StateDescriptor):
         if not callable(reduce_function):
             raise TypeError(f"reduce_function must be callable, got {reduce_function!r}")
         super().__init__(name, serializer_for(value_type), ttl)
+        self.declared_type = describe_type(value_type)
         self.reduce_function = reduce_function
 
 
@@ -126,4 +138,5 @@ class AggregatingStateDescriptor(StateDescriptor):
         if not isinstance(aggregate_function, AggregateFunction):
             raise TypeError(f"aggregate_function must be an AggregateFunction, got {aggregate_function!r}")
         super().__init__(name, serializer_for(accumulator_type), ttl)
+        self.declared_type = describe_type(accumulator_type)
         self.aggregate_function = aggregate_function

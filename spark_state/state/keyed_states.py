@@ -5,6 +5,9 @@ A state object is created once (usually in ``open``) and follows the current key
 runtime sets before each element; every method acts on that key's state only. Writes are
 staged in the store's pending epoch and become durable at the next commit.
 Key layout: :mod:`.keys`.
+
+A stored value that does not decode raises :class:`~.errors.StateDecodeError`, naming the
+state (not a bare ``struct.error``); the ``try`` blocks cost nothing when nothing fails.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from . import keys as K
+from .errors import StateDecodeError
 from .descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -49,6 +53,15 @@ class KeyedState:
         """Remove the current key's state."""
         self._access.delete(self._base())
 
+    def _decode(self, raw: bytes) -> Any:
+        try:
+            return self._ser.deserialize(raw)
+        except Exception as exc:
+            raise self._undecodable(exc) from exc
+
+    def _undecodable(self, exc: BaseException) -> StateDecodeError:
+        return StateDecodeError(self.name, repr(self._ser), exc)
+
 
 class ValueState(KeyedState):
     """One value per key."""
@@ -58,7 +71,12 @@ class ValueState(KeyedState):
     def value(self) -> Any:
         """The current key's value, or the descriptor's default if there is none."""
         raw = self._access.get(self._base())
-        return self.descriptor.default if raw is None else self._ser.deserialize(raw)
+        if raw is None:
+            return self.descriptor.default
+        try:  # inlined (not self._decode): the hottest read path
+            return self._ser.deserialize(raw)
+        except Exception as exc:
+            raise self._undecodable(exc) from exc
 
     def update(self, value: Any) -> None:
         """Set the value; ``None`` clears it."""
@@ -83,7 +101,11 @@ class ListState(KeyedState):
         base = self._base()
         n = len(base)
         de = self._ser.deserialize
-        return [de(v) for k, v in self._access.scan(base) if len(k) > n]
+        entries = self._access.scan(base)
+        try:
+            return [de(v) for k, v in entries if len(k) > n]
+        except Exception as exc:
+            raise self._undecodable(exc) from exc
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.get())
@@ -146,7 +168,7 @@ class MapState(KeyedState):
 
     def get(self, key: Any) -> Any:
         raw = self._access.get(self._base() + self._kser.serialize(key))
-        return None if raw is None else self._ser.deserialize(raw)
+        return None if raw is None else self._decode(raw)
 
     def put(self, key: Any, value: Any) -> None:
         if value is None:
@@ -171,7 +193,11 @@ class MapState(KeyedState):
         base = self._base()
         n = len(base)
         dk, dv = self._kser.deserialize, self._ser.deserialize
-        return [(dk(k[n:]), dv(v)) for k, v in self._access.scan(base)]
+        entries = self._access.scan(base)
+        try:
+            return [(dk(k[n:]), dv(v)) for k, v in entries]
+        except Exception as exc:
+            raise self._undecodable(exc) from exc
 
     def keys(self) -> list[Any]:
         return [k for k, _ in self.items()]
@@ -195,13 +221,13 @@ class ReducingState(KeyedState):
 
     def get(self) -> Any:
         raw = self._access.get(self._base())
-        return None if raw is None else self._ser.deserialize(raw)
+        return None if raw is None else self._decode(raw)
 
     def add(self, value: Any) -> None:
         base = self._base()
         raw = self._access.get(base)
         if raw is not None:
-            value = self.descriptor.reduce_function(self._ser.deserialize(raw), value)
+            value = self.descriptor.reduce_function(self._decode(raw), value)
         self._access.put(base, self._ser.serialize(value))
 
 
@@ -212,7 +238,7 @@ class AggregatingState(KeyedState):
 
     def _accumulator(self, base: bytes) -> Optional[Any]:
         raw = self._access.get(base)
-        return None if raw is None else self._ser.deserialize(raw)
+        return None if raw is None else self._decode(raw)
 
     def get(self) -> Any:
         acc = self._accumulator(self._base())

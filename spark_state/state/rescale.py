@@ -4,14 +4,19 @@ Keyed state of a key group is one contiguous key range (see :mod:`.keys`), so a 
 partition owning key groups ``first..last`` takes exactly that range from each old store
 whose range overlaps. TTL index entries live in the system keyspace and name their data
 key, which starts with its key group, so they are filtered the same way; format markers
-are per state and copied as they are.
+are per state and copied as they are. Schema records (:mod:`.schema`) are per state too
+and move with the state: every source must hold the state in the same layout, or the copy
+fails with :class:`~.errors.StateSchemaConflictError` rather than mix layouts under one
+record (see :func:`~.evolution.merge_schema_records`).
 """
 
 from __future__ import annotations
 
+from ..constants import KEYED_SCHEMA_TAG
 from ..store import VersionedStore
 from ..ttl import codec as ttl_codec
 from . import keys as K
+from .evolution import merge_schema_records
 
 _INDEX_RANGE = (ttl_codec.SYSTEM_PREFIX + ttl_codec.INDEX_TAG, ttl_codec.SYSTEM_PREFIX + bytes((ttl_codec.INDEX_TAG[0] + 1,)))
 _MARKER_RANGE = (ttl_codec.SYSTEM_PREFIX + ttl_codec.MARKER_TAG, ttl_codec.SYSTEM_PREFIX + bytes((ttl_codec.MARKER_TAG[0] + 1,)))
@@ -19,10 +24,16 @@ _MARKER_RANGE = (ttl_codec.SYSTEM_PREFIX + ttl_codec.MARKER_TAG, ttl_codec.SYSTE
 
 def copy_key_groups(source: VersionedStore, target: VersionedStore, first: int, last: int) -> int:
     """Stage into ``target`` every entry of key groups ``first..last`` (inclusive) held by
-    ``source``, with their TTL index entries and the format markers. Both stores must be
-    loaded; nothing is committed. Returns the number of data entries copied."""
+    ``source``, with their TTL index entries, the format markers and the schema records.
+    Both stores must be loaded; nothing is committed. Returns the number of data entries
+    copied.
+
+    :raises StateSchemaConflictError: ``target`` already holds a state (copied from another
+        source) whose schema record differs in layout from ``source``'s.
+    """
     if first > last:
         return 0
+    merge_schema_records(source, target, KEYED_SCHEMA_TAG)
     start, end = K.key_group_range(first, last)
     keys: list[bytes] = []
     values: list[bytes] = []

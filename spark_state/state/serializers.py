@@ -17,6 +17,20 @@ Byte layouts (big-endian throughout, so integers also sort numerically when non-
 * array: uint32 count, then per element a presence byte and the element.
 * map: uint32 count, then per entry the key, a presence byte and the value.
 
+**Canonical types and snapshots.** Every built-in codec has a canonical type string
+(``type_string``) that :func:`parse_type_string` turns back into the same codec:
+``bigint``, ``double``, ``boolean``, ``string``, ``binary``, ``date``, ``timestamp``,
+``decimal``, ``array<...>``, ``map<k,v>``, ``struct<a:bigint,b:string not null>``. Types
+that share bytes share a codec and so a canonical type: every integral type is ``bigint``,
+every floating type ``double``, every decimal ``decimal`` (stored as text, whatever the
+precision). Struct field names that are not plain identifiers are quoted with backticks,
+and a field declared non-nullable says ``not null``; nullability never changes the bytes
+(every struct field has a presence byte), but schema evolution needs it to decide whether
+a new field may be filled with null. :func:`serializer_snapshot` describes any serializer
+as JSON-able data (Flink's ``TypeSerializerSnapshot``), which the state's schema record
+keeps (see :mod:`.schema`). Codecs pickle as their canonical type string, so descriptors
+built in a function's ``__init__`` or as class attributes ship to executors.
+
 :class:`PickleSerializer` is the escape hatch for arbitrary Python objects. Unpickling
 runs code chosen by whoever wrote the bytes, so it is never used unless the descriptor
 names it explicitly, and it warns when created.
@@ -27,6 +41,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import pickle
+import re
 import struct
 import warnings
 from typing import Any, Callable, Protocol, runtime_checkable
@@ -49,9 +64,26 @@ class Serializer(Protocol):
 
 
 class _Codec:
-    """A serializer that can also write and read itself nested in a larger buffer."""
+    """A serializer that can also write and read itself nested in a larger buffer.
+
+    ``name`` identifies the bytes (two codecs with equal names read each other's bytes);
+    ``type_string`` is the canonical type, ``name`` plus struct fields' ``not null``.
+    """
 
     name = "?"
+
+    @property
+    def type_string(self) -> str:
+        return self.name
+
+    def snapshot(self) -> dict:
+        """What the state's schema record keeps about this codec."""
+        return {"codec": "spark", "type": self.type_string}
+
+    def __reduce__(self) -> tuple:
+        # struct.Struct objects and Row factories do not pickle; the canonical type
+        # string rebuilds an equal codec (the module singleton for simple types).
+        return (codec_for_type_string, (self.type_string,))
 
     def serialize(self, value: Any) -> bytes:
         out = bytearray()
@@ -187,13 +219,30 @@ def _micros_to_timestamp(micros: int) -> _dt.datetime:
     return (_EPOCH + _dt.timedelta(microseconds=micros)).replace(tzinfo=None)
 
 
+def quote_field_name(name: str) -> str:
+    """A struct field name as it appears in a type string: backticks unless it is a plain
+    identifier (a backtick inside is doubled, as in Spark SQL)."""
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        return name
+    return "`" + name.replace("`", "``") + "`"
+
+
 class _Struct(_Codec):
-    def __init__(self, names: list[str], fields: list[_Codec]) -> None:
+    def __init__(self, names: list[str], fields: list[_Codec], nullable: "list[bool] | None" = None) -> None:
         self._names = names
         self._fields = fields
-        self.name = "struct<" + ",".join(f"{n}:{f.name}" for n, f in zip(names, fields)) + ">"
+        self._nullable = list(nullable) if nullable is not None else [True] * len(names)
+        quoted = [quote_field_name(n) for n in names]
+        self.name = "struct<" + ",".join(f"{n}:{f.name}" for n, f in zip(quoted, fields)) + ">"
+        self._type_string = "struct<" + ",".join(
+            f"{n}:{f.type_string}{'' if ok else ' not null'}"
+            for n, f, ok in zip(quoted, fields, self._nullable)) + ">"
         from pyspark.sql import Row
         self._row = Row(*names)
+
+    @property
+    def type_string(self) -> str:
+        return self._type_string
 
     def write(self, out: bytearray, value: Any) -> None:
         if isinstance(value, dict):
@@ -227,6 +276,10 @@ class _Array(_Codec):
         self._element = element
         self.name = f"array<{element.name}>"
 
+    @property
+    def type_string(self) -> str:
+        return f"array<{self._element.type_string}>"
+
     def write(self, out: bytearray, value: Any) -> None:
         items = list(value)
         out += _U32.pack(len(items))
@@ -256,6 +309,10 @@ class _Map(_Codec):
     def __init__(self, key: _Codec, value: _Codec) -> None:
         self._key, self._value = key, value
         self.name = f"map<{key.name},{value.name}>"
+
+    @property
+    def type_string(self) -> str:
+        return f"map<{self._key.type_string},{self._value.type_string}>"
 
     def write(self, out: bytearray, value: Any) -> None:
         items = list(dict(value).items())
@@ -320,8 +377,59 @@ class PickleSerializer:
     def deserialize(self, data: bytes) -> Any:
         return pickle.loads(data)
 
+    def snapshot(self) -> dict:
+        return {"codec": "pickle"}
+
     def __repr__(self) -> str:
         return "<serializer pickle>"
+
+
+def serializer_snapshot(serializer: Serializer) -> dict:
+    """A JSON-able description of ``serializer`` (Flink's ``TypeSerializerSnapshot``):
+
+    * built-in codecs: ``{"codec": "spark", "type": <canonical type string>}``;
+    * :class:`PickleSerializer`: ``{"codec": "pickle"}``;
+    * any other ``Serializer``: ``{"codec": "custom", "class": "<module>.<qualname>",
+      "version": <its ``schema_version`` attribute, or None>}`` -- bump ``schema_version``
+      when the bytes change, and implement ``migrate_from`` to read older ones (see
+      :mod:`.compatibility`).
+    """
+    if isinstance(serializer, (_Codec, PickleSerializer)):
+        return serializer.snapshot()
+    cls = type(serializer)
+    version = getattr(serializer, "schema_version", None)
+    if not (version is None or isinstance(version, (int, str))) or isinstance(version, bool):
+        version = repr(version)
+    return {"codec": "custom", "class": f"{cls.__module__}.{cls.__qualname__}", "version": version}
+
+
+def describe_type(value_type: Any) -> str:
+    """The type a descriptor declared, for messages: ``int`` (a Spark type's simple
+    string), ``Python int``, ``Arrow int32``, or a serializer's class name."""
+    if isinstance(value_type, type) and value_type in _PY_TYPES:
+        return f"Python {value_type.__name__}"
+    if isinstance(value_type, _Codec):
+        return value_type.type_string
+    if isinstance(value_type, str):
+        try:
+            return parse_type_string(value_type).simpleString()
+        except TypeError:
+            return value_type
+    simple = getattr(value_type, "simpleString", None)
+    if callable(simple):
+        return str(simple())
+    if type(value_type).__module__.startswith("pyarrow"):
+        return f"Arrow {value_type}"
+    if isinstance(value_type, PickleSerializer):
+        return "pickle"
+    return type(value_type).__qualname__
+
+
+def codec_for_type_string(text: str) -> "_Codec":
+    """The built-in codec of a canonical type string (what ``type_string`` returns)."""
+    codec = _spark_codec(parse_type_string(text))
+    assert codec is not None  # parse_type_string only returns types _spark_codec knows
+    return codec
 
 
 def serializer_for(value_type: Any) -> Serializer:
@@ -373,12 +481,37 @@ def parse_type_string(text: str) -> Any:
     def word() -> str:
         nonlocal pos
         skip()
+        if pos < len(text) and text[pos] == "`":
+            # a quoted name: anything up to the closing backtick, `` for a backtick
+            out = []
+            pos += 1
+            while True:
+                if pos >= len(text):
+                    raise fail("unterminated `quoted` name")
+                if text[pos] == "`":
+                    if text[pos + 1:pos + 2] == "`":
+                        out.append("`")
+                        pos += 2
+                        continue
+                    pos += 1
+                    return "".join(out)
+                out.append(text[pos])
+                pos += 1
         start = pos
-        while pos < len(text) and (text[pos].isalnum() or text[pos] in "_`"):
+        while pos < len(text) and (text[pos].isalnum() or text[pos] == "_"):
             pos += 1
         if start == pos:
             raise fail("expected a name")
-        return text[start:pos].strip("`")
+        return text[start:pos]
+
+    def peek_not_null() -> bool:
+        """Consume ``NOT NULL`` (any case) if it comes next."""
+        nonlocal pos
+        m = re.compile(r"\s*not\s+null\b", re.IGNORECASE).match(text, pos)
+        if m is None:
+            return False
+        pos = m.end()
+        return True
 
     def expect(ch: str) -> None:
         nonlocal pos
@@ -411,7 +544,8 @@ def parse_type_string(text: str) -> Any:
             while not peek(">"):
                 field_name = word()
                 expect(":")
-                fields.append(T.StructField(field_name, parse()))
+                field_type = parse()
+                fields.append(T.StructField(field_name, field_type, nullable=not peek_not_null()))
                 if not peek(">"):
                     expect(",")
             expect(">")
@@ -461,7 +595,8 @@ def _spark_codec(t: Any) -> "_Codec | None":
     if isinstance(t, T.DecimalType):
         return DECIMAL
     if isinstance(t, T.StructType):
-        return _Struct([f.name for f in t.fields], [_nested(f.dataType) for f in t.fields])
+        return _Struct([f.name for f in t.fields], [_nested(f.dataType) for f in t.fields],
+                       [f.nullable for f in t.fields])
     if isinstance(t, T.ArrayType):
         return _Array(_nested(t.elementType))
     if isinstance(t, T.MapType):

@@ -53,6 +53,15 @@ class ManualClock:
             self._now += int(delta_ms)
             return self._now
 
+    def __getstate__(self) -> dict:
+        # A lock does not pickle; a descriptor with a TTL on a manual clock is shipped to
+        # executors inside the function, where the copy gets a lock of its own.
+        return {"_now": self._now}
+
+    def __setstate__(self, state: dict) -> None:
+        self._now = state["_now"]
+        self._lock = threading.Lock()
+
     def __repr__(self) -> str:
         return f"ManualClock({self._now})"
 

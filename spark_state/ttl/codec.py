@@ -44,14 +44,14 @@ from __future__ import annotations
 import struct
 from typing import Optional
 
-from ..constants import SYSTEM_KEY_PREFIX
+from ..constants import SYSTEM_KEY_PREFIX, TTL_INDEX_TAG, TTL_MARKER_TAG
 
 #: First byte of every engine-owned key.
 SYSTEM_PREFIX = SYSTEM_KEY_PREFIX
 #: Expiry index entries: ``SYSTEM_PREFIX + INDEX_TAG + ...``.
-INDEX_TAG = b"\x01"
+INDEX_TAG = TTL_INDEX_TAG
 #: Per-namespace format markers.
-MARKER_TAG = b"\x02"
+MARKER_TAG = TTL_MARKER_TAG
 #: Value of a format marker: stamped layout, version 1.
 STAMPED_MARKER = b"ttl:1"
 

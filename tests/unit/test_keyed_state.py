@@ -6,6 +6,7 @@ from pyspark.sql import types as T
 import pytest
 
 from spark_state import EngineConfig, VersionedStore
+from spark_state.constants import SYSTEM_KEY_PREFIX
 from spark_state.state import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -83,7 +84,7 @@ def test_clear_and_updates(store) -> None:
         state.clear()
     assert (value.value(), lst.get(), mp.is_empty()) == (None, [], True)
     store.commit()
-    assert store.num_keys() == 0 and list(store) == []
+    assert store.num_keys() == 0 and list(store.iterate(None, SYSTEM_KEY_PREFIX)) == []
 
 
 def test_list_add_after_commit_continues_the_sequence(store) -> None:
@@ -116,7 +117,7 @@ def test_key_layout_is_key_group_first(store) -> None:
     lst = b.get_list_state(ListStateDescriptor("ev", str))
     b.set_current_key(b"key", 258)
     lst.add("x")
-    keys = [k for k, _ in store.iterate()]
+    keys = [k for k, _ in store.iterate(None, SYSTEM_KEY_PREFIX)]
     assert keys == [K.entry_key(258, b"ev", b"key"), K.entry_key(258, b"ev", b"key", K.seq_suffix(0))]
     assert keys[0] == b"\x01\x02" + b"\x02ev" + b"\x00\x00\x00\x03key"
     assert K.split_entry(keys[1]) == (258, b"ev", b"key", K.seq_suffix(0))
@@ -151,5 +152,5 @@ def test_copy_key_groups_moves_exactly_the_range(tmp_path) -> None:
         src.commit()
         assert copy_key_groups(src, dst, 3, 5) == 3
         dst.commit()
-        assert sorted(K.key_group_of(k) for k, _ in dst.iterate()) == [3, 4, 5]
+        assert sorted(K.key_group_of(k) for k, _ in dst.iterate(None, SYSTEM_KEY_PREFIX)) == [3, 4, 5]
         assert copy_key_groups(src, dst, 6, 5) == 0

@@ -10,7 +10,19 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import types as T
 
-from spark_state.state import PickleSerializer, serializer_for
+from spark_state.state import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    PickleSerializer,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+    serializer_for,
+)
+from spark_state.state.schema import schema_of
+from spark_state.state.serializers import codec_for_type_string, serializer_snapshot
+from spark_state.ttl import ManualClock, TtlConfig
 
 
 @pytest.mark.parametrize("value_type, value", [
@@ -67,3 +79,107 @@ def test_pickle_is_an_explicit_opt_in_with_a_warning() -> None:
         ser = PickleSerializer()
     assert serializer_for(ser) is ser
     assert ser.deserialize(ser.serialize({"a": {1, 2}})) == {"a": {1, 2}}
+
+
+# ------------------------------------------------------------------ canonical types, snapshots, pickling
+@pytest.mark.parametrize("value_type, canonical", [
+    (int, "bigint"), (T.IntegerType(), "bigint"), (T.ShortType(), "bigint"), (pa.int32(), "bigint"),
+    (float, "double"), (T.FloatType(), "double"), (str, "string"), (bytes, "binary"), (bool, "boolean"),
+    (T.DateType(), "date"), (T.TimestampNTZType(), "timestamp"), (T.DecimalType(5, 2), "decimal"),
+    ("array<int>", "array<bigint>"), ("map<string,float>", "map<string,double>"),
+    (T.StructType([T.StructField("a", T.IntegerType(), False), T.StructField("b c", T.StringType())]),
+     "struct<a:bigint not null,`b c`:string>"),
+    ("struct<`we``ird`:struct<x:int NOT NULL>>", "struct<`we``ird`:struct<x:bigint not null>>"),
+])
+def test_canonical_type_strings_round_trip(value_type: object, canonical: str) -> None:
+    ser = serializer_for(value_type)
+    assert ser.type_string == canonical
+    again = codec_for_type_string(canonical)
+    assert again.type_string == canonical and again.name == ser.name
+    assert ser.snapshot() == serializer_snapshot(ser) == {"codec": "spark", "type": canonical}
+
+
+def test_nullability_is_in_the_type_string_but_not_in_the_bytes() -> None:
+    nullable = serializer_for("struct<a:int,b:string>")
+    strict = serializer_for("struct<a:int not null,b:string>")
+    assert nullable.name == strict.name and nullable.type_string != strict.type_string
+    assert nullable.serialize((1, "x")) == strict.serialize((1, "x"))
+
+
+class Versioned:
+    schema_version = 3
+
+    def serialize(self, value):
+        return str(value).encode()
+
+    def deserialize(self, data):
+        return data.decode()
+
+
+def test_snapshots_of_pickle_and_custom_serializers() -> None:
+    with pytest.warns(UserWarning):
+        assert serializer_snapshot(PickleSerializer()) == {"codec": "pickle"}
+    assert serializer_snapshot(Versioned()) == {
+        "codec": "custom", "class": f"{__name__}.Versioned", "version": 3}
+
+
+class _Avg(AggregateFunction):
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add(self, value, acc):
+        return (acc[0] + value, acc[1] + 1)
+
+    def get_result(self, acc):
+        return acc[0] / acc[1]
+
+
+def _every_descriptor():
+    ttl = TtlConfig.builder("5s").clock(ManualClock(42)).build()
+    acc = T.StructType([T.StructField("s", T.LongType()), T.StructField("n", T.IntegerType(), False)])
+    return [
+        ValueStateDescriptor("v", T.LongType(), default=0),
+        ValueStateDescriptor("vt", T.DoubleType(), ttl=ttl),
+        ValueStateDescriptor("vd", "decimal(10,2)"),
+        ListStateDescriptor("l", "array<struct<a:int,`b c`:string>>", ttl=ttl),
+        MapStateDescriptor("m", str, T.TimestampType(), ttl=ttl),
+        MapStateDescriptor("m2", T.IntegerType(), "map<string,date>"),
+        ReducingStateDescriptor("r", lambda a, b: a + b, int, ttl=ttl),
+        AggregatingStateDescriptor("a", _Avg(), acc, ttl=ttl),
+        ValueStateDescriptor("custom", Versioned()),
+        ValueStateDescriptor("arrow", pa.float32()),
+    ]
+
+
+@pytest.mark.parametrize("descriptor", _every_descriptor(), ids=lambda d: d.name)
+def test_every_descriptor_kind_survives_cloudpickle(descriptor) -> None:
+    """The bug: ``cannot pickle '_struct.Struct' object`` for every typed descriptor (and a
+    lock inside ManualClock for TTL ones), so functions holding descriptors could not ship."""
+    from pyspark import cloudpickle
+
+    again = cloudpickle.loads(cloudpickle.dumps(descriptor))
+    assert type(again) is type(descriptor) and again.name == descriptor.name
+    assert schema_of(again) == schema_of(descriptor)
+    assert again.declared_type == descriptor.declared_type
+    if descriptor.ttl is not None:
+        assert again.ttl == descriptor.ttl and again.ttl.now_ms() == 42
+        again.ttl.clock.advance(1)  # the copy's clock has a working lock of its own
+    samples = {"v": 5, "vt": 1.5, "vd": decimal.Decimal("1.25"), "l": [(1, "x"), None],
+               "m": dt.datetime(2026, 1, 2, 3, 4, 5), "m2": {"d": dt.date(2026, 1, 2)}, "r": 3, "a": (3, 2),
+               "custom": "7", "arrow": 0.5}
+    value = samples[descriptor.name]
+    assert again.serializer.serialize(value) == descriptor.serializer.serialize(value)
+    if isinstance(descriptor, MapStateDescriptor):
+        assert again.key_serializer.serialize(1 if descriptor.name == "m2" else "k") == \
+            descriptor.key_serializer.serialize(1 if descriptor.name == "m2" else "k")
+    if isinstance(descriptor, ReducingStateDescriptor):
+        assert again.reduce_function(2, 3) == 5
+    if isinstance(descriptor, AggregatingStateDescriptor):
+        assert again.aggregate_function.get_result((6, 2)) == 3.0
+
+
+def test_builtin_codecs_unpickle_to_the_shared_singletons() -> None:
+    import pickle
+
+    for t in (int, float, str, bytes, bool, dt.date, dt.datetime, decimal.Decimal):
+        assert pickle.loads(pickle.dumps(serializer_for(t))) is serializer_for(t)

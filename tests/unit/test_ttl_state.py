@@ -13,6 +13,7 @@ from spark_state.state import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
+from spark_state.state.schema import keyed_record_key, schema_of
 from spark_state.ttl import ManualClock, TtlConfig, UpdateType, codec
 
 TTL_MS = 10_000
@@ -208,7 +209,8 @@ def test_full_snapshot_cleanup_removes_everything_expired_before_a_snapshot(tmp_
     store = open_store(tmp_path, snapshot_interval=2)
     b = KeyedStateBackend(store)
     cfg = ttl(clock, cleanup_incrementally=1, cleanup_full_snapshot=True, disable_cleanup_in_background=True)
-    v = b.get_state(ValueStateDescriptor("v", int, ttl=cfg))
+    desc = ValueStateDescriptor("v", int, ttl=cfg)
+    v = b.get_state(desc)
     for i in range(50):
         b.set_current_key(b"k%d" % i, 0)
         v.update(i)
@@ -223,7 +225,9 @@ def test_full_snapshot_cleanup_removes_everything_expired_before_a_snapshot(tmp_
     store.close()
     restored = VersionedStore(str(tmp_path / "ckpt"), EngineConfig(local_dir=str(tmp_path / "other")))
     restored.load(2)
-    assert list(restored) == [(codec.marker_key(b"v"), codec.STAMPED_MARKER)]   # the snapshot holds no expired entry
+    # the snapshot holds no expired entry: only the TTL marker and the schema record remain
+    assert list(restored) == [(codec.marker_key(b"v"), codec.STAMPED_MARKER),
+                              (keyed_record_key(b"v"), schema_of(desc).encode())]
     restored.close()
 
 
