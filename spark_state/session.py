@@ -10,12 +10,16 @@ from . import constants as C
 from .config import EngineConfig
 from .errors import ConfigError
 from . import jvm
+from .provider.options import split_provider_options, validate_provider_options
 from .provider.ttl_policy import parse_settings as parse_ttl_settings, split_ttl_options
 
 __all__ = ["configure"]
 
 #: Spark's conf naming the state store provider class.
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+#: Spark's default (true) lets a second start of a running query *stop* the running one; we
+#: make it fail instead, so that a second copy started by mistake cannot harm the first.
+STOP_ACTIVE_RUN_CONF = "spark.sql.streaming.stopActiveRunOnRestart"
 
 B = TypeVar("B")
 
@@ -37,9 +41,14 @@ def configure(
     * ``spark.pyspark.python`` = ``python`` or ``sys.executable`` (and the environment
       variable ``PYSPARK_PYTHON`` when unset), so that the Python workers the provider
       starts can import spark_state;
+    * ``spark.sql.streaming.stopActiveRunOnRestart`` = ``false`` unless set on the builder:
+      starting a query that is already running (same checkpoint) in this application fails
+      with Spark's "another query with same id is already active" instead of stopping the
+      running one (a second application is stopped by spark-state's own single-writer check);
     * ``spark.sql.streaming.stateStore.sparkState.backend`` = ``backend`` when given;
     * ``spark.sql.streaming.stateStore.sparkState.<key>`` = value for every ``options``
-      item (keys as in :meth:`EngineConfig.from_options` or the TTL confs ``ttl``, ``ttl.*``, e.g. ``snapshotInterval``,
+      item (keys as in :meth:`EngineConfig.from_options`, the TTL confs ``ttl``, ``ttl.*``, or
+      the provider's own ``workersPerExecutor``; e.g. ``snapshotInterval``,
       ``storage.s3.endpoint_url``).
 
     ``backend`` and ``options`` are validated before the builder is touched, so a typo
@@ -69,8 +78,10 @@ def configure(
             )
         opts["backend"] = backend
     ttl_opts, engine_opts = split_ttl_options(opts)
+    provider_only, engine_opts = split_provider_options(engine_opts)
     EngineConfig.from_options(engine_opts)  # raises ConfigError on unknown keys or bad values
     parse_ttl_settings(ttl_opts)  # TTL for built-in operators (``ttl``, ``ttl.*``)
+    validate_provider_options(provider_only)  # ``workersPerExecutor``, ``testing.*``
 
     jar = jvm.jar_path()
     python = python or sys.executable
@@ -85,6 +96,8 @@ def configure(
     builder.config("spark.jars", ",".join(jars))  # type: ignore[attr-defined]
     builder.config(PROVIDER_CONF, jvm.PROVIDER_CLASS)  # type: ignore[attr-defined]
     builder.config("spark.pyspark.python", python)  # type: ignore[attr-defined]
+    if STOP_ACTIVE_RUN_CONF not in getattr(builder, "_options", {}):
+        builder.config(STOP_ACTIVE_RUN_CONF, "false")  # type: ignore[attr-defined]
     # The conf reaches the JVM (which launches executors' Python workers); pyspark's own
     # SparkContext reads only the environment variable (pythonExec) for Python UDF commands.
     os.environ.setdefault("PYSPARK_PYTHON", python)

@@ -365,22 +365,32 @@ class VersionedStore:
 
     # ------------------------------------------------------------------ writes
     def put(self, key: bytes, value: bytes) -> None:
-        if value is None:
-            raise ValueError("value must be bytes; use delete() to remove a key")
+        if type(key) is not bytes or type(value) is not bytes:
+            _reject_write(key, value)
         self._require_loaded()
         self._overlay.put(key, value)
 
     def delete(self, key: bytes) -> None:
+        if type(key) is not bytes:
+            _reject_write(key, b"")
         self._require_loaded()
         self._overlay.put(key, None)
 
     def put_many(self, keys: Iterable[bytes], values: Iterable[bytes]) -> None:
         """Stage many puts at once (cheaper than a loop of ``put``)."""
         self._require_loaded()
-        self._overlay.put_many(zip(keys, values))
+        pairs = list(zip(keys, values))
+        for key, value in pairs:
+            if type(key) is not bytes or type(value) is not bytes:
+                _reject_write(key, value)
+        self._overlay.put_many(pairs)
 
     def delete_many(self, keys: Iterable[bytes]) -> None:
         self._require_loaded()
+        keys = list(keys)
+        for key in keys:
+            if type(key) is not bytes:
+                _reject_write(key, b"")
         self._overlay.put_many((k, None) for k in keys)
 
     def stage_changes(
@@ -622,6 +632,18 @@ class VersionedStore:
     def _loaded_backend(self) -> KVBackend:
         self._require_loaded()
         return self._backend  # type: ignore[return-value]
+
+
+def _reject_write(key: object, value: object) -> None:
+    """A write that could not be committed: say so now, not at commit with an Arrow error."""
+    if value is None:
+        raise TypeError("value must be bytes; use delete() to remove a key")
+    for what, obj in (("key", key), ("value", value)):
+        if type(obj) is not bytes:
+            hint = " (encode text, e.g. .encode('utf-8'))" if isinstance(obj, str) else \
+                " (serialize it first; spark_state.state has typed serializers)" if not isinstance(
+                    obj, (bytearray, memoryview)) else " (pass bytes(...))"
+            raise TypeError(f"store {what}s must be bytes, got {type(obj).__name__} {obj!r:.60}{hint}")
 
 
 def prefix_upper_bound(prefix: bytes) -> Optional[bytes]:

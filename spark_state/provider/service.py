@@ -37,6 +37,7 @@ from ..errors import ConfigError
 from ..storage import open_storage
 from ..store import VersionedStore
 from ..ttl import is_stamped
+from . import options as provider_options
 from . import ttl_policy
 from .protocol import SERVICE_INTERFACE
 from .ttl_commit import NAMESPACE, collect_background, read_changes, stage_epoch
@@ -45,14 +46,9 @@ from .ttl_policy import StoreTtl
 _LOG = logging.getLogger(__name__)
 
 
-#: Fault injection for tests of worker crashes (never set in production): the value
-#: ``<version>:<marker dir>:once|always`` makes the worker exit abruptly in the middle of
-#: committing ``<version>`` -- once per marker dir, or on every attempt.
-CRASH_ON_COMMIT_OPTION = "testing.crashOnCommit"
-
-
-#: Options read by the JVM shim only (see ``PythonWorker.scala``).
-JVM_ONLY_OPTIONS = ("workersPerExecutor",)
+#: Fault injection for tests of worker crashes (see ``provider.options``): the worker exits
+#: abruptly in the middle of committing a version -- once per marker dir, or on every attempt.
+CRASH_ON_COMMIT_OPTION = provider_options.CRASH_ON_COMMIT
 
 
 #: Read views kept per store: the newest, and the one before it (a reader may still be
@@ -118,9 +114,8 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
     storage options), ``localDir``, and Spark's own ``minVersionsToRetain`` /
     ``minDeltasForSnapshot`` as defaults for retention and snapshot interval."""
     _, engine = ttl_policy.split_ttl_options(options.get("engine") or {})
-    engine.pop(CRASH_ON_COMMIT_OPTION, None)
-    for key in JVM_ONLY_OPTIONS:
-        engine.pop(key, None)
+    provider_only, engine = provider_options.split_provider_options(engine)
+    provider_options.validate_provider_options(provider_only)
     engine.setdefault("retainedVersions", str(options.get("minVersionsToRetain", C.DEFAULT_RETAINED_VERSIONS)))
     engine.setdefault("snapshotInterval", str(options.get("minDeltasForSnapshot", C.DEFAULT_SNAPSHOT_INTERVAL)))
     if options.get("localDir") and "localDir" not in engine:
@@ -143,13 +138,34 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
     return config
 
 
-def store_ttl(options: dict[str, Any]) -> StoreTtl:
+def store_ttl(options: dict[str, Any], storage_options: Optional[dict[str, str]] = None) -> StoreTtl:
     """The TTL of the store the shim's ``options`` describe (``engine`` confs, ``operatorId``,
-    ``storeName``); raises :class:`ConfigError` for bad TTL confs."""
+    ``storeName``, ``stateRoot``); raises :class:`ConfigError` for bad TTL confs, including a
+    ``ttl.operator.<id>`` for an operator the query does not have."""
     ttl_options, _ = ttl_policy.split_ttl_options(options.get("engine") or {})
+    root = options.get("stateRoot")
+    if root and any(k.startswith(ttl_policy.OPERATOR_PREFIX) for k in ttl_options):
+        _check_operator_overrides(str(root), ttl_options, storage_options or {})
     operator = options.get("operatorId")
     return ttl_policy.resolve(ttl_options, None if operator is None else int(operator),
                               str(options.get("storeName") or ttl_policy.DEFAULT_STORE))
+
+
+_checked_overrides: set[tuple[str, tuple]] = set()
+
+
+def _check_operator_overrides(state_root: str, ttl_options: dict[str, str], storage_options: dict[str, str]) -> None:
+    key = (state_root, tuple(sorted(ttl_options.items())))
+    if key in _checked_overrides:
+        return
+    storage = open_storage(state_root, storage_options)
+
+    def exists(op: int) -> bool:
+        # Spark's operator metadata (v1) and the state schema file of partition 0, whichever it wrote.
+        return storage.exists(f"{op}/_metadata/metadata") or storage.exists(f"{op}/0/_metadata/schema")
+
+    ttl_policy.check_overrides_name_operators(ttl_options, exists)
+    _checked_overrides.add(key)
 
 
 def ttl_state(instance: _Instance) -> dict[str, Any]:
@@ -249,7 +265,7 @@ class StoreService:
             if instance is None:
                 options = json.loads(options_json)
                 config = engine_config(options)
-                ttl = store_ttl(options)
+                ttl = store_ttl(options, config.storage_options)
                 # Each store keeps its own run registry: ranked commits, first committer wins,
                 # abandoned attempts never read, a second writer fenced (checkpoint.runs).
                 storage = open_storage(checkpoint, config.storage_options)

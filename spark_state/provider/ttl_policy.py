@@ -36,7 +36,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from .. import constants as C
 from ..errors import ConfigError
@@ -242,3 +242,24 @@ def resolve(options: Mapping[str, str], operator_id: Optional[int], store_name: 
         cleanup_in_background=settings.background_cleanup,
     )
     return StoreTtl(config, settings.batch_clock)
+
+
+def check_overrides_name_operators(options: Mapping[str, str], operator_exists: Callable[[int], bool]) -> None:
+    """Fail when a ``ttl.operator.<id>`` override names no stateful operator of the query:
+    a typo would otherwise leave that operator's state growing forever without a word.
+
+    ``operator_exists(id)`` tells whether the query's checkpoint has operator ``id`` (Spark
+    writes an operator's metadata on the driver when it plans the first batch, before any task).
+    """
+    overrides = parse_settings(options).overrides
+    missing = sorted(op for op in overrides if not operator_exists(op))
+    if not missing:
+        return
+    present = [op for op in range(max(max(overrides), 8) + 1) if operator_exists(op)]
+    raise ConfigError(
+        f"option {_name(OPERATOR_PREFIX)}{missing[0]} sets the TTL of operator {missing[0]}, but this "
+        f"query has no stateful operator with that id (its operators: "
+        f"{', '.join(map(str, present)) or 'none found'}). Operator ids are the operatorId column of "
+        f"spark.read.format(\"state-metadata\").load(<checkpoint>) and the directory names under "
+        f"<checkpoint>/state/; fix or remove the option."
+    )

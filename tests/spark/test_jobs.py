@@ -52,6 +52,12 @@ def test_executor_python_without_spark_state_gives_a_clear_error(tmp_path):
     assert "spark.pyspark.python" in message
 
 
+def test_workers_per_executor_that_is_not_a_number_gives_a_clear_error(tmp_path):
+    message = _run_job("bad_conf_job.py", str(tmp_path))["message"]
+    assert "spark.sql.streaming.stateStore.sparkState.workersPerExecutor must be a whole number" in message
+    assert "got 'abc'" in message and "NumberFormatException" not in message
+
+
 def _write_kill_input(workdir, batches: int = 12) -> dict[int, list[int]]:
     """One JSON file per micro-batch; returns the expected [count, sum] per key."""
     expected: dict[int, list[int]] = {}

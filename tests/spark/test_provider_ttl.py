@@ -257,6 +257,17 @@ def test_join_state_gets_no_ttl_by_default_and_an_override_fails_clearly(spark, 
     assert "watermarks" in message
 
 
+def test_an_override_for_an_operator_the_query_does_not_have_fails_clearly(spark, tmp_path):
+    write_batches(tmp_path / "in", [[(1, 1), (2, 2)], [(1, 3)]], SCHEMA)
+    with pytest.raises(Exception) as excinfo:
+        run_query(spark, _count, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
+                  checkpoint_dir=tmp_path / "ckpt", output_mode="update",
+                  extra_confs={P + "ttl.operator.7": "1h"})
+    message = str(excinfo.value)
+    assert P + "ttl.operator.7 sets the TTL of operator 7, but this query has no stateful operator" in message
+    assert "its operators: 0" in message
+
+
 # --- OnReadAndWrite, bad confs, the real clock ----------------------------------------------
 def test_on_read_and_write_dedup_duplicates_refresh_the_ttl(spark, tmp_path):
     batches = [

@@ -33,17 +33,27 @@ class SparkStateException(message: String, cause: Throwable = null) extends Runt
 private[sparkstate] object PythonWorker extends Logging {
   private val StartTimeoutMs = 120000L
   private val MaxDefaultWorkers = 4
+  /** Same bound as `spark_state.provider.options.MAX_WORKERS_PER_EXECUTOR`. */
+  private val MaxConfiguredWorkers = 64
   /** Spark conf (set when the session starts) overriding the number of workers per executor. */
   val WorkersConf = "spark.sql.streaming.stateStore.sparkState.workersPerExecutor"
 
   /** Number of workers per executor: the conf, else the executor's task slots (at most 4). */
   lazy val slots: Int = {
     val conf = SparkEnv.get.conf
-    conf.getOption(WorkersConf).map(_.trim.toInt).getOrElse {
+    conf.getOption(WorkersConf).map(parseWorkers).getOrElse {
       val cores = conf.getOption("spark.executor.cores").map(_.toInt)
         .getOrElse(Runtime.getRuntime.availableProcessors())
       math.max(1, math.min(cores, MaxDefaultWorkers))
     }
+  }
+  private def parseWorkers(raw: String): Int = {
+    val n = try raw.trim.toInt catch { case _: NumberFormatException => -1 }
+    if (n < 1 || n > MaxConfiguredWorkers) {
+      throw new IllegalArgumentException(s"$WorkersConf must be a whole number of Python workers per " +
+        s"executor, 1 to $MaxConfiguredWorkers, got '$raw'")
+    }
+    n
   }
   private lazy val current = new Array[Worker](slots)
   private lazy val locks = Array.fill(slots)(new Object)

@@ -201,6 +201,8 @@ object SparkStateProvider {
     // Which store this is: TTL confs resolve per operator, and never apply to join stores.
     root.put("operatorId", storeId.operatorId)
     root.put("storeName", storeId.storeName)
+    // The query's state directory (<checkpoint>/state): per-operator confs are checked against it.
+    root.put("stateRoot", storeId.checkpointRootLocation)
     // The query run this provider instance serves (Spark puts it in the provider's hadoopConf;
     // instances are per (store, run)). Without it (the state data source) the worker only reads.
     if (hadoopConf != null) Option(hadoopConf.get(RunIdConf)).foreach(root.put("runId", _))
