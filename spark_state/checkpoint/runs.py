@@ -68,7 +68,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterable, Optional
 
 from .. import constants as C
-from ..errors import CheckpointCorruptError, CheckpointFileMissingError, ConcurrentWriterError
+from ..errors import CheckpointCorruptError, CheckpointFileMissingError, ConcurrentWriterError, StoreStateError
 from ..storage import CheckpointStorage
 from . import layout
 from .metadata import load_document
@@ -350,7 +350,9 @@ class RunContext:
         """The rank to commit with: registers the run at its first commit (start version =
         the loaded version). Readers may not commit."""
         if self.run_id is None:
-            raise ConcurrentWriterError("a read-only run context cannot commit")
+            raise StoreStateError(
+                f"{self.registry.storage.url} was opened to be read (no query run id: the Spark provider "
+                "passes the run's sql.streaming.runId); it cannot commit")
         with self._lock:
             own = self._own
         if own is None:

@@ -35,9 +35,10 @@ class Shim:
         """A new provider instance (a query restart) with other TTL options."""
         engine = {"ttl.testing.clock": "batch:1000", "snapshotInterval": "0"}
         engine.update({k.replace("_", "."): v for k, v in ttl_options.items()})
-        self.options = json.dumps({"engine": engine, "localDir": str(self.tmp / "local"),
-                                   "operatorId": 0, "storeName": "default"})
         self.id = uuid.uuid4().hex
+        # Spark's provider instances are per (store, query run): a new instance is a new run.
+        self.options = json.dumps({"engine": engine, "localDir": str(self.tmp / "local"),
+                                   "operatorId": 0, "storeName": "default", "runId": self.id})
 
     def call(self, reply: str) -> dict:
         parsed = json.loads(reply)
