@@ -19,6 +19,8 @@ from streaming_harness import HDFS_PROVIDER
 pytestmark = pytest.mark.spark
 
 JOB = os.path.join(os.path.dirname(__file__), "jobs", "speculation_job.py")
+sys.path.insert(0, os.path.dirname(JOB))
+import speculation_job  # noqa: E402  (constants shared with the job)
 
 
 def _normal(rows):
@@ -37,7 +39,7 @@ def test_speculative_attempts_commit_once_and_every_operator_matches_the_hdfs_pr
 
     speculated = []
     for case in eq.CASES:
-        dirs = eq.write_inputs(case, tmp_path_factory.mktemp(f"in-{case.name}"))
+        dirs = eq.write_inputs(case, tmp_path_factory.mktemp(f"in-{case.name}"), upto=speculation_job.BATCHES)
         reference = eq.run_case(spark, case, HDFS_PROVIDER, dirs, tmp_path_factory.mktemp(f"ref-{case.name}") / "c")
         got = result[case.name]
         assert got["batches"] == _normal({str(b): rows for b, rows in reference.batches.items()}), case.name
@@ -46,7 +48,7 @@ def test_speculative_attempts_commit_once_and_every_operator_matches_the_hdfs_pr
             speculated.append(case.name)
 
     keyed = result["keyed_process"]
-    expected = process_fns.expected_all_states(keyed_batches())
+    expected = process_fns.expected_all_states(keyed_batches(speculation_job.BATCHES))
     assert keyed["batches"] == _normal({str(b): rows for b, rows in expected.items()})
     _check_stores("keyed_process", keyed["stores"])
     if any(s["multi"] for s in keyed["stores"].values()):

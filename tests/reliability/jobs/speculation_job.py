@@ -22,6 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(os.path.dirname(HERE))
 sys.path[:0] = [os.path.join(TESTS, "spark"), os.path.join(TESTS, "process"), os.path.join(TESTS, "reliability")]
 
+#: micro-batches per query (batch 1 is the speculated one; batch 2 reads what it committed)
+BATCHES = 3
 SLOW_BATCH = "1"
 SLOW_SECONDS = 30.0
 #: set by main(); shipped with the function (module pickled by value)
@@ -124,7 +126,7 @@ def main(master: str, workdir: str) -> None:
 
     results = {}
     for case in eq.CASES:
-        dirs = eq.write_inputs(case, os.path.join(workdir, "in", case.name))
+        dirs = eq.write_inputs(case, os.path.join(workdir, "in", case.name), upto=BATCHES)
         ckpt = os.path.join(workdir, "ckpt", case.name)
 
         def build(*dfs, _case=case):
@@ -139,7 +141,7 @@ def main(master: str, workdir: str) -> None:
                               "attempts": sorted(n.split("__", 1)[1] for n in os.listdir(ATTEMPTS_DIR)
                                                  if n.startswith(run.query_id))}
 
-    batches = reliability_fns.keyed_batches()
+    batches = reliability_fns.keyed_batches(BATCHES)
     write_batches(os.path.join(workdir, "in", "keyed"), batches, process_fns.INPUT_SCHEMA)
     state = os.path.join(workdir, "keyed-state")
 
