@@ -172,9 +172,11 @@ class RunRegistry:
 
     def __init__(self, storage: CheckpointStorage) -> None:
         self.storage = storage
+        # Records never change once written (create-if-absent), so each is read once.
+        self._records: dict[int, RunRecord] = {}
 
     def history(self) -> RunHistory:
-        """List every run record and fence (one listing plus one read per new record)."""
+        """List every run record and fence (one listing plus one read per record not seen yet)."""
         runs: list[RunRecord] = []
         fenced: set[int] = set()
         for name in self.storage.list_dir(C.RUNS_DIR):
@@ -185,7 +187,10 @@ class RunRegistry:
             if kind == "fenced":
                 fenced.add(seq)
             else:
-                runs.append(self._read_record(seq))
+                record = self._records.get(seq)
+                if record is None:
+                    record = self._records[seq] = self._read_record(seq)
+                runs.append(record)
         return RunHistory(tuple(sorted(runs, key=lambda r: r.seq)), frozenset(fenced))
 
     def register(self, run_id: str, start_version: int) -> RunRecord:
