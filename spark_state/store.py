@@ -19,6 +19,11 @@ and then replaces the manifest, so committing the same version twice is a clean,
 idempotent overwrite. A failure anywhere marks the local copy untrusted, and the next
 ``load`` restores from checkpoint storage.
 
+Local disk failures of the working directory (no space, read-only, permission, I/O error;
+from the file system or from RocksDB) are raised as
+:class:`~spark_state.errors.LocalDiskError` naming this store, the local path and the
+cause; they too leave the local copy untrusted (it may hold half of an epoch).
+
 Thread-safety: one task thread drives reads and writes; ``snapshot()``, ``cleanup()``
 and ``close()`` may come from maintenance threads and are serialised with commits by a
 lock.
@@ -45,9 +50,11 @@ from .checkpoint.metadata import ChangelogRef, Manifest, SnapshotRef
 from .checkpoint.retention import CleanupResult, cleanup, list_versions, read_manifest
 from .checkpoint.snapshots import SharedFileIndex, SnapshotStats, download_snapshot, read_descriptor, upload_snapshot
 from .config import EngineConfig
-from .errors import CheckpointCorruptError, CheckpointFileMissingError, StoreStateError, VersionNotFoundError
+from .errors import (CheckpointCorruptError, CheckpointFileMissingError, SparkStateError, StoreStateError,
+                     VersionNotFoundError)
 from .overlay import MISSING, WriteOverlay, merge_sorted
 from .storage import CheckpointStorage, open_storage
+from .storage.localdisk import local_disk_errors
 
 _LOG = logging.getLogger(__name__)
 
@@ -96,7 +103,9 @@ class VersionedStore:
         else:
             self._storage = open_storage(checkpoint, self._config.storage_options)
         self._factory: BackendFactory = backend_factory(self._config.backend, self._config)
-        self._work_dir = os.path.join(_local_root(self._config.local_dir), f"store-{layout.new_id()}")
+        with local_disk_errors(store=self._storage.url, path=self._config.local_dir or tempfile.gettempdir(),
+                               doing="creating the local working directory"):
+            self._work_dir = os.path.join(_local_root(self._config.local_dir), f"store-{layout.new_id()}")
         self._lock = threading.RLock()
         self._overlay = WriteOverlay()
         self._backend: Optional[KVBackend] = None
@@ -148,7 +157,7 @@ class VersionedStore:
         """
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"version must be a non-negative integer, got {version!r}")
-        with self._lock:
+        with self._lock, self._local_errors(f"loading version {version}"):
             self._require_open()
             started = time.perf_counter()
             self._overlay.clear()
@@ -156,7 +165,11 @@ class VersionedStore:
                 self.last_restore = RestoreMetrics(version=version, mode="cached")
                 return self
             if version == 0:
-                self._reset_to_empty()
+                try:
+                    self._reset_to_empty()
+                except BaseException:
+                    self._invalidate()
+                    raise
                 self.last_restore = RestoreMetrics(version=0, mode="empty")
                 return self
             manifest = self._read_manifest_or_raise(version)
@@ -367,7 +380,7 @@ class VersionedStore:
 
     def commit(self) -> int:
         """Persist the pending writes as version ``loaded + 1`` and return that number."""
-        with self._lock:
+        with self._lock, self._local_errors(f"committing version {(self._version or 0) + 1}"):
             self._require_loaded()
             started = time.perf_counter()
             assert self._backend is not None and self._version is not None
@@ -437,13 +450,19 @@ class VersionedStore:
         commit attempt has replaced the manifest since. Returns None if there is nothing
         to snapshot (version 0, or the version is already a snapshot).
         """
-        with self._lock:
+        with self._lock, self._local_errors(f"snapshotting version {self._version}"):
             self._require_loaded()
             manifest = self._manifest
             if manifest is None or not manifest.replay:
                 return None
             metrics = CommitMetrics(version=manifest.version)
-            base, stats = self._upload_snapshot(manifest.version)
+            try:
+                base, stats = self._upload_snapshot(manifest.version)
+            except SparkStateError:
+                raise  # checkpoint storage failed; the local copy is intact
+            except BaseException:
+                self._invalidate()  # the local flush failed: RocksDB keeps a background error
+                raise
             _record_snapshot(metrics, stats)
             current = read_manifest(self._storage, manifest.version)
             if current.commit_id != manifest.commit_id:
@@ -462,9 +481,17 @@ class VersionedStore:
         """Write an immutable, openable copy of the loaded committed version into ``directory``
         (for rocksdb a RocksDB checkpoint: hard-linked SSTs, no WAL), for readers in another
         process. Pending writes are not included."""
-        with self._lock:
-            os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
-            self._loaded_backend().write_snapshot(directory)
+        with self._lock, self._local_errors(f"exporting a read view of version {self._version}"):
+            backend = self._loaded_backend()
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+                backend.write_snapshot(directory)
+            except BaseException:
+                # The snapshot flushes the live database first: after a failed flush RocksDB
+                # keeps a background error, so the local copy is no longer trusted.
+                shutil.rmtree(directory, ignore_errors=True)
+                self._invalidate()
+                raise
 
     def cleanup(self) -> CleanupResult:
         """Delete checkpoint files no retained version needs (see ``checkpoint.retention``)."""
@@ -503,11 +530,22 @@ class VersionedStore:
         self._state_origin = ""
 
     def _close_backend(self) -> None:
-        if self._backend is not None:
-            self._backend.close()
-            self._backend = None
+        """Close the local backend and remove the working directory. Never raises: the local
+        copy is disposable (checkpoint storage holds the state), and a backend that failed
+        (e.g. RocksDB after a full disk, whose close() flushes) must not hide the error that
+        brought us here, nor keep ``load`` from restoring."""
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            try:
+                backend.close()
+            except Exception:
+                _LOG.warning("closing the local copy of %s failed; discarding it", self._storage.url, exc_info=True)
         if os.path.isdir(self._work_dir):
             shutil.rmtree(self._work_dir, ignore_errors=True)
+
+    def _local_errors(self, doing: str):
+        """Map local disk failures in the block to LocalDiskError naming this store."""
+        return local_disk_errors(store=self._storage.url, path=self._work_dir, doing=doing)
 
     def _invalidate(self) -> None:
         """Forget the local copy: it may not match any committed version any more."""

@@ -92,7 +92,7 @@ def _space(path: str) -> str:
         usage = shutil.disk_usage(_mount_point(path))
     except OSError:
         return ""
-    return f", {_size(usage.free)} free of {_size(usage.total)}"
+    return f" ({_size(usage.free)} free of {_size(usage.total)})"
 
 
 def _size(n: int) -> str:
@@ -117,10 +117,9 @@ def local_disk_error(exc: BaseException, *, store: str, path: str, doing: str, k
     text, working_advice, checkpoint_advice = _CAUSES.get(code, (str(exc), "check the local disk",
                                                                  "check the local disk"))
     advice = checkpoint_advice if kind == "checkpoint" else working_advice
-    where = "checkpoint directory" if kind == "checkpoint" else "local working directory"
-    mount = _mount_point(path)
+    where = "checkpoint storage on local disk" if kind == "checkpoint" else "local working directory"
     return LocalDiskError(
-        f"store {store}: {doing} failed: {text} on {mount} ({where} {path}{_space(path)}); "
+        f"store {store}: {doing} failed: {text} on {_mount_point(path)}{_space(path)} ({where}: {path}); "
         f"{advice}. [{type(exc).__name__}: {exc}]",
         path, code,
     )
