@@ -51,8 +51,11 @@ _CAUSES: dict[int, tuple[str, str, str]] = {
 }
 _CAUSES[errno.EPERM] = ("Operation not permitted",) + _CAUSES[errno.EACCES][1:]
 
-# rocksdict raises Exception("IO error: No space left on device: While appending to file: ...").
+# rocksdict raises plain Exception: RocksDB's "IO error: No space left on device: While appending
+# to file: ..." or, from its Rust side (e.g. writing rocksdict-config.json), std::io::Error's
+# "No space left on device (os error 28)".
 _ROCKSDB_IO = re.compile(r"\bIO error\b", re.IGNORECASE)
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
 _BY_TEXT = [(re.compile(re.escape(text), re.IGNORECASE), code) for code, (text, _, _) in _CAUSES.items()]
 
 
@@ -65,6 +68,9 @@ def disk_errno(exc: BaseException) -> Optional[int]:
     if isinstance(exc, OSError) and code in _CAUSES:
         return code
     text = str(exc)
+    rust = _RUST_OS_ERROR.search(text)
+    if rust and int(rust.group(1)) in _CAUSES:
+        return int(rust.group(1))
     if isinstance(exc, OSError) or _ROCKSDB_IO.search(text):
         for pattern, value in _BY_TEXT:
             if pattern.search(text):

@@ -3,6 +3,8 @@ tiny tmpfs (see ``tinyfs``)."""
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -11,6 +13,12 @@ import pytest
 
 from faults.s3proxy import FaultProxy
 from faults.tinyfs import TinyFs
+
+# The query tests reuse the streaming harness of tests/spark and the functions of tests/process.
+_TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+for _sub in ("spark", "process"):
+    if os.path.join(_TESTS, _sub) not in sys.path:
+        sys.path.insert(0, os.path.join(_TESTS, _sub))
 
 #: Retries that keep tests quick but still exercise backoff: waits of up to 20, 40, 80 ... ms,
 #: at most 400 ms; 8 attempts (the default) in at most 30 s (the default).

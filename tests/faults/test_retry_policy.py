@@ -131,6 +131,7 @@ def test_local_disk_errors_name_store_path_cause_and_fix(tmp_path) -> None:
     assert disk_errno(Exception("IO error: No space left on device: While appending to file: /x/1.sst")) \
         == errno.ENOSPC
     assert disk_errno(Exception("IO error: Read-only file system")) == errno.EROFS
+    assert disk_errno(Exception("No space left on device (os error 28)")) == errno.ENOSPC  # rocksdict's Rust side
     assert disk_errno(OSError(errno.ENOENT, "gone")) is None
     assert disk_errno(ValueError("No space left on device")) is None  # not an I/O failure
     err = local_disk_error(OSError(errno.ENOSPC, "No space left on device"), store="s3://b/s/0",
