@@ -120,6 +120,16 @@ def test_transport_failures() -> None:
     assert not is_transient(ValueError("a bug"))
 
 
+def test_hdfs_retries_only_connections_lost_mid_call() -> None:
+    from spark_state.storage.remote import HdfsBackend
+
+    backend = HdfsBackend("nn:8020", "2")
+    assert backend.is_transient(OSError("Connection reset by peer (os error 104)"))
+    assert backend.is_transient(RuntimeError("RPC listener disconnected"))
+    assert not backend.is_transient(OSError("Connection refused (os error 111)"))  # stays a fast failure
+    assert not backend.is_transient(PermissionError("AccessControlException"))
+
+
 def test_descriptions_carry_code_and_status() -> None:
     exc = _s3fs_style(_client_error("AccessDenied", 403), PermissionError)
     assert error_code(exc) == ("AccessDenied", 403)
