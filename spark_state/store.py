@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import ContextManager, Iterable, Iterator, Optional, Sequence, Union
 
 from . import constants as C
 from .backends import KVBackend, backend_factory
@@ -543,7 +543,7 @@ class VersionedStore:
         if os.path.isdir(self._work_dir):
             shutil.rmtree(self._work_dir, ignore_errors=True)
 
-    def _local_errors(self, doing: str):
+    def _local_errors(self, doing: str) -> ContextManager[None]:
         """Map local disk failures in the block to LocalDiskError naming this store."""
         return local_disk_errors(store=self._storage.url, path=self._work_dir, doing=doing)
 

@@ -127,8 +127,10 @@ def atomic_local_copy(read: Callable[[int], bytes], target: str, *, store: str, 
     """Stream ``read(n)`` chunks into the local file ``target`` with :func:`atomic_local_write`.
 
     Failures of the local disk (``target``'s side) become a LocalDiskError of the working
-    directory naming ``store``, ``target`` and the cause; failures of ``read`` (the
-    checkpoint side) propagate unchanged, so the caller can map or retry them.
+    directory naming ``store``, ``target`` and the cause (a SparkStateError, so a retrying
+    caller never retries them and never mistakes them for a missing checkpoint file);
+    failures of ``read`` (the checkpoint side) propagate unchanged, so the caller can map or
+    retry them.
     """
     def fill(dst: BinaryIO) -> None:
         while True:
@@ -145,7 +147,7 @@ def atomic_local_copy(read: Callable[[int], bytes], target: str, *, store: str, 
     except _SourceFailed as failed:
         raise failed.exc from None
     except OSError as exc:
-        if isinstance(exc, SparkStateError) or disk_errno(exc) is None:
+        if isinstance(exc, SparkStateError):
             raise
         raise local_disk_error(exc, store=store, path=target, doing=f"downloading {source}") from exc
 

@@ -111,7 +111,8 @@ def _size(n: int) -> str:
 
 def local_disk_error(exc: BaseException, *, store: str, path: str, doing: str, kind: str = "working",
                      code: Optional[int] = None) -> LocalDiskError:
-    """A LocalDiskError for ``exc`` (whose errno must be recognised, or given as ``code``).
+    """A LocalDiskError for ``exc``; recognised causes (:func:`disk_errno`, or ``code``) get
+    their specific advice, others the generic "check the local disk".
 
     Args:
         store: the store (its checkpoint URL) whose files these are.
@@ -119,7 +120,10 @@ def local_disk_error(exc: BaseException, *, store: str, path: str, doing: str, k
         doing: what was being done, e.g. ``"writing the snapshot of version 7"``.
         kind: ``"working"`` (a local working directory) or ``"checkpoint"`` (checkpoint storage).
     """
-    code = code if code is not None else disk_errno(exc)
+    if code is None:
+        code = disk_errno(exc)
+    if code is None and isinstance(getattr(exc, "errno", None), int):
+        code = exc.errno  # type: ignore[attr-defined]
     text, working_advice, checkpoint_advice = _CAUSES.get(code, (str(exc), "check the local disk",
                                                                  "check the local disk"))
     advice = checkpoint_advice if kind == "checkpoint" else working_advice

@@ -42,12 +42,12 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import time
 import posixpath
 import re
 import secrets
 import shutil
 import threading
+import time
 from contextlib import suppress
 from typing import Any, Callable, Iterable, Literal, Optional, TypeVar
 
@@ -342,8 +342,6 @@ class FsspecStorage(CheckpointStorage):
         self.retry = retry or RetryPolicy()
         self.stats = stats if stats is not None else RetryStats()
         self._owns_fs = owns_fs
-        #: Waits between attempts; tests may replace it.
-        self.sleep: Callable[[float], None] = time.sleep
 
     # ---- helpers -------------------------------------------------------------------
 
@@ -390,7 +388,7 @@ class FsspecStorage(CheckpointStorage):
                         _LOG.info("%s %s failed (%s); attempt %d of %d in %.2f s", op, self.full_url(path),
                                   self.backend.describe(raw), budget.attempts, self.retry.attempts, delay)
                         self.stats.add(retries=1, slept_s=delay)
-                        self.sleep(delay)
+                        time.sleep(delay)
                         continue
                 self._count(budget, exhausted=transient)
                 if isinstance(exc, _READ_MISSING) and missing != "error" and not transient:
