@@ -14,8 +14,10 @@ from .errors import (
     CheckpointFileMissingError,
     ConfigError,
     IncompatibleFormatError,
+    LocalDiskError,
     SparkStateError,
     StorageError,
+    StorageRetriesExhaustedError,
     StorageUnavailableError,
     StoreStateError,
     VersionNotFoundError,
@@ -29,7 +31,8 @@ __all__ = [
     "EngineConfig", "VersionedStore", "CommitMetrics", "RestoreMetrics",
     "SparkStateError", "ConfigError", "VersionNotFoundError", "CheckpointCorruptError",
     "CheckpointFileMissingError", "IncompatibleFormatError", "StorageError",
-    "StorageUnavailableError", "StoreStateError", "__version__", "configure",
+    "StorageUnavailableError", "StorageRetriesExhaustedError", "LocalDiskError", "StoreStateError",
+    "__version__", "configure",
     "keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction",
 ]
 

@@ -75,6 +75,31 @@ class ConcurrentWriterError(SparkStateError, RuntimeError):
     """Two runs of a query are writing one checkpoint; the later one is fenced off."""
 
 
+class StorageRetriesExhaustedError(StorageUnavailableError):
+    """An operation kept failing with errors that are normally temporary (throttling, server
+    errors, dropped connections, timeouts) until its retry budget ran out
+    (``storage.retry.attempts`` / ``storage.retry.timeoutMs``)."""
+
+    def __init__(self, message: str, attempts: int, elapsed_s: float) -> None:
+        self.attempts = attempts
+        self.elapsed_s = elapsed_s
+        super().__init__(message)
+
+
+class LocalDiskError(StorageError):
+    """A local file system refused a write: no space left, read-only, permission denied, I/O
+    error. Raised for checkpoint storage on local disk and for a store's local working
+    directory (``localDir``); never retried, because waiting does not free space or fix
+    permissions. ``path`` is the local path, ``errno`` the cause (``errno.ENOSPC``, ...)."""
+
+    def __init__(self, message: str, path: str, errno_: Optional[int]) -> None:
+        self.path = path
+        self.errno = errno_
+        super().__init__(message)
+        # OSError.__init__ with one argument leaves errno/filename unset; keep ours.
+        self.errno = errno_
+
+
 class StoreStateError(SparkStateError, RuntimeError):
     """An operation was called in a state of the store that does not allow it."""
 

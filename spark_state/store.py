@@ -22,6 +22,11 @@ how copies from different runs are told apart); without a run, the manifest is r
 atomically. A failure anywhere marks the local copy untrusted, and the next ``load``
 restores from checkpoint storage.
 
+Local disk failures of the working directory (no space, read-only, permission, I/O error;
+from the file system or from RocksDB) are raised as
+:class:`~spark_state.errors.LocalDiskError` naming this store, the local path and the
+cause; they too leave the local copy untrusted (it may hold half of an epoch).
+
 Thread-safety: one task thread drives reads and writes; ``snapshot()``, ``cleanup()``
 and ``close()`` may come from maintenance threads and are serialised with commits by a
 lock.
@@ -37,7 +42,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional, Sequence, Union
+from typing import ContextManager, Iterable, Iterator, Optional, Sequence, Union
 
 from . import constants as C
 from .backends import KVBackend, backend_factory
@@ -49,9 +54,11 @@ from .checkpoint.retention import CleanupResult, cleanup, list_copies, list_vers
 from .checkpoint.runs import RunContext
 from .checkpoint.snapshots import SharedFileIndex, SnapshotStats, download_snapshot, read_descriptor, upload_snapshot
 from .config import EngineConfig
-from .errors import CheckpointCorruptError, CheckpointFileMissingError, StoreStateError, VersionNotFoundError
+from .errors import (CheckpointCorruptError, CheckpointFileMissingError, SparkStateError, StoreStateError,
+                     VersionNotFoundError)
 from .overlay import MISSING, WriteOverlay, merge_sorted
 from .storage import CheckpointStorage, open_storage
+from .storage.localdisk import local_disk_errors
 
 _LOG = logging.getLogger(__name__)
 
@@ -110,7 +117,9 @@ class VersionedStore:
         else:
             self._storage = open_storage(checkpoint, self._config.storage_options)
         self._factory: BackendFactory = backend_factory(self._config.backend, self._config)
-        self._work_dir = os.path.join(_local_root(self._config.local_dir), f"store-{layout.new_id()}")
+        with local_disk_errors(store=self._storage.url, path=self._config.local_dir or tempfile.gettempdir(),
+                               doing="creating the local working directory"):
+            self._work_dir = os.path.join(_local_root(self._config.local_dir), f"store-{layout.new_id()}")
         self._lock = threading.RLock()
         self._overlay = WriteOverlay()
         self._backend: Optional[KVBackend] = None
@@ -172,7 +181,7 @@ class VersionedStore:
         """
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"version must be a non-negative integer, got {version!r}")
-        with self._lock:
+        with self._lock, self._local_errors(f"loading version {version}"):
             self._require_open()
             started = time.perf_counter()
             self._overlay.clear()
@@ -189,7 +198,11 @@ class VersionedStore:
             if version == 0:
                 if self._runs is not None:  # a new query on a location another one writes?
                     self._runs.check_not_behind(0, list_copies(self._storage), self._storage.url)
-                self._reset_to_empty()
+                try:
+                    self._reset_to_empty()
+                except BaseException:
+                    self._invalidate()
+                    raise
                 self.last_restore = RestoreMetrics(version=0, mode="empty")
                 return self
             manifest = self._read_manifest_or_raise(version)
@@ -426,7 +439,7 @@ class VersionedStore:
 
     def commit(self) -> int:
         """Persist the pending writes as version ``loaded + 1`` and return that number."""
-        with self._lock:
+        with self._lock, self._local_errors(f"committing version {(self._version or 0) + 1}"):
             self._require_loaded()
             started = time.perf_counter()
             assert self._backend is not None and self._version is not None
@@ -537,13 +550,19 @@ class VersionedStore:
         commit attempt has replaced the manifest since. Returns None if there is nothing
         to snapshot (version 0, or the version is already a snapshot).
         """
-        with self._lock:
+        with self._lock, self._local_errors(f"snapshotting version {self._version}"):
             self._require_loaded()
             manifest = self._manifest
             if manifest is None or not manifest.replay:
                 return None
             metrics = CommitMetrics(version=manifest.version)
-            base, stats = self._upload_snapshot(manifest.version)
+            try:
+                base, stats = self._upload_snapshot(manifest.version)
+            except SparkStateError:
+                raise  # checkpoint storage failed; the local copy is intact
+            except BaseException:
+                self._invalidate()  # the local flush failed: RocksDB keeps a background error
+                raise
             _record_snapshot(metrics, stats)
             current = read_manifest(self._storage, manifest.version, manifest.rank)
             if current.commit_id != manifest.commit_id:
@@ -563,9 +582,17 @@ class VersionedStore:
         """Write an immutable, openable copy of the loaded committed version into ``directory``
         (for rocksdb a RocksDB checkpoint: hard-linked SSTs, no WAL), for readers in another
         process. Pending writes are not included."""
-        with self._lock:
-            os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
-            self._loaded_backend().write_snapshot(directory)
+        with self._lock, self._local_errors(f"exporting a read view of version {self._version}"):
+            backend = self._loaded_backend()
+            try:
+                os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+                backend.write_snapshot(directory)
+            except BaseException:
+                # The snapshot flushes the live database first: after a failed flush RocksDB
+                # keeps a background error, so the local copy is no longer trusted.
+                shutil.rmtree(directory, ignore_errors=True)
+                self._invalidate()
+                raise
 
     def cleanup(self) -> CleanupResult:
         """Delete checkpoint files no retained version needs (see ``checkpoint.retention``)."""
@@ -604,11 +631,22 @@ class VersionedStore:
         self._state_origin = ""
 
     def _close_backend(self) -> None:
-        if self._backend is not None:
-            self._backend.close()
-            self._backend = None
+        """Close the local backend and remove the working directory. Never raises: the local
+        copy is disposable (checkpoint storage holds the state), and a backend that failed
+        (e.g. RocksDB after a full disk, whose close() flushes) must not hide the error that
+        brought us here, nor keep ``load`` from restoring."""
+        backend, self._backend = self._backend, None
+        if backend is not None:
+            try:
+                backend.close()
+            except Exception:
+                _LOG.warning("closing the local copy of %s failed; discarding it", self._storage.url, exc_info=True)
         if os.path.isdir(self._work_dir):
             shutil.rmtree(self._work_dir, ignore_errors=True)
+
+    def _local_errors(self, doing: str) -> ContextManager[None]:
+        """Map local disk failures in the block to LocalDiskError naming this store."""
+        return local_disk_errors(store=self._storage.url, path=self._work_dir, doing=doing)
 
     def _invalidate(self) -> None:
         """Forget the local copy: it may not match any committed version any more."""

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from .. import constants as C
 from ..errors import CheckpointCorruptError
+from ..storage.localdisk import disk_errno
 from .base import BackendFactory, Change, KVBackend, SnapshotFile
 
 SNAPSHOT_FILE = "data.arrow"
@@ -138,6 +139,8 @@ class HashMapBackendFactory(BackendFactory):
         except FileNotFoundError:
             raise CheckpointCorruptError(path, "hashmap snapshot has no data file") from None
         except (pa.ArrowInvalid, OSError) as exc:
+            if disk_errno(exc) is not None:
+                raise  # a broken local disk, not a damaged snapshot (the store reports it)
             raise CheckpointCorruptError(path, f"unreadable Arrow data ({exc})") from None
         keys = table.column("key").to_pylist()
         values = table.column("value").to_pylist()

@@ -24,6 +24,7 @@ import rocksdict
 
 from .. import constants as C
 from ..errors import CheckpointCorruptError
+from ..storage.localdisk import disk_errno
 from .base import BackendFactory, Change, KVBackend, SnapshotFile
 from .rocksdb_resources import SharedRocksDBResources, shared_resources
 
@@ -152,4 +153,6 @@ class RocksDBBackendFactory(BackendFactory):
         try:
             return RocksDBBackend(directory, self._resources, self._wal)
         except Exception as exc:  # rocksdict raises plain Exception for corruption
+            if disk_errno(exc) is not None:
+                raise  # a full or broken local disk, not a damaged snapshot (the store reports it)
             raise CheckpointCorruptError(directory, f"RocksDB cannot open the snapshot ({exc})") from None

@@ -8,6 +8,9 @@ URL with :func:`open_storage`::
 
 Backends: :class:`LocalStorage` (local disk, ``file://``) and :class:`FsspecStorage`
 (``s3://``/``s3a://`` via s3fs, ``hdfs://``/``viewfs://`` via hdfs-native).
+
+Remote operations are retried after transient failures (:mod:`.retry`, :mod:`.s3_faults`);
+local disk failures become :class:`~spark_state.errors.LocalDiskError` (:mod:`.localdisk`).
 """
 
 from spark_state.storage.base import CheckpointStorage

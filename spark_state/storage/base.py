@@ -14,9 +14,14 @@ The state engine writes changelogs, manifests and SST files through
   was acknowledged; HDFS: the NameNode completed the file). The engine acknowledges a
   commit only after its files are durable, so a committed version never disappears.
 
-``overwrite=False`` turns a write into an atomic *create-if-absent*; exactly one of
-several racing writers succeeds and the others get :class:`FileExistsError`. The engine
-uses it for commit markers, so two attempts of the same task cannot both commit.
+``overwrite=False`` turns a write into an atomic *create-if-absent*; of several racing
+writers of different content exactly one succeeds and the others get
+:class:`FileExistsError`. The engine uses it for commit markers, so two attempts of the
+same task cannot both commit. Remote storages retry writes whose answer was lost, and the
+repeated request may then find the writer's *own* earlier write; they resolve such a
+conflict by reading the file back, so a writer whose content is already stored, byte for
+byte, succeeds (writers of identical content may thus all succeed: the stored file is the
+same either way). Writers that must learn which of them won write distinct content.
 
 Paths given to the methods are relative to the storage root and ``/``-separated. Paths
 that could leave the root (``..`` components, absolute paths) raise :class:`ValueError`

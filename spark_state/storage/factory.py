@@ -16,6 +16,13 @@ Options (all keys and values are strings, as in Spark options):
     Region name, e.g. ``eu-west-1``.
 ``s3.anonymous``
     ``true`` for unsigned requests (public buckets). Default ``false``.
+``s3.connect_timeout``, ``s3.read_timeout``
+    Seconds to wait for a connection / for data on an open connection, per HTTP attempt.
+    Defaults 5 and 60. A timed-out attempt is retried (see below).
+``retry.attempts``, ``retry.baseDelayMs``, ``retry.maxDelayMs``, ``retry.timeoutMs``
+    How storage operations are retried after transient failures (:mod:`.retry`; defaults
+    8 attempts, 100 ms, 5 s, 30 s). Local storage never retries (a full or read-only disk
+    does not pass by waiting) and accepts and ignores them.
 ``hdfs.<hadoop key>``
     Passed to hdfs-native's configuration with ``hdfs.`` stripped, e.g.
     ``hdfs.dfs.client.failover.max.attempts=15`` or
@@ -39,12 +46,13 @@ import re
 from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit
 
-from spark_state.errors import ConfigError
-from spark_state.storage.base import CheckpointStorage
-from spark_state.storage.local import LocalStorage
-from spark_state.storage.remote import FsspecStorage, HdfsBackend, S3Backend
+from ..errors import ConfigError
+from .base import CheckpointStorage
+from .local import LocalStorage
+from .remote import FsspecStorage, HdfsBackend, S3Backend
+from .retry import RETRY_OPTIONS, RetryPolicy
 
-__all__ = ["HDFS_DEFAULTS", "S3_CLIENT_CONFIG", "S3_OPTIONS", "SUPPORTED_SCHEMES", "open_storage"]
+__all__ = ["HDFS_DEFAULTS", "RETRY_OPTIONS", "S3_CLIENT_CONFIG", "S3_OPTIONS", "SUPPORTED_SCHEMES", "open_storage"]
 
 SUPPORTED_SCHEMES = ("file", "s3", "s3a", "hdfs", "viewfs")
 
@@ -55,6 +63,8 @@ S3_OPTIONS = {
     "s3.session_token": "session token for temporary credentials",
     "s3.region": "region name",
     "s3.anonymous": "true for unsigned requests",
+    "s3.connect_timeout": "seconds to wait for a connection, per HTTP attempt (default 5)",
+    "s3.read_timeout": "seconds to wait for data on a connection, per HTTP attempt (default 60)",
 }
 
 HDFS_PREFIX = "hdfs."
@@ -80,12 +90,11 @@ in 1-3 s (botocore's defaults, "legacy" mode with 5 attempts and a 60 s connect 
 took 5-9 s for a refused connection here and would take minutes for a silent one).
 Throttling (SlowDown) and 5xx answers are still retried, with backoff, by the standard mode."""
 
-S3FS_RETRIES = 2
-"""s3fs's own retry loop (default 5 tries) repeats requests that failed with a transient
-transport error such as a body cut off mid-read (IncompleteRead), which botocore's retries
-do not cover because they end when the response headers arrive. Each try includes
-botocore's 3 attempts, so 2 keeps one such retry without multiplying the time to report
-a dead endpoint."""
+S3FS_RETRIES = 1
+"""s3fs's own retry loop (default 5 tries, for transport errors such as a body cut off
+mid-read and for SlowDown) is switched off: the storage layer's retries (:mod:`.retry`) cover
+the same errors for the whole operation, with a bounded budget, and two nested loops would
+multiply the attempts (5 x 3 x 8 HTTP requests) and the time to report a real outage."""
 
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _TRUE = {"true", "1", "yes", "on"}
@@ -103,6 +112,7 @@ def open_storage(url: str, options: Optional[Mapping[str, str]] = None) -> Check
         StorageUnavailableError: (HDFS) the NameNode could not be reached.
     """
     opts = _check_options(options or {})
+    retry = RetryPolicy.from_options(opts)
     match = _SCHEME_RE.match(url)
     scheme = match.group(1).lower() if match else ""
     # A one-letter "scheme" is a Windows drive letter (C:\ckpt), i.e. a local path.
@@ -111,9 +121,9 @@ def open_storage(url: str, options: Optional[Mapping[str, str]] = None) -> Check
     if scheme == "file":
         return LocalStorage(url)
     if scheme in ("s3", "s3a"):
-        return _open_s3(url, opts)
+        return _open_s3(url, opts, retry)
     if scheme in ("hdfs", "viewfs"):
-        return _open_hdfs(url, scheme, opts)
+        return _open_hdfs(url, scheme, opts, retry)
     raise ConfigError(
         f"unsupported checkpoint location scheme {scheme!r} in {url!r}; supported: a local path, "
         "file://, s3:// (s3a:// is an alias), hdfs://, viewfs://"
@@ -121,16 +131,18 @@ def open_storage(url: str, options: Optional[Mapping[str, str]] = None) -> Check
 
 
 def _check_options(options: Mapping[str, Any]) -> dict[str, str]:
-    valid = ", ".join(sorted(S3_OPTIONS)) + f", or {HDFS_PREFIX}<hadoop configuration key>"
+    valid = ", ".join(sorted(S3_OPTIONS) + sorted(RETRY_OPTIONS)) + f", or {HDFS_PREFIX}<hadoop configuration key>"
     checked: dict[str, str] = {}
     for key, value in options.items():
         if not isinstance(key, str):
             raise ConfigError(f"storage option keys must be strings, got {key!r}")
         if key.startswith("s3.") and key not in S3_OPTIONS:
             raise ConfigError(f"unknown storage option {key!r}; valid options: {valid}")
+        if key.startswith("retry.") and key not in RETRY_OPTIONS:
+            raise ConfigError(f"unknown storage option {key!r}; valid options: {valid}")
         if key.startswith(HDFS_PREFIX) and len(key) == len(HDFS_PREFIX):
             raise ConfigError(f"storage option {key!r} names no Hadoop configuration key")
-        if not key.startswith(("s3.", HDFS_PREFIX)):
+        if not key.startswith(("s3.", "retry.", HDFS_PREFIX)):
             raise ConfigError(f"unknown storage option {key!r}; valid options: {valid}")
         if value is None:
             raise ConfigError(f"storage option {key!r} has no value")
@@ -156,7 +168,17 @@ def _parse_bool(key: str, value: str) -> bool:
     raise ConfigError(f"storage option {key}={value!r} is not a boolean; use true or false")
 
 
-def _open_s3(url: str, opts: dict[str, str]) -> FsspecStorage:
+def _parse_seconds(key: str, value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ConfigError(f"storage option {key}={value!r} must be a number of seconds") from None
+    if not seconds > 0:
+        raise ConfigError(f"storage option {key}={value!r} must be a positive number of seconds")
+    return seconds
+
+
+def _open_s3(url: str, opts: dict[str, str], retry: RetryPolicy) -> FsspecStorage:
     parts = urlsplit(url)
     bucket, prefix = parts.netloc, parts.path.strip("/")
     if not bucket:
@@ -178,13 +200,18 @@ def _open_s3(url: str, opts: dict[str, str]) -> FsspecStorage:
     if endpoint is not None and not re.match(r"^https?://[^/]", endpoint):
         raise ConfigError(f"s3.endpoint_url={endpoint!r} must be an http:// or https:// URL")
 
+    config = {k: (dict(v) if isinstance(v, dict) else v) for k, v in S3_CLIENT_CONFIG.items()}
+    if "s3.connect_timeout" in opts:
+        config["connect_timeout"] = _parse_seconds("s3.connect_timeout", opts["s3.connect_timeout"])
+    if "s3.read_timeout" in opts:
+        config["read_timeout"] = _parse_seconds("s3.read_timeout", opts["s3.read_timeout"])
     kwargs: dict[str, Any] = {
         "anon": anonymous,
         # Our own instance: close() must not break other users of a shared cached one.
         "skip_instance_cache": True,
         # Another process writes the checkpoint too; cached listings would go stale.
         "use_listings_cache": False,
-        "config_kwargs": {k: (dict(v) if isinstance(v, dict) else v) for k, v in S3_CLIENT_CONFIG.items()},
+        "config_kwargs": config,
     }
     if endpoint is not None:
         kwargs["endpoint_url"] = endpoint
@@ -197,10 +224,10 @@ def _open_s3(url: str, opts: dict[str, str]) -> FsspecStorage:
     fs = s3fs.S3FileSystem(**kwargs)
     fs.retries = S3FS_RETRIES
     root = f"{bucket}/{prefix}" if prefix else bucket
-    return FsspecStorage(fs, _normalize_url(url), root, S3Backend(endpoint))
+    return FsspecStorage(fs, _normalize_url(url), root, S3Backend(endpoint), retry=retry)
 
 
-def _open_hdfs(url: str, scheme: str, opts: dict[str, str]) -> FsspecStorage:
+def _open_hdfs(url: str, scheme: str, opts: dict[str, str], retry: RetryPolicy) -> FsspecStorage:
     try:
         from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
     except ImportError as e:
@@ -225,6 +252,6 @@ def _open_hdfs(url: str, scheme: str, opts: dict[str, str]) -> FsspecStorage:
     path = parts.path.rstrip("/") or "/"
     namenode = parts.netloc or "named by fs.defaultFS in the Hadoop configuration"
     backend = HdfsBackend(namenode, config["dfs.client.failover.max.attempts"])
-    storage = FsspecStorage(fs, _normalize_url(url), path, backend)
+    storage = FsspecStorage(fs, _normalize_url(url), path, backend, retry=retry)
     storage.probe()
     return storage

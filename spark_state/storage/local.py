@@ -17,6 +17,11 @@ How the guarantees of :class:`~spark_state.storage.CheckpointStorage` are met:
 
 Deletes are not fsynced: a crash may bring a deleted file back, which costs disk space
 but no correctness (deleted files are old versions that nothing references any more).
+
+Failures of the disk itself (no space, read-only, permission, I/O error) become
+:class:`~spark_state.errors.LocalDiskError` naming the store, the file, the cause and the
+fix (:mod:`.localdisk`). They are not retried: a write that failed left the old file (or
+none) in place, so nothing partial is ever visible.
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ import stat
 from typing import BinaryIO, Callable, Iterator
 from urllib.parse import unquote, urlsplit
 
-from spark_state.errors import CheckpointFileMissingError, ConfigError, SparkStateError, StorageError
-from spark_state.storage.base import CheckpointStorage, clean_path, is_temp_name, temp_name
+from ..errors import CheckpointFileMissingError, ConfigError, SparkStateError, StorageError
+from .base import CheckpointStorage, clean_path, is_temp_name, temp_name
+from .localdisk import disk_errno, local_disk_error
 
-__all__ = ["LocalStorage", "atomic_local_write"]
+__all__ = ["LocalStorage", "atomic_local_copy", "atomic_local_write"]
 
 _COPY_CHUNK = 1 << 20  # 1 MiB: large enough for throughput, small enough to stream
 
@@ -109,6 +115,43 @@ def atomic_local_write(target: str, fill: Callable[[BinaryIO], None], *, overwri
         raise
 
 
+class _SourceFailed(Exception):
+    """Carries a failure of the *source* of a copy through the local writer's error mapping."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+def atomic_local_copy(read: Callable[[int], bytes], target: str, *, store: str, source: str) -> None:
+    """Stream ``read(n)`` chunks into the local file ``target`` with :func:`atomic_local_write`.
+
+    Failures of the local disk (``target``'s side) become a LocalDiskError of the working
+    directory naming ``store``, ``target`` and the cause (a SparkStateError, so a retrying
+    caller never retries them and never mistakes them for a missing checkpoint file);
+    failures of ``read`` (the checkpoint side) propagate unchanged, so the caller can map or
+    retry them.
+    """
+    def fill(dst: BinaryIO) -> None:
+        while True:
+            try:
+                chunk = read(_COPY_CHUNK)
+            except Exception as exc:
+                raise _SourceFailed(exc) from exc
+            if not chunk:
+                return
+            dst.write(chunk)
+
+    try:
+        atomic_local_write(target, fill)
+    except _SourceFailed as failed:
+        raise failed.exc from None
+    except OSError as exc:
+        if isinstance(exc, SparkStateError):
+            raise
+        raise local_disk_error(exc, store=store, path=target, doing=f"downloading {source}") from exc
+
+
 class LocalStorage(CheckpointStorage):
     """Checkpoint storage in a local directory, given as a path or a ``file://`` URL.
 
@@ -152,7 +195,11 @@ class LocalStorage(CheckpointStorage):
         except (SparkStateError, FileExistsError):
             raise
         except OSError as e:
-            raise StorageError(f"cannot {op} {self.full_url(path)}: {e}") from e
+            url = self.full_url(path)
+            if disk_errno(e) is not None:
+                raise local_disk_error(e, store=self.url, path=self._abs(path, allow_root=True),
+                                       doing=f"{op} {url}", kind="checkpoint") from e
+            raise StorageError(f"checkpoint storage {self.url}: cannot {op} {url}: {e}") from e
 
     def _missing(self, path: str, e: BaseException) -> CheckpointFileMissingError:
         err = CheckpointFileMissingError(self.full_url(path))
@@ -177,8 +224,13 @@ class LocalStorage(CheckpointStorage):
                 src = open(source, "rb")
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
                 raise self._missing(path, e) from e
-            with src:
-                atomic_local_write(local_path, lambda dst: shutil.copyfileobj(src, dst, _COPY_CHUNK))
+        with src:
+            def read(n: int) -> bytes:
+                with self._errors("read", path):
+                    return src.read(n)
+            # The local side is the caller's working directory: its failures are reported
+            # as such, not as failures of checkpoint storage.
+            atomic_local_copy(read, local_path, store=self.url, source=self.full_url(path))
 
     def exists(self, path: str) -> bool:
         return os.path.isfile(self._abs(path))

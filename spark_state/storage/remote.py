@@ -24,30 +24,46 @@ How the guarantees of :class:`~spark_state.storage.CheckpointStorage` are met:
 
 Errors are mapped to :mod:`spark_state.errors`: missing files to
 :class:`~spark_state.errors.CheckpointFileMissingError`, connection failures to
-:class:`~spark_state.errors.StorageUnavailableError` (saying what to check), everything
-else to :class:`~spark_state.errors.StorageError` naming the operation and the file.
+:class:`~spark_state.errors.StorageUnavailableError` (saying what to check), transient
+failures that outlasted the retry budget to
+:class:`~spark_state.errors.StorageRetriesExhaustedError`, everything else to
+:class:`~spark_state.errors.StorageError`; every message names the storage root (the store),
+the operation, the file and the cause.
+
+Retries (:mod:`.retry`): every operation runs under the storage's :class:`RetryPolicy`; the
+backend says which failures are transient (:mod:`.s3_faults` for S3). Uploads that fail
+leave no visible partial object (S3 publishes a multipart upload only when it is
+completed; a failed one is aborted, by s3fs and again by :meth:`S3Backend.after_failed_upload`
+should that abort itself have failed).
 """
 
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import posixpath
 import re
 import secrets
 import shutil
 import threading
+import time
 from contextlib import suppress
 from typing import Any, Callable, Iterable, Literal, Optional, TypeVar
 
-from spark_state.errors import (
+from ..errors import (
     CheckpointFileMissingError,
     SparkStateError,
     StorageError,
+    StorageRetriesExhaustedError,
     StorageUnavailableError,
 )
-from spark_state.storage.base import CheckpointStorage, clean_path, is_temp_name, join_root, temp_name
-from spark_state.storage.local import atomic_local_write
+from . import s3_faults
+from .base import CheckpointStorage, clean_path, is_temp_name, join_root, temp_name
+from .local import atomic_local_copy
+from .retry import RetryBudget, RetryPolicy, RetryStats
+
+_LOG = logging.getLogger(__name__)
 
 __all__ = ["Backend", "FsspecStorage", "HdfsBackend", "S3Backend"]
 
@@ -95,6 +111,17 @@ class Backend:
     def hint(self, exc: BaseException) -> str:
         """Extra advice for a StorageError caused by *exc* ('' if none)."""
         return ""
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """True if retrying the operation that raised *exc* can help."""
+        return False
+
+    def describe(self, exc: BaseException) -> str:
+        """*exc* as text for messages (type, server error code, message)."""
+        return f"{type(exc).__name__}: {exc}"
+
+    def after_failed_upload(self, fs: Any, path: str) -> None:
+        """Clean up what a failed upload to *path* may have left (best effort)."""
 
     def put(self, fs: Any, path: str, data: bytes, overwrite: bool) -> None:
         raise NotImplementedError
@@ -144,12 +171,36 @@ class S3Backend(Backend):
             return " (does the bucket exist?)"
         return ""
 
+    def is_transient(self, exc: BaseException) -> bool:
+        return s3_faults.is_transient(exc)
+
+    def describe(self, exc: BaseException) -> str:
+        return s3_faults.describe(exc)
+
     def put(self, fs: Any, path: str, data: bytes, overwrite: bool) -> None:
         # mode="create" adds If-None-Match: * (also on multipart completion).
         fs.pipe_file(path, data, mode="overwrite" if overwrite else "create")
 
     def upload(self, fs: Any, local_path: str, path: str) -> None:
         fs.put_file(local_path, path, chunksize=S3_UPLOAD_PART, max_concurrency=S3_UPLOAD_CONCURRENCY)
+
+    def after_failed_upload(self, fs: Any, path: str) -> None:
+        """Abort multipart uploads still open on *path*'s key.
+
+        s3fs aborts its upload when a part or the completion fails, but that abort is one more
+        request that can fail too; an open upload is invisible to readers but its parts are
+        billed until aborted. Only uploads of this exact key are aborted: the engine never
+        uploads the same key from two writers at once (file names carry random ids).
+        """
+        bucket, key, _ = fs.split_path(path)
+        try:
+            listing = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key)
+            for upload in listing.get("Uploads") or []:
+                if upload.get("Key") == key:
+                    fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload["UploadId"])
+                    _LOG.info("aborted an open multipart upload of %s/%s after a failed upload", bucket, key)
+        except Exception as exc:  # best effort: the next failed or retried upload tries again
+            _LOG.debug("could not list or abort open multipart uploads of %s/%s: %s", bucket, key, exc)
 
     def delete_many(self, fs: Any, paths: list[str]) -> None:
         by_bucket: dict[str, list[str]] = {}
@@ -193,6 +244,10 @@ _HDFS_UNAVAILABLE = re.compile(
 )
 
 
+_HDFS_TRANSIENT = re.compile(r"connection reset|broken pipe|os error (32|104)|rpc listener disconnected",
+                             re.IGNORECASE)
+
+
 class HdfsBackend(Backend):
     """HDFS (and viewfs) through hdfs-native: temp file + atomic NameNode rename."""
 
@@ -230,6 +285,11 @@ class HdfsBackend(Backend):
         if isinstance(exc, FileNotFoundError):
             return " (a parent path component is missing or is a file)"
         return ""
+
+    def is_transient(self, exc: BaseException) -> bool:
+        # Only a connection lost in the middle of a call. A refused or unresolvable NameNode
+        # stays a fast failure (hdfs-native's failover settings already retried it).
+        return isinstance(exc, (OSError, RuntimeError)) and bool(_HDFS_TRANSIENT.search(str(exc)))
 
     def put(self, fs: Any, path: str, data: bytes, overwrite: bool) -> None:
         self._write_then_rename(fs, path, lambda f: f.write(data), overwrite)
@@ -269,13 +329,18 @@ class FsspecStorage(CheckpointStorage):
             s3fs, ``/path`` for hdfs-native).
         backend: the :class:`Backend` matching *fs*.
         owns_fs: whether :meth:`close` releases *fs* (false for :meth:`child` storages).
+        retry: how operations are retried (:mod:`.retry`); children share it.
+        stats: retry counters; children add to their parent's.
     """
 
-    def __init__(self, fs: Any, url: str, root: str, backend: Backend, *, owns_fs: bool = True) -> None:
+    def __init__(self, fs: Any, url: str, root: str, backend: Backend, *, owns_fs: bool = True,
+                 retry: Optional[RetryPolicy] = None, stats: Optional[RetryStats] = None) -> None:
         self.fs = fs
         self.url = url
         self.root = root
         self.backend = backend
+        self.retry = retry or RetryPolicy()
+        self.stats = stats if stats is not None else RetryStats()
         self._owns_fs = owns_fs
 
     # ---- helpers -------------------------------------------------------------------
@@ -284,41 +349,91 @@ class FsspecStorage(CheckpointStorage):
         return join_root(self.root, clean_path(path, allow_root=allow_root))
 
     def _run(self, op: str, path: str, fn: Callable[..., T], *args: Any, missing: _Missing = "raise",
+             create: Optional[bytes] = None, after_failure: Optional[Callable[[], None]] = None,
              **kwargs: Any) -> Optional[T]:
-        """Call *fn*, mapping its exceptions for operation *op* on *path*.
+        """Call *fn* under the retry policy, mapping its exceptions for operation *op* on *path*.
 
         *missing* says what "not found" means here: ``"raise"`` ->
         CheckpointFileMissingError, ``"none"`` -> return None, ``"error"`` -> a
         StorageError (for writes, where a missing bucket or parent is a failure).
-        """
-        try:
-            return fn(*args, **kwargs)
-        except SparkStateError:
-            raise
-        except Exception as raw:
-            exc = self.backend.normalize(raw)
-            if isinstance(exc, _READ_MISSING) and missing != "error":
-                if missing == "none":
-                    return None
-                raise CheckpointFileMissingError(self.full_url(path)) from raw
-            raise self._translate(op, path, exc) from raw
 
-    def _translate(self, op: str, path: str, exc: BaseException) -> BaseException:
+        *create* is the content of a create-if-absent write: a conflict (the file exists) is
+        resolved by reading the file back (see :meth:`write_bytes`).
+
+        *after_failure* runs after each failed attempt (e.g. to abort a cut upload).
+        """
+        budget = RetryBudget(self.retry)
+        while True:
+            try:
+                result = fn(*args, **kwargs)
+                self._count(budget)
+                return result
+            except SparkStateError:
+                raise
+            except Exception as raw:
+                exc = self.backend.normalize(raw)
+                if after_failure is not None:
+                    after_failure()
+                if isinstance(exc, FileExistsError) and create is not None and self._holds(path, create):
+                    self._count(budget)
+                    self.stats.add(create_conflicts_resolved=1)
+                    _LOG.info("create-if-absent of %s found the file holding exactly the bytes written (an "
+                              "earlier attempt of this write was applied but its answer was lost, or an "
+                              "identical write won): success", self.full_url(path))
+                    return None
+                transient = self.backend.is_transient(raw)
+                if transient:
+                    delay = budget.next_delay()
+                    if delay is not None:
+                        _LOG.info("%s %s failed (%s); attempt %d of %d in %.2f s", op, self.full_url(path),
+                                  self.backend.describe(raw), budget.attempts, self.retry.attempts, delay)
+                        self.stats.add(retries=1, slept_s=delay)
+                        time.sleep(delay)
+                        continue
+                self._count(budget, exhausted=transient)
+                if isinstance(exc, _READ_MISSING) and missing != "error" and not transient:
+                    if missing == "none":
+                        return None
+                    raise CheckpointFileMissingError(self.full_url(path)) from raw
+                raise self._translate(op, path, exc, raw, budget, exhausted=transient) from raw
+
+    def _count(self, budget: RetryBudget, exhausted: bool = False) -> None:
+        retried = budget.attempts > 1
+        self.stats.add(operations=1, retried_operations=int(retried), exhausted=int(exhausted))
+
+    def _holds(self, path: str, data: bytes) -> bool:
+        """True if the file at *path* holds exactly *data* (read with retries)."""
+        try:
+            return self.read_bytes(path) == data
+        except CheckpointFileMissingError:
+            return False
+
+    def _translate(self, op: str, path: str, exc: BaseException, raw: BaseException, budget: RetryBudget,
+                   exhausted: bool) -> BaseException:
         url = self.full_url(path)
         if isinstance(exc, FileExistsError):
             return FileExistsError(errno.EEXIST, f"{url} already exists (overwrite=False)")
-        detail = f"{type(exc).__name__}: {exc}"
+        detail = self.backend.describe(raw)
+        where = f"{self.backend.name} checkpoint storage {self.url}: {op} {url}"
+        tries = f" after {budget.attempts} attempts in {budget.elapsed_s:.1f} s" if budget.attempts > 1 else ""
+        if exhausted:
+            return StorageRetriesExhaustedError(
+                f"{where} failed{tries} with errors that are normally temporary; last: {detail}. The "
+                f"storage kept failing for the whole retry budget ({self.retry.describe()}; options "
+                f"storage.retry.*). Check {self.backend.what_to_check}, and its request rate and health.",
+                budget.attempts, budget.elapsed_s,
+            )
         if self.backend.is_unavailable(exc):
             return StorageUnavailableError(
                 f"{self.backend.name} checkpoint storage {self.url} is unreachable: {op} {url} "
-                f"failed with {detail}. Check {self.backend.what_to_check}."
+                f"failed{tries} with {detail}. Check {self.backend.what_to_check}."
             )
         if isinstance(exc, PermissionError):
             return StorageError(
-                f"{op} {url} was denied ({detail}); check the credentials and the permissions "
-                "on the checkpoint location"
+                f"{where} was denied{tries} ({detail}); check the credentials and the permissions "
+                "on the checkpoint location. Not retried: access errors do not pass by themselves"
             )
-        return StorageError(f"{op} {url} failed: {detail}{self.backend.hint(exc)}")
+        return StorageError(f"{where} failed{tries}: {detail}{self.backend.hint(exc)}")
 
     def _writable(self, path: str) -> str:
         p = self._p(path)
@@ -333,16 +448,16 @@ class FsspecStorage(CheckpointStorage):
         return bytes(data)  # type: ignore[arg-type]
 
     def download_file(self, path: str, local_path: str) -> None:
-        src = self._run("download", path, self.fs.open, self._p(path), "rb")
-        assert src is not None
+        source = self._p(path)
 
-        def copy(dst: Any) -> None:
-            self._run("download", path, shutil.copyfileobj, src, dst, COPY_CHUNK, missing="error")
+        def attempt() -> None:
+            # One attempt = open + the whole copy: a stream cut half-way is retried from the
+            # start into a fresh temp file, so local_path is never left half-written. Local
+            # failures (a full local disk) are LocalDiskErrors, never retried.
+            with self.fs.open(source, "rb") as src:
+                atomic_local_copy(src.read, local_path, store=self.url, source=self.full_url(path))
 
-        # Local-side failures (e.g. an unwritable local directory) stay plain OSErrors:
-        # they are about the caller's disk, not checkpoint storage.
-        with src:
-            atomic_local_write(local_path, copy)
+        self._run("download", path, attempt)
 
     def _info(self, path: str) -> Optional[dict[str, Any]]:
         return self._run("stat", path, self.fs.info, self._p(path), missing="none")
@@ -375,14 +490,29 @@ class FsspecStorage(CheckpointStorage):
     # ---- writing -------------------------------------------------------------------
 
     def write_bytes(self, path: str, data: bytes, *, overwrite: bool = True) -> None:
-        self._run("write", path, self.backend.put, self.fs, self._writable(path), bytes(data), overwrite,
-                  missing="error")
+        """See :meth:`CheckpointStorage.write_bytes`.
+
+        Create-if-absent (``overwrite=False``) and retries: a request whose answer was lost
+        may have been applied, and aiohttp or botocore may resend it without telling us
+        (:mod:`.s3_faults`); the resent request then fails with "exists" against *our own*
+        object. So a conflict is resolved by reading the file back: if it holds exactly
+        *data*, the write succeeded; otherwise :class:`FileExistsError` (another writer won).
+        Among writers of different content exactly one succeeds; writers of identical
+        content may all succeed (the stored file is the same either way). The engine's
+        commit documents carry a random commit id, so their writers always differ.
+        """
+        payload = bytes(data)
+        self._run("write", path, self.backend.put, self.fs, self._writable(path), payload, overwrite,
+                  missing="error", create=None if overwrite else payload)
 
     def upload_file(self, local_path: str, path: str) -> None:
         target = self._writable(path)
         if not os.path.isfile(local_path):  # the caller's problem, not the storage's
             raise FileNotFoundError(errno.ENOENT, "local file to upload does not exist", local_path)
-        self._run("upload to", path, self.backend.upload, self.fs, local_path, target, missing="error")
+        big = os.path.getsize(local_path) >= 2 * S3_UPLOAD_PART  # goes up as a multipart upload
+        cleanup = (lambda: self.backend.after_failed_upload(self.fs, target)) if big else None
+        self._run("upload to", path, self.backend.upload, self.fs, local_path, target, missing="error",
+                  after_failure=cleanup)
 
     def delete(self, path: str) -> None:
         self._run("delete", path, self.fs.rm_file, self._p(path), missing="none")
@@ -397,7 +527,8 @@ class FsspecStorage(CheckpointStorage):
 
     def child(self, subpath: str) -> "FsspecStorage":
         rel = clean_path(subpath, allow_root=True)
-        return FsspecStorage(self.fs, self.full_url(rel), join_root(self.root, rel), self.backend, owns_fs=False)
+        return FsspecStorage(self.fs, self.full_url(rel), join_root(self.root, rel), self.backend, owns_fs=False,
+                             retry=self.retry, stats=self.stats)
 
     def probe(self, timeout: Optional[float] = None) -> None:
         """Check that the backend answers, by a metadata lookup of the root.
@@ -437,7 +568,7 @@ class FsspecStorage(CheckpointStorage):
         exc = self.backend.normalize(raw)
         if isinstance(exc, FileNotFoundError):
             return
-        raise self._translate("connect to", "", exc) from raw
+        raise self._translate("connect to", "", exc, raw, RetryBudget(self.retry), exhausted=False) from raw
 
     def close(self) -> None:
         if self._owns_fs:
