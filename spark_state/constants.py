@@ -79,6 +79,9 @@ SCHEMA_RECORD_FORMAT = 1
 OPERATOR_MODE_SPLIT = 1      # list state, even-split
 OPERATOR_MODE_UNION = 2      # union list state
 OPERATOR_MODE_BROADCAST = 3  # broadcast (map) state
+#: First byte of operator-state keys in a *keyed* function's store, before the mode byte:
+#: never a key group's first byte (<= 0x7F) nor the system prefix (0xFF).
+KEYED_OPERATOR_STATE_PREFIX = b"\xfe"
 #: Each mode's ``kind`` in the operator state's schema record.
 OPERATOR_MODE_KINDS = {OPERATOR_MODE_SPLIT: "list", OPERATOR_MODE_UNION: "union",
                        OPERATOR_MODE_BROADCAST: "broadcast"}

@@ -13,7 +13,7 @@ Modules: :mod:`.api` (driver: planning), :mod:`.runner` (task: the mapInArrow bo
 
 from __future__ import annotations
 
-from .api import checkpointed_process, keyed_process
+from .api import checkpointed_process, keyed_broadcast_process, keyed_co_process, keyed_process
 from .errors import (
     MaxParallelismMismatchError,
     NotInStreamingQueryError,
@@ -22,11 +22,23 @@ from .errors import (
     StateLocationError,
     StateVersionMissingError,
 )
-from .functions import CheckpointedFunction, KeyedContext, KeyedProcessFunction, OperatorContext
+from .functions import (
+    BroadcastContext,
+    CheckpointedFunction,
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
+    KeyedContext,
+    KeyedProcessFunction,
+    OperatorContext,
+    ReadOnlyBroadcastState,
+)
+from .timer_service import TimeDomain, TimerService
 from .operator_state import BroadcastState, OperatorListState
 
 __all__ = [
-    "keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction",
+    "keyed_process", "keyed_co_process", "keyed_broadcast_process", "checkpointed_process",
+    "KeyedProcessFunction", "KeyedCoProcessFunction", "KeyedBroadcastProcessFunction", "CheckpointedFunction",
+    "BroadcastContext", "ReadOnlyBroadcastState", "TimeDomain", "TimerService",
     "KeyedContext", "OperatorContext", "OperatorListState", "BroadcastState",
     "ProcessDefinitionError", "StateLocationError", "MaxParallelismMismatchError",
     "StateVersionMissingError", "OutputSchemaError", "NotInStreamingQueryError",
