@@ -223,7 +223,9 @@ class KeyedContext(_BaseContext):
         processing time."""
         if self._timers is None:
             raise ProcessDefinitionError(
-                f"{self._function} uses the timer service, which this operator does not provide")
+                f"{self._function} uses ctx.timer_service(), but defines no on_timer(timestamp, ctx) and its "
+                "input declares no event time: define on_timer to use timers, or pass "
+                "df.withWatermark(column, delay) for event time")
         return self._timers
 
     def timestamp(self) -> Optional[int]:

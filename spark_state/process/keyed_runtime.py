@@ -118,7 +118,7 @@ def _run(plan: Any, task: Any, ps: PartitionStore, own: KeyGroupRange, batches: 
                 yield out.flush()
 
     handlers: dict[int, Callable] = {}
-    if plan.kind == "co":
+    if plan.variant == "co":
         handlers = {LEFT: fn.process_element1, RIGHT: fn.process_element2}
     else:
         handlers = {LEFT: fn.process_element}

@@ -82,7 +82,7 @@ class _Task:
     runs: RunContext
 
 
-def _task(plan: ProcessPlan) -> _Task:
+def _task(plan: ProcessPlan, partition: Optional[int] = None) -> _Task:
     from pyspark import TaskContext
 
     tc = TaskContext.get()
@@ -101,7 +101,8 @@ def _task(plan: ProcessPlan) -> _Task:
             "micro-batch); was the job group overridden?")
     storage = storage_for(url, plan.location.storage_options)
     verify_location(storage, plan.kind, plan.max_parallelism)
-    return _Task(int(raw), tc.partitionId(), url, storage, run_context(storage, run_id))
+    part = tc.partitionId() if partition is None else partition
+    return _Task(int(raw), part, url, storage, run_context(storage, run_id))
 
 
 def _check_parallelism(plan: ProcessPlan, partition: int) -> None:
@@ -110,9 +111,12 @@ def _check_parallelism(plan: ProcessPlan, partition: int) -> None:
 
 
 # ------------------------------------------------------------------------------------ keyed
-def run_keyed(plan: ProcessPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body of :func:`~spark_state.process.keyed_process`."""
-    task = _task(plan)
+def run_keyed(plan: ProcessPlan, batches: Iterator[pa.RecordBatch],
+              partition: Optional[int] = None) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body of :func:`~spark_state.process.keyed_process`. ``partition``
+    overrides the task's partition id (a carrier other than ``mapInArrow`` that groups rows by
+    logical partition, as ``bench/keyed_bench.py`` measures with ``applyInPandasWithState``)."""
+    task = _task(plan, partition)
     n, max_p, partition = plan.parallelism, plan.max_parallelism, task.partition
     _check_parallelism(plan, partition)
     assert max_p is not None

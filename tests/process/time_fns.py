@@ -385,3 +385,49 @@ def flatten(batches: dict[int, list]) -> list:
 
 def rows_by_batch(batches: dict[int, Iterable]) -> dict[int, list]:
     return {b: sorted(rows) for b, rows in batches.items()}
+
+
+# ------------------------------------------------------------ keyed function + operator state
+BUFFER_OUTPUT = "kind string, k string, v bigint, n bigint"
+
+
+class BufferingCounter(KeyedProcessFunction):
+    """A keyed running count that also buffers every row in operator list state (Flink's
+    BufferingSink on a keyed stream, ``CheckpointedFunction``): the buffer is restored in
+    ``initialize_state``, flushed as 'flush' rows once it holds ``threshold`` rows, and
+    snapshotted in ``snapshot_state``."""
+
+    def __init__(self, threshold: int) -> None:
+        self.threshold = threshold
+
+    def initialize_state(self, ctx):
+        row_type = StructType([StructField("k", StringType()), StructField("v", LongType())])
+        self.checkpointed = ctx.get_list_state(ListStateDescriptor("buffered", row_type))
+        self.buffer = [tuple(r) for r in self.checkpointed.get()] if ctx.is_restored else []
+
+    def open(self, ctx):
+        self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
+
+    def process_element(self, row, ctx):
+        n = (self.count.value() or 0) + 1
+        self.count.update(n)
+        yield ("count", row.k, row.v, n)
+        self.buffer.append((row.k, row.v))
+        if len(self.buffer) >= self.threshold:
+            for k, v in self.buffer:
+                yield ("flush", k, v, ctx.partition_id)
+            self.buffer = []
+
+    def snapshot_state(self, ctx):
+        self.checkpointed.update(self.buffer)
+
+
+class RegistersEventTimer(KeyedProcessFunction):
+    """Registers an event-time timer at a fixed time (fails without event time)."""
+
+    def process_element(self, row, ctx):
+        ctx.timer_service().register_event_time_timer(1000)
+        return ()
+
+    def on_timer(self, timestamp, ctx):
+        return ()
