@@ -4,11 +4,17 @@
   map, reducing, aggregating) on a streaming DataFrame; partitions own whole key groups.
 * :func:`checkpointed_process` runs a non-keyed :class:`CheckpointedFunction` with operator
   state (list = even-split, union list, broadcast).
+* Keyed functions have timers (``ctx.timer_service()``, ``on_timer``), event time from
+  ``withWatermark``, operator state beside keyed state (``initialize_state``), two inputs
+  (:func:`keyed_co_process`) and broadcast rules (:func:`keyed_broadcast_process`).
 
-Modules: :mod:`.api` (driver: planning), :mod:`.runner` (task: the mapInArrow bodies),
-:mod:`.stores` (versions, store cache, rescale), :mod:`.location` (state location layout),
-:mod:`.routing` (key groups -> partitions), :mod:`.operator_state`, :mod:`.arrow_io`,
-:mod:`.keycodec`, :mod:`.functions` (the user-facing classes and contexts).
+Modules: :mod:`.api` (driver: planning), :mod:`.runner` (task: the mapInArrow bodies; the lean
+keyed loop), :mod:`.keyed_runtime` (the keyed loop with time, several inputs, broadcast,
+operator state), :mod:`.stores` (versions, store cache, rescale), :mod:`.location` (state
+location layout), :mod:`.routing` (key groups -> partitions), :mod:`.inputs` (unioning inputs
+by side), :mod:`.event_time` (the watermark declaration in the plan), :mod:`.clock` (a batch's
+watermark and processing time), :mod:`.timer_service`, :mod:`.operator_state`,
+:mod:`.arrow_io`, :mod:`.keycodec`, :mod:`.functions` (the user-facing classes and contexts).
 """
 
 from __future__ import annotations
