@@ -143,3 +143,30 @@ def test_keyed_function_with_operator_state_across_rescales(spark, tmp_path):
             counts[k] = counts.get(k, 0) + 1
             expected.append(("count", k, v, counts[k]))
     assert sorted(r for r in rows if r[0] == "count") == sorted(expected)
+
+
+def test_two_inputs_with_event_time_share_timers_and_take_the_minimum_watermark(spark, tmp_path):
+    """The right input starts two batches late and runs behind: the watermark is the minimum
+    over the inputs that have seen rows (Spark's default), and timers registered by either
+    side fire for the key with both sides' counts."""
+    ship_module_by_value(time_fns)
+    rng = random.Random(8)
+    at = time_fns.at
+    left = [[(f"id{rng.randrange(4)}", at(b * 3000 + rng.randrange(2000))) for _ in range(5)] for b in range(7)]
+    right = [[] if b < 2 else [(f"id{rng.randrange(4)}", at(b * 2000 + rng.randrange(2000))) for _ in range(4)]
+             for b in range(7)]
+    write_batches(tmp_path / "l", left, time_fns.CO_EVENTS_SCHEMA)
+    write_batches(tmp_path / "r", right, time_fns.CO_EVENTS_SCHEMA)
+    out = run_query(
+        spark, lambda l, r: keyed_co_process(l.withWatermark("ts", "1 second"), r.withWatermark("ts", "0 seconds"),
+                                             "id", "id", time_fns.CoCounts(), time_fns.CO_TIMER_OUTPUT,
+                                             parallelism=3, state_root=str(tmp_path / "state")),
+        provider_class=HDFS_PROVIDER, input_dir=[str(tmp_path / "l"), str(tmp_path / "r")],
+        schema=[time_fns.CO_EVENTS_SCHEMA, time_fns.CO_EVENTS_SCHEMA], checkpoint_dir=str(tmp_path / "ckpt"),
+        output_mode="append")
+    expected = time_fns.expected_co_counts(left, right, 1000, 0)
+    assert out.batches == expected
+    fired = [r for rows in expected.values() for r in rows]
+    assert len(fired) >= 10 and any(r[3] > 0 for r in fired)
+    # once the right input has rows, it holds the watermark back below the left's
+    assert max(r[4] for r in fired) < max(time_fns.ms_of(t) for rows in left for _, t in rows) - 1000

@@ -431,3 +431,62 @@ class RegistersEventTimer(KeyedProcessFunction):
 
     def on_timer(self, timestamp, ctx):
         return ()
+
+
+# ---------------------------------------------------------------- two inputs with event time
+CO_EVENTS_SCHEMA = StructType([StructField("id", StringType()), StructField("ts", TimestampType())])
+CO_TIMER_OUTPUT = "id string, at bigint, lefts bigint, rights bigint, watermark bigint"
+
+
+class CoCounts(KeyedCoProcessFunction):
+    """Counts each key's rows per side; every row registers an event-time timer 5 s after
+    it, which reports the key's counts (both sides share the key's state and timers)."""
+
+    def open(self, ctx):
+        self.lefts = ctx.get_state(ValueStateDescriptor("lefts", LongType()))
+        self.rights = ctx.get_state(ValueStateDescriptor("rights", LongType()))
+
+    def _row(self, state, ctx):
+        state.update((state.value() or 0) + 1)
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + 5000)
+        return ()
+
+    def process_element1(self, row, ctx):
+        return self._row(self.lefts, ctx)
+
+    def process_element2(self, row, ctx):
+        return self._row(self.rights, ctx)
+
+    def on_timer(self, timestamp, ctx):
+        yield (ctx.current_key, timestamp, self.lefts.value() or 0, self.rights.value() or 0,
+               ctx.timer_service().current_watermark())
+
+
+def expected_co_counts(left_batches, right_batches, left_delay: int, right_delay: int) -> dict[int, list]:
+    """Watermark: min over the sides that have seen rows of (max event time - delay), never
+    backwards, 0 at first; a row is late (dropped) if its time <= the batch's watermark."""
+    w, max_l, max_r = 0, None, None
+    counts: dict[str, list] = defaultdict(lambda: [0, 0])
+    timers: set = set()
+    out: dict[int, list] = {}
+    for b, (lrows, rrows) in enumerate(zip(left_batches, right_batches)):
+        cands = [m - d for m, d in ((max_l, left_delay), (max_r, right_delay)) if m is not None]
+        if cands:
+            w = max(w, min(cands))
+        emitted = []
+        for t, k in sorted((t, k) for k, t in timers if t <= w):
+            timers.discard((k, t))
+            emitted.append((k, t, counts[k][0], counts[k][1], w))
+        for side, rows in ((0, lrows), (1, rrows)):
+            for k, ts in rows:
+                t = ms_of(ts)
+                if t <= w:
+                    continue
+                counts[k][side] += 1
+                timers.add((k, t + 5000))
+        for k, ts in lrows:
+            max_l = ms_of(ts) if max_l is None else max(max_l, ms_of(ts))
+        for k, ts in rrows:
+            max_r = ms_of(ts) if max_r is None else max(max_r, ms_of(ts))
+        out[b] = sorted(emitted)
+    return out
