@@ -44,14 +44,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from ..constants import TIME_CLOCK_DIR, TIME_MAXIMA_DIR
 from ..errors import CheckpointFileMissingError
 from ..storage import CheckpointStorage
 
 _LOG = logging.getLogger(__name__)
 
-TIME_DIR = "time"
-CLOCK_DIR = f"{TIME_DIR}/clock"
-MAXIMA_DIR = f"{TIME_DIR}/watermarks"
+CLOCK_DIR = TIME_CLOCK_DIR
+MAXIMA_DIR = TIME_MAXIMA_DIR
 FORMAT = 1
 #: Batches whose records are kept (only the previous one is read).
 RETAINED_BATCHES = 32

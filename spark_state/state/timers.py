@@ -32,13 +32,12 @@ from __future__ import annotations
 import struct
 from typing import Iterator, Optional
 
+from ..constants import TIMER_DOMAIN_EVENT_TIME, TIMER_DOMAIN_PROCESSING_TIME, TIMER_STATE_NAME
 from ..store import VersionedStore, prefix_upper_bound
 from . import keys as K
 
-#: The reserved state name timers are stored under (not valid UTF-8, so never a user name).
-TIMER_STATE_NAME = b"\xffT"
-EVENT_TIME = 0
-PROCESSING_TIME = 1
+EVENT_TIME = TIMER_DOMAIN_EVENT_TIME
+PROCESSING_TIME = TIMER_DOMAIN_PROCESSING_TIME
 DOMAINS = (EVENT_TIME, PROCESSING_TIME)
 DOMAIN_NAMES = {EVENT_TIME: "event time", PROCESSING_TIME: "processing time"}
 
