@@ -104,7 +104,7 @@ def keyed_process(
     n, max_p = _parallelisms(df, parallelism, max_parallelism)
     event_time = event_time_of(df, "keyed_process")
     has_timers = defines(function, "on_timer")
-    operator_state = defines(function, "initialize_state") or defines(function, "snapshot_state")
+    operator_state = _has_operator_state(function)
     plan = ProcessPlan(
         kind="keyed", function=function, function_name=type(function).__name__,
         location=_location(df, function, name, state_location, state_root, storage_options),
@@ -172,7 +172,8 @@ def keyed_co_process(
         location=_location(left, function, name, state_location, state_root, storage_options),
         engine=_engine(engine), parallelism=n, output_schema=_schema(left, output_schema),
         max_parallelism=max_p, key_fields=lfields, sides=sides, variant="co",
-        has_timers=defines(function, "on_timer"), late_rows=_late_rows(late_rows),
+        has_timers=defines(function, "on_timer"), operator_state=_has_operator_state(function),
+        late_rows=_late_rows(late_rows),
     )
     routed = union_inputs([(sides[0], left), (sides[1], right)], n, max_p,
                           heartbeat_stream(left) if idle_heartbeat else None)
@@ -207,7 +208,9 @@ def keyed_broadcast_process(
 
     Every partition receives every row of ``broadcast_df``, before the keyed rows of the same
     batch, sorted by ``broadcast_order`` (columns of ``broadcast_df``; None first) and then by
-    the whole row, so that each partition applies the same rows in the same order.
+    the whole row, so that each partition applies the same rows in the same order. Broadcast
+    rows are never late and carry no event time into the watermark (a ``withWatermark`` on
+    ``broadcast_df`` is ignored).
     ``process_broadcast_element`` writes the broadcast states named in ``broadcast_states``
     (``MapStateDescriptor`` objects); ``process_element`` and ``on_timer`` read them. Broadcast
     state is operator state of each partition, committed with its keyed state, and on a
@@ -238,7 +241,8 @@ def keyed_broadcast_process(
         location=_location(df, function, name, state_location, state_root, storage_options),
         engine=_engine(engine), parallelism=n, output_schema=_schema(df, output_schema),
         max_parallelism=max_p, key_fields=key_fields, sides=sides, variant="broadcast",
-        has_timers=defines(function, "on_timer"), broadcast_states=descriptors, broadcast_order=order,
+        has_timers=defines(function, "on_timer"), operator_state=_has_operator_state(function),
+        broadcast_states=descriptors, broadcast_order=order,
         late_rows=_late_rows(late_rows),
     )
     routed = union_inputs([(sides[0], df), (sides[1], broadcast_df)], n, max_p,
@@ -302,6 +306,11 @@ def _parallelisms(df: DataFrame, parallelism: Optional[int], max_parallelism: Op
     if max_p < n:
         raise ProcessDefinitionError(f"max_parallelism {max_p} must be at least parallelism {n}")
     return n, max_p
+
+
+def _has_operator_state(function: Any) -> bool:
+    """A keyed function keeps operator state when it defines Flink's CheckpointedFunction hooks."""
+    return defines(function, "initialize_state") or defines(function, "snapshot_state")
 
 
 def _late_rows(late_rows: str) -> str:

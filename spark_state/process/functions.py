@@ -103,7 +103,9 @@ class KeyedProcessFunction:
 class KeyedCoProcessFunction:
     """A function over two keyed streams connected by key (Flink's ``KeyedCoProcessFunction``,
     ``a.connect(b).keyBy(...).process(...)``): both inputs share each key's state and timers.
-    Run it with :func:`~spark_state.process.keyed_co_process`."""
+    Run it with :func:`~spark_state.process.keyed_co_process`. Like a
+    :class:`KeyedProcessFunction`, it may also define ``initialize_state(ctx)`` /
+    ``snapshot_state(ctx)`` to keep operator state."""
 
     def open(self, ctx: "KeyedContext") -> None:
         """Called once per partition and batch before the first element."""
@@ -128,7 +130,8 @@ class KeyedBroadcastProcessFunction:
     """A keyed stream connected to a broadcast stream (Flink's
     ``KeyedBroadcastProcessFunction``). Every partition receives every broadcast row, in the
     same order, before the keyed rows of the same batch. Run it with
-    :func:`~spark_state.process.keyed_broadcast_process`."""
+    :func:`~spark_state.process.keyed_broadcast_process`. It may also define
+    ``initialize_state(ctx)`` / ``snapshot_state(ctx)`` to keep operator state."""
 
     def open(self, ctx: "KeyedContext") -> None:
         """Called once per partition and batch before the first element."""
