@@ -113,7 +113,7 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
     version = n + 1
     config = reader_config()
     if store_reader is None:
-        if provider != SPARKSTATE_PROVIDER:
+        if provider != SPARKSTATE_PROVIDER and operators:
             from .jvm_bridge import spark_provider_reader
 
             store_reader = spark_provider_reader(ckpt, n)

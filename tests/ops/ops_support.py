@@ -1,0 +1,48 @@
+"""Helpers of the ops tests: run an operator case at a partition count, compare outputs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import test_operator_equivalence as E
+from streaming_harness import HDFS_PROVIDER, SPARKSTATE_PROVIDER, RunResult, run_query
+
+PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+
+
+def run(spark, case: E.Case, checkpoint, dirs, provider: str = SPARKSTATE_PROVIDER,
+        partitions: int | None = None, **kwargs) -> RunResult:
+    """Run ``case`` on ``checkpoint``; ``partitions`` only matters for a new checkpoint (Spark
+    pins the count of an existing one in its offset log)."""
+    confs = dict(case.extra_confs)
+    if partitions is not None:
+        confs[PARTITIONS_CONF] = str(partitions)
+    return run_query(spark, case.build, provider_class=provider, input_dir=dirs, schema=[s() for s in case.schemas],
+                     checkpoint_dir=str(checkpoint), output_mode=case.output_mode, extra_confs=confs, **kwargs)
+
+
+_references: dict[str, RunResult] = {}
+
+
+def reference(spark, case: E.Case, tmp_path_factory) -> RunResult:
+    """The uninterrupted run of ``case`` on Spark's HDFS provider (once per test session)."""
+    if case.name not in _references:
+        root = tmp_path_factory.mktemp(f"ref-{case.name}")
+        dirs = E.write_inputs(case, root)
+        result = run(spark, case, root / "ckpt", dirs, provider=HDFS_PROVIDER)
+        case.check(case, result)
+        _references[case.name] = result
+    return _references[case.name]
+
+
+def assert_equal_to_uninterrupted(case: E.Case, runs: list[RunResult], want: RunResult, what: str) -> None:
+    """Per batch when the case's batch ids survive restarts, else as a multiset of rows (a run
+    that ends with a watermark adds a no-data batch the uninterrupted run does not have)."""
+    merged: dict[int, list] = {}
+    for r in runs:
+        merged.update(r.batches)
+    if case.restart_per_batch:
+        E.assert_same_batches(dict(sorted(merged.items())), want.batches, what)
+    else:
+        got = Counter(row for rows in merged.values() for row in rows)
+        assert got == want.row_counts(), f"{what}: rows differ from the uninterrupted run"
