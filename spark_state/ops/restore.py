@@ -42,8 +42,8 @@ from .rescale import Split, write_split
 from .state_io import new_tool_run_id, write_process_layout
 from ..process import location as L
 
-#: write_provider_split(op, store, split, version): writes a re-split store for another provider
-SplitWriter = Callable[[OperatorInfo, str, Split, int], int]
+#: split_writer(op, store entry, split, version) -> keys: writes a re-split store for another provider
+SplitWriter = Callable[[OperatorInfo, F.StoreEntry, Split, int], int]
 
 
 @dataclass
@@ -129,7 +129,7 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
                         split.add(batch)
                         bar.update(batch.num_rows)
                 if split_writer is not None:
-                    keys += split_writer(info, store.name, split, version)
+                    keys += split_writer(info, store, split, version)
                 else:
                     keys += write_split(split, lambda p, info=info, s=store.name: target.store_storage(info, p, s),
                                         version, config, run_id)
