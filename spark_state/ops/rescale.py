@@ -64,6 +64,9 @@ from .state_io import (find_process_locations, import_store, new_tool_run_id, op
 _LOG = logging.getLogger(__name__)
 
 MARKER_DIR = "_spark_state_rescale"
+#: Fault injection for tests of an interrupted rescale: the process exits abruptly after
+#: writing this many stores. Never set it in production.
+CRASH_AFTER_STORES_ENV = "SPARK_STATE_TESTING_RESCALE_EXIT_AFTER_STORES"
 _SYS = 0xFF
 _INDEX_TAG = 0x01
 
@@ -163,7 +166,8 @@ class RescaleResult:
     operators: list[dict[str, Any]]
     process_states: list[str]
     keys: int
-    bytes: int
+    #: entries moved (data and system keys)
+    rows: int
     seconds: float
 
     def to_dict(self) -> dict[str, Any]:
@@ -226,6 +230,7 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
                         entry.with_conf(**{SHUFFLE_PARTITIONS_CONF: str(partitions)}).encode())
     # 2. the state, re-split
     total_rows = 0
+    stores_written = 0
     op_summaries = []
     bar = Progress("rescale", unit="rows", enabled=progress)
     try:
@@ -244,6 +249,8 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
                 total_rows += split.rows
                 keys += write_split(split, lambda p, op=op, store=store: ckpt.store_storage(op, p, store),
                                     state_version + 1, config, run_id)
+                stores_written += 1
+                _maybe_crash(stores_written)
             op_summaries.append({"id": op.id, "name": op.name, "keys": keys})
         processes = find_process_locations(ckpt.query_id(), process_root, process_locations or {}, storage_options or {})
         for loc in processes:
@@ -260,7 +267,16 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
         bar.close()
     ckpt.storage.delete(f"{MARKER_DIR}/{new_batch}.json")
     return RescaleResult(ckpt.url, new_batch, old, partitions, op_summaries, [p.name for p in processes],
-                         sum(o["keys"] for o in op_summaries), 0, round(time.perf_counter() - started, 3))
+                         sum(o["keys"] for o in op_summaries), total_rows, round(time.perf_counter() - started, 3))
+
+
+def _maybe_crash(stores_written: int) -> None:
+    import os
+
+    limit = os.environ.get(CRASH_AFTER_STORES_ENV)
+    if limit and stores_written >= int(limit):
+        _LOG.error("fault injection: exiting after %d stores of a rescale", stores_written)
+        os._exit(3)
 
 
 def _check_live_stores(ckpt: SparkCheckpoint, operators: list[OperatorInfo], state_version: int, force: bool) -> None:
