@@ -58,12 +58,17 @@ from . import savepoint_format as F
 from .checkpoint_reader import SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint, provider_short_name
 from .errors import NoCommittedBatchError, QueryRunningError, UnsupportedCheckpointError
 from .progress import Progress
-from .state_io import (find_process_locations, import_store, new_tool_run_id, open_committed, process_entries,
-                       process_layout, reader_config, write_process_layout)
+from .state_io import (find_process_locations, import_store, new_tool_run_id, process_entries, process_layout,
+                       reader_config, store_entries, write_process_layout)
 
 _LOG = logging.getLogger(__name__)
 
 MARKER_DIR = "_spark_state_rescale"
+#: Operators whose state lives in partition 0 whatever the partition count: streaming
+#: ``limit`` (``StreamingGlobalLimitExec``) runs its stateful step in one task after an
+#: exchange to a single partition, and its key (one null ``void`` column) hashes to the seed,
+#: not to partition 0. Their rows stay in partition 0.
+SINGLE_PARTITION_OPERATORS = frozenset({"globalLimit"})
 #: Fault injection for tests of an interrupted rescale: the process exits abruptly after
 #: writing this many stores. Never set it in production.
 CRASH_AFTER_STORES_ENV = "SPARK_STATE_TESTING_RESCALE_EXIT_AFTER_STORES"
@@ -123,6 +128,8 @@ class Split:
     """Rows of one store routed to ``n`` partitions (Arrow batches per partition)."""
 
     n: int
+    #: every row to partition 0 (see ``SINGLE_PARTITION_OPERATORS``)
+    single_partition: bool = False
     parts: list[list[pa.RecordBatch]] = field(default_factory=list)
     rows: int = 0
 
@@ -133,6 +140,9 @@ class Split:
         if batch.num_rows == 0:
             return
         self.rows += batch.num_rows
+        if self.single_partition:
+            self.parts[0].append(batch)
+            return
         targets = partition_of_rows(batch.column(0), self.n)
         everywhere = targets == -1
         for p in range(self.n):
@@ -149,7 +159,9 @@ def write_split(split: Split, store_storage: Callable[[int], Any], version: int,
                 run_id: str, progress: Optional[Progress] = None) -> int:
     """Write ``version`` of each of the split's partitions; returns the keys written."""
     keys = 0
-    for p in range(split.n):
+    # A single-partition operator's other stores are never written by Spark either: a store
+    # at a version its partition never runs would break the next savepoint's reads.
+    for p in range(1 if split.single_partition else split.n):
         keys += import_store(store_storage(p), version, split.entries(p), config, run_id)
         if progress is not None:
             progress.update(sum(b.num_rows for b in split.parts[p]))
@@ -237,15 +249,11 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
         for op in operators:
             keys = 0
             for store in op.store_names:
-                split = Split(partitions)
+                split = Split(partitions, single_partition=op.name in SINGLE_PARTITION_OPERATORS)
                 for p in range(op.partitions):
-                    s = open_committed(ckpt.store_storage(op, p, store), state_version, config)
-                    try:
-                        for batch in batches_of(s.iterate()):
-                            split.add(batch)
-                            bar.update(batch.num_rows)
-                    finally:
-                        s.close()
+                    for batch in batches_of(store_entries(ckpt.store_storage(op, p, store), state_version, config)):
+                        split.add(batch)
+                        bar.update(batch.num_rows)
                 total_rows += split.rows
                 keys += write_split(split, lambda p, op=op, store=store: ckpt.store_storage(op, p, store),
                                     state_version + 1, config, run_id)

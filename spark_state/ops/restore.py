@@ -38,7 +38,7 @@ from .checkpoint_reader import (PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, SP
                                 OperatorInfo, SparkCheckpoint, StoreInfo)
 from .errors import SavepointError, TargetExistsError
 from .progress import Progress
-from .rescale import Split, write_split
+from .rescale import SINGLE_PARTITION_OPERATORS, Split, write_split
 from .state_io import new_tool_run_id, write_process_layout
 from ..process import location as L
 
@@ -122,7 +122,7 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
             info = OperatorInfo(op.id, op.name, tuple(StoreInfo(s.name, s.num_cols_prefix_key, n) for s in op.stores))
             ops.append(info)
             for store in op.stores:
-                split = Split(n)
+                split = Split(n, single_partition=op.name in SINGLE_PARTITION_OPERATORS)
                 for p in range(op.partitions):
                     path = F.state_file(op.id, store.name, p)
                     for batch in F.decode_batches(read_verified(sp, manifest, path), sp.full_url(path)):

@@ -37,7 +37,7 @@ from . import savepoint_format as F
 from .checkpoint_reader import SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint
 from .errors import RetentionRaceError, TargetExistsError
 from .progress import Progress
-from .state_io import find_process_locations, open_committed, process_entries, process_layout, reader_config
+from .state_io import find_process_locations, process_entries, process_layout, reader_config, store_entries
 
 #: How often a savepoint of a running query starts again at a newer batch when retention
 #: deleted a file it was copying.
@@ -119,11 +119,7 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
             store_reader = spark_provider_reader(ckpt, n)
         else:
             def store_reader(op: OperatorInfo, store: str, p: int, v: int) -> Iterator[tuple[bytes, bytes]]:
-                s = open_committed(ckpt.store_storage(op, p, store), v, config)
-                try:
-                    yield from s.iterate()
-                finally:
-                    s.close()
+                return store_entries(ckpt.store_storage(op, p, store), v, config)
 
     bar = Progress(f"savepoint of batch {n}", unit="rows", enabled=progress)
     try:

@@ -26,6 +26,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Optional
 
+from ..checkpoint.retention import list_copies
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..config import EngineConfig
 from ..storage import CheckpointStorage, open_storage
@@ -51,6 +52,20 @@ def open_committed(storage: CheckpointStorage, version: int, config: EngineConfi
         store.close()
         raise
     return store
+
+
+def store_entries(storage: CheckpointStorage, version: int, config: EngineConfig) -> Iterator[tuple[bytes, bytes]]:
+    """Every entry of the committed copy of provider store ``version``. A store that never
+    committed anything (no manifest at all; e.g. partitions 1.. of a single-partition
+    operator such as streaming ``limit``) is empty; retention never removes a store's last
+    versions, so "no manifest" cannot mean "deleted"."""
+    if not list_copies(storage):
+        return
+    store = open_committed(storage, version, config)
+    try:
+        yield from store.iterate()
+    finally:
+        store.close()
 
 
 def new_tool_run_id(what: str) -> str:
