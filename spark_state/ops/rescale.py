@@ -70,7 +70,7 @@ MARKER_DIR = "_spark_state_rescale"
 #: not to partition 0. Their rows stay in partition 0.
 SINGLE_PARTITION_OPERATORS = frozenset({"globalLimit"})
 #: Fault injection for tests of an interrupted rescale: the process exits abruptly after
-#: writing this many stores. Never set it in production.
+#: writing this many partition stores. Never set it in production.
 CRASH_AFTER_STORES_ENV = "SPARK_STATE_TESTING_RESCALE_EXIT_AFTER_STORES"
 _SYS = 0xFF
 _INDEX_TAG = 0x01
@@ -163,6 +163,7 @@ def write_split(split: Split, store_storage: Callable[[int], Any], version: int,
     # at a version its partition never runs would break the next savepoint's reads.
     for p in range(1 if split.single_partition else split.n):
         keys += import_store(store_storage(p), version, split.entries(p), config, run_id)
+        _maybe_crash()
         if progress is not None:
             progress.update(sum(b.num_rows for b in split.parts[p]))
     return keys
@@ -242,7 +243,6 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
                         entry.with_conf(**{SHUFFLE_PARTITIONS_CONF: str(partitions)}).encode())
     # 2. the state, re-split
     total_rows = 0
-    stores_written = 0
     op_summaries = []
     bar = Progress("rescale", unit="rows", enabled=progress)
     try:
@@ -257,8 +257,6 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
                 total_rows += split.rows
                 keys += write_split(split, lambda p, op=op, store=store: ckpt.store_storage(op, p, store),
                                     state_version + 1, config, run_id)
-                stores_written += 1
-                _maybe_crash(stores_written)
             op_summaries.append({"id": op.id, "name": op.name, "keys": keys})
         processes = find_process_locations(ckpt.query_id(), process_root, process_locations or {}, storage_options or {})
         for loc in processes:
@@ -278,13 +276,18 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
                          sum(o["keys"] for o in op_summaries), total_rows, round(time.perf_counter() - started, 3))
 
 
-def _maybe_crash(stores_written: int) -> None:
+_stores_written = [0]
+
+
+def _maybe_crash() -> None:
     import os
 
     limit = os.environ.get(CRASH_AFTER_STORES_ENV)
-    if limit and stores_written >= int(limit):
-        _LOG.error("fault injection: exiting after %d stores of a rescale", stores_written)
-        os._exit(3)
+    if limit:
+        _stores_written[0] += 1
+        if _stores_written[0] >= int(limit):
+            _LOG.error("fault injection: exiting after %d stores", _stores_written[0])
+            os._exit(3)
 
 
 def _check_live_stores(ckpt: SparkCheckpoint, operators: list[OperatorInfo], state_version: int, force: bool) -> None:
