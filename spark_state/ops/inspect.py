@@ -18,6 +18,7 @@ it is not reported; the stamps are.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Optional
 
 from .. import constants as C
@@ -28,6 +29,10 @@ from ..storage import CheckpointStorage
 from ..ttl import codec as ttl_codec
 from .checkpoint_reader import SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint, provider_short_name
 from .state_io import find_process_locations, open_committed, process_layout, reader_config
+
+
+#: snapshots/<version>-<id>.json: one per snapshot (private files are <version>-<id>-<name>)
+_DESCRIPTOR_RE = re.compile(r"^\d+-[0-9a-f]+\.json$")
 
 
 def inspect(checkpoint: str, *, process_root: Optional[str] = None, process_locations: Optional[dict[str, str]] = None,
@@ -104,7 +109,7 @@ def _sparkstate_store(ckpt: SparkCheckpoint, op: OperatorInfo, store: str, versi
         rows += read_manifest(storage, version, rank).num_keys if rank is not None else 0
         size, counts = _bytes_and_counts(storage, (C.MANIFEST_DIR, C.CHANGELOG_DIR, C.SNAPSHOT_DIR, C.SHARED_DIR))
         total += size
-        snapshots += sum(1 for n in storage.list_dir(C.SNAPSHOT_DIR) if n.endswith(".json"))
+        snapshots += sum(1 for n in storage.list_dir(C.SNAPSHOT_DIR) if _DESCRIPTOR_RE.match(n))
         changelogs += counts[C.CHANGELOG_DIR]
         if load and p == 0 and rank is not None:
             s = open_committed(storage, version, reader_config())

@@ -220,7 +220,8 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
     if not force:
         check_stopped(ckpt, last, resuming)
     provider = ckpt.provider_class(last)
-    if provider != SPARKSTATE_PROVIDER:
+    operators = ckpt.operators()
+    if provider != SPARKSTATE_PROVIDER and operators:
         raise UnsupportedCheckpointError(
             f"{ckpt.url} uses {provider_short_name(provider)}'s state store provider; in-place rescale works on "
             "spark-state checkpoints. Migrate it first: python -m spark_state migrate <checkpoint> <new checkpoint> "
@@ -228,7 +229,6 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
     old = ckpt.partitions(last)
     if old == partitions:
         raise ValueError(f"{ckpt.url} already has {partitions} partitions (spark.sql.shuffle.partitions of batch {last})")
-    operators = ckpt.operators()
     state_version = last + 1
     _check_live_stores(ckpt, operators, state_version, force)
     new_batch = last + 1
@@ -271,7 +271,8 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
         ckpt.write_log_file(f"commits/{new_batch}", ckpt.read(f"commits/{last}"))
     finally:
         bar.close()
-    ckpt.storage.delete(f"{MARKER_DIR}/{new_batch}.json")
+    for name in ckpt.storage.list_dir(MARKER_DIR):  # ours, and any left by a rescale that committed
+        ckpt.storage.delete(f"{MARKER_DIR}/{name}")
     return RescaleResult(ckpt.url, new_batch, old, partitions, op_summaries, [p.name for p in processes],
                          sum(o["keys"] for o in op_summaries), total_rows, round(time.perf_counter() - started, 3))
 

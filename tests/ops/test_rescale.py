@@ -91,3 +91,38 @@ def test_rescale_refuses_a_running_query_and_other_providers(spark, tmp_path):
     run(spark, case, hdfs, dirs, provider=HDFS_PROVIDER, partitions=3)
     with pytest.raises(ops.UnsupportedCheckpointError, match="migrate"):
         ops.rescale(str(hdfs), 4, progress=False)
+
+
+def test_rescale_in_place_carries_keyed_process_state(spark, tmp_path):
+    """A query whose only state is keyed_process's: the rescale batch gives its state the
+    batch version the next batch loads (a copy in a new layout); the next run at another
+    parallelism then rescales it by key group; the output equals the unscaled model."""
+    import random
+
+    import process_fns
+    from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, AllStates, expected_all_states
+    from spark_state.process import keyed_process
+    from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
+
+    ship_module_by_value(process_fns)
+    rng = random.Random(3)
+    batches = [[(f"k{rng.randrange(30)}", rng.randrange(1, 25)) for _ in range(40)] for _ in range(4)]
+    expected = expected_all_states(batches)
+    inp, ck, root = tmp_path / "in", str(tmp_path / "ck"), str(tmp_path / "state")
+
+    def go(parallelism):
+        def build(df):
+            return keyed_process(df, "k", AllStates(), ALL_STATES_OUTPUT, parallelism=parallelism, state_root=root)
+
+        return run_query(spark, build, provider_class=HDFS_PROVIDER, input_dir=str(inp), schema=INPUT_SCHEMA,
+                         checkpoint_dir=ck, output_mode="append", extra_confs={"spark.sql.shuffle.partitions": "4"})
+
+    write_batches(inp, batches[:2], INPUT_SCHEMA)
+    first = go(4)
+    result = ops.rescale(ck, 6, process_root=root, progress=False)
+    assert result.process_states == ["AllStates"] and result.batch_id == 2
+    write_batches(inp, batches[2:], INPUT_SCHEMA, start=2)
+    second = go(3)
+    assert min(second.batch_ids) == 3
+    got = [rows for _, rows in sorted({**first.batches, **second.batches}.items())]
+    assert got == [rows for _, rows in sorted(expected.items())]
