@@ -137,12 +137,7 @@ def _usage_error(message: str) -> int:
 
 
 def _common(args: argparse.Namespace) -> dict[str, Any]:
-    import os
-
-    root = args.process_root
-    if root is None and os.path.isdir("spark-state"):
-        root = os.path.abspath("spark-state")
-    return {"process_root": root, "process_locations": _pairs(args.process_location, "--process-location"),
+    return {"process_root": args.process_root, "process_locations": _pairs(args.process_location, "--process-location"),
             "storage_options": _pairs(args.option, "--option")}
 
 

@@ -108,8 +108,11 @@ def default_process_root() -> str:
 def find_process_locations(query_id: str, root: Optional[str], explicit: Mapping[str, str],
                            storage_options: Mapping[str, str]) -> list[ProcessLocation]:
     """The query's process state locations: those named in ``explicit`` (name -> URL) and every
-    ``<root>/<query id>/<name>`` holding an ``_operator.json`` (``root`` on local disk)."""
+    ``<root>/<query id>/<name>`` holding an ``_operator.json`` (``root`` on local disk; None:
+    the runtime's default root, ``./spark-state``, if it exists)."""
     found: dict[str, ProcessLocation] = {}
+    if root is None and os.path.isdir(default_process_root()):
+        root = default_process_root()
     for name, url in explicit.items():
         found[name] = _location(name, url, None, storage_options, required=True)
     if root:

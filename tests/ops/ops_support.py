@@ -21,18 +21,20 @@ def run(spark, case: E.Case, checkpoint, dirs, provider: str = SPARKSTATE_PROVID
                      checkpoint_dir=str(checkpoint), output_mode=case.output_mode, extra_confs=confs, **kwargs)
 
 
-_references: dict[str, RunResult] = {}
+_references: dict[tuple[str, str], RunResult] = {}
 
 
-def reference(spark, case: E.Case, tmp_path_factory) -> RunResult:
-    """The uninterrupted run of ``case`` on Spark's HDFS provider (once per test session)."""
-    if case.name not in _references:
+def reference(spark, case: E.Case, tmp_path_factory, provider: str = HDFS_PROVIDER) -> RunResult:
+    """The uninterrupted run of ``case`` on ``provider`` (default Spark's HDFS provider), once
+    per test session and provider."""
+    key = (case.name, provider)
+    if key not in _references:
         root = tmp_path_factory.mktemp(f"ref-{case.name}")
         dirs = E.write_inputs(case, root)
-        result = run(spark, case, root / "ckpt", dirs, provider=HDFS_PROVIDER)
+        result = run(spark, case, root / "ckpt", dirs, provider=provider)
         case.check(case, result)
-        _references[case.name] = result
-    return _references[case.name]
+        _references[key] = result
+    return _references[key]
 
 
 def assert_equal_to_uninterrupted(case: E.Case, runs: list[RunResult], want: RunResult, what: str,

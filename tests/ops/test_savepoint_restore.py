@@ -95,3 +95,39 @@ def test_keyed_process_savepoint_restore_and_parallelism_change(spark, tmp_path)
     write_batches(inp, batches[4:], INPUT_SCHEMA, start=4)
     third = _keyed(spark, str(inp), str(tmp_path / "ck3"), 6, roots[2])
     assert merge_runs(first, second, third) == expected
+
+
+def test_checkpointed_process_operator_state_savepoint_restore(spark, tmp_path):
+    """Operator state (even-split list, union list, broadcast) saved at parallelism 4 and
+    restored; continued at parallelism 3, the output equals the same two runs on one
+    checkpoint without the savepoint."""
+    from process_fns import OPERATOR_OUTPUT, OperatorStates
+    from spark_state.process import checkpointed_process
+
+    ship_module_by_value(process_fns)
+    batches = [[(f"r{b}", b * 100 + i) for i in range(12)] for b in range(4)]
+
+    def go(inp, ckpt, root, parallelism):
+        return run_query(
+            spark, lambda df: checkpointed_process(df, OperatorStates(), OPERATOR_OUTPUT, parallelism=parallelism,
+                                                   state_root=root),
+            provider_class=HDFS_PROVIDER, input_dir=str(inp), schema=INPUT_SCHEMA, checkpoint_dir=str(ckpt),
+            output_mode="append")
+
+    def two_runs(d, via_savepoint: bool):
+        write_batches(d / "in", batches[:2], INPUT_SCHEMA)
+        first = go(d / "in", d / "ck", str(d / "state"), 4)
+        ckpt = d / "ck"
+        if via_savepoint:
+            ops.savepoint(str(ckpt), str(d / "sp"), process_root=str(d / "state"), progress=False)
+            ckpt = d / "ck2"
+            ops.restore(str(d / "sp"), str(ckpt), process_root=str(d / "state2"), progress=False)
+        write_batches(d / "in", batches[2:], INPUT_SCHEMA, start=2)
+        second = go(d / "in", ckpt, str(d / ("state2" if via_savepoint else "state")), 3)
+        return merge_runs(first, second)
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    want = two_runs(tmp_path / "a", False)
+    got = two_runs(tmp_path / "b", True)
+    assert sorted(got) == [0, 1, 2, 3] and got == want
