@@ -61,6 +61,8 @@ def inspect(checkpoint: str, *, process_root: Optional[str] = None, process_loca
     version = last + 1
     ops = []
     for op in ckpt.operators():
+        # the last committed batch's count (the offset log's), whatever the metadata says
+        op = op.with_partitions(out["partitions"])
         stores = []
         for info in op.stores:
             if provider == SPARKSTATE_PROVIDER:

@@ -230,7 +230,7 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
     if old == partitions:
         raise ValueError(f"{ckpt.url} already has {partitions} partitions (spark.sql.shuffle.partitions of batch {last})")
     state_version = last + 1
-    _check_live_stores(ckpt, operators, state_version, force)
+    _check_live_stores(ckpt, operators, old, state_version, force)
     new_batch = last + 1
     config = reader_config()
     run_id = new_tool_run_id(f"rescale-b{new_batch}")
@@ -250,7 +250,7 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
             keys = 0
             for store in op.store_names:
                 split = Split(partitions, single_partition=op.name in SINGLE_PARTITION_OPERATORS)
-                for p in range(op.partitions):
+                for p in range(old):
                     for batch in batches_of(store_entries(ckpt.store_storage(op, p, store), state_version, config)):
                         split.add(batch)
                         bar.update(batch.num_rows)
@@ -291,14 +291,15 @@ def _maybe_crash() -> None:
             os._exit(3)
 
 
-def _check_live_stores(ckpt: SparkCheckpoint, operators: list[OperatorInfo], state_version: int, force: bool) -> None:
+def _check_live_stores(ckpt: SparkCheckpoint, operators: list[OperatorInfo], partitions: int, state_version: int,
+                       force: bool) -> None:
     """A store holding a version past the last committed batch's means a batch is being
     committed now (a running query), unless it is our own interrupted rescale."""
     if force:
         return
     for op in operators:
         for store in op.store_names:
-            for p in range(op.partitions):
+            for p in range(partitions):
                 storage = ckpt.store_storage(op, p, store)
                 copies = list_copies(storage)
                 newer = [v for v in copies if v > state_version]

@@ -110,6 +110,9 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
     manifest = F.SavepointManifest(source=ckpt.url, query_id=ckpt.query_id(), batch_id=n, provider_class=provider,
                                    partitions=ckpt.partitions(n))
     operators = ckpt.operators()
+    # The partition count of batch n is its offset log entry's: operator metadata holds the
+    # current count, which differs for batches before an in-place rescale.
+    partitions = manifest.partitions
     version = n + 1
     config = reader_config()
     if store_reader is None:
@@ -124,11 +127,11 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
     bar = Progress(f"savepoint of batch {n}", unit="rows", enabled=progress)
     try:
         for op in operators:
-            entry = F.OperatorEntry(op.id, op.name, op.partitions)
+            entry = F.OperatorEntry(op.id, op.name, partitions)
             for info in op.stores:
                 key_schema, value_schema = ckpt.store_schema(op, info.name)
                 entry.stores.append(F.StoreEntry(info.name, info.num_cols_prefix_key, key_schema, value_schema))
-                for p in range(info.partitions):
+                for p in range(partitions):
                     _write_state(target, F.state_file(op.id, info.name, p), store_reader(op, info.name, p, version),
                                  manifest, bar)
             manifest.operators.append(entry)

@@ -39,6 +39,7 @@ def test_rescale_in_place_interrupted_and_rerun(spark, name, tmp_path, tmp_path_
     dirs = E.write_inputs(case, tmp_path, upto=2)
     first = run(spark, case, ck, dirs, partitions=3)
     last = max(first.batch_ids)
+    rows_before = [op["rows"] for op in ops.inspect(str(ck))["operators"]]
 
     # interrupted after two stores: nothing committed, the query's checkpoint still says 3
     crashed = _cli("rescale", str(ck), "--partitions", "5", env={CRASH_AFTER_STORES_ENV: "2"})
@@ -64,6 +65,9 @@ def test_rescale_in_place_interrupted_and_rerun(spark, name, tmp_path, tmp_path_
     assert_equal_to_uninterrupted(case, [first, second, third], want, f"{name} rescaled 3 -> 5 -> 2 in place",
                                   renumbered=True)
 
+    # a savepoint of a batch from before the rescales holds that batch's state, at its count
+    old_sp = ops.savepoint(str(ck), str(tmp_path / "sp-old"), batch=last, progress=False)
+    assert old_sp.partitions == 3 and old_sp.keys == sum(rows_before)
     # the old batches' state stays readable: version last+1 of partition 2 (at 3 partitions)
     store = os.path.join(ck, "state", "0", "2")
     store = store if name != "join_inner" else os.path.join(store, "left-keyToNumValues")
