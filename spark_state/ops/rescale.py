@@ -56,7 +56,7 @@ from ..checkpoint.retention import list_copies
 from ..config import EngineConfig
 from . import savepoint_format as F
 from .checkpoint_reader import SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint, provider_short_name
-from .errors import NoCommittedBatchError, QueryRunningError, UnsupportedCheckpointError
+from .errors import QueryRunningError, UnsupportedCheckpointError
 from .progress import Progress
 from .state_io import (find_process_locations, import_store, new_tool_run_id, process_entries, process_layout,
                        reader_config, store_entries, write_process_layout)

@@ -34,7 +34,7 @@ from typing import Any, Callable, Optional
 from ..config import EngineConfig
 from ..storage import CheckpointStorage, open_storage
 from . import savepoint_format as F
-from .checkpoint_reader import (PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OffsetEntry,
+from .checkpoint_reader import (PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, OffsetEntry,
                                 OperatorInfo, SparkCheckpoint, StoreInfo)
 from .errors import SavepointError, TargetExistsError
 from .progress import Progress
