@@ -30,6 +30,11 @@ unsigned-bytewise key order. Rows are the store's entries exactly as the engine 
   ``spark_state/constants.py``), which re-split by the data key they name or go to every
   partition (see :mod:`.rescale`).
 
+Files are per partition, not per key group: the provider's key groups number 32,768 (its
+max parallelism), which would make tens of thousands of tiny files, and every row carries its
+Spark hash and key group anyway, so a restore re-splits rows from partition files at any
+count in one vectorised pass.
+
 **The manifest** (``savepoint.json``, UTF-8 JSON)::
 
     {"kind": "spark-state/savepoint", "format_version": 1, "created_ms": ..., "spark_state": "0.1.0",
