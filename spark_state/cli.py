@@ -94,7 +94,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("target", help="the new checkpoint directory")
     p.add_argument("--to", required=True, choices=("spark-state", "hdfs", "rocksdb"), help="the target provider")
     p.add_argument("--batch", type=int, help="the committed batch to migrate (default: the latest)")
-    _process_options(p)
 
     sub.add_parser("demo", help="run the demo job (python -m spark_state demo --help)")
 
@@ -197,7 +196,7 @@ def _migrate(args):
     from .ops import migrate
 
     r = migrate(args.checkpoint, args.target, to=args.to, batch=args.batch, progress=not args.no_progress,
-                **_common(args))
+                storage_options=_pairs(args.option, "--option"))
     d = r.to_dict()
     return d, (f"migrated batch {d['batch_id']} of {d['checkpoint']} from {d['from_provider']} to {d['to_provider']}: "
                f"{d['target']} ({d['keys']} keys, {d['seconds']:.1f} s); restart the unchanged query on it")

@@ -52,14 +52,10 @@ class MigrateResult:
 
 
 def migrate(checkpoint: str, target: str, *, to: str, batch: Optional[int] = None,
-            process_root: Optional[str] = None, process_locations: Optional[dict[str, str]] = None,
             storage_options: Optional[dict[str, str]] = None, progress: bool = True) -> MigrateResult:
     """Write ``target``, a checkpoint of ``checkpoint``'s query at its committed ``batch``
     (default the latest) for provider ``to`` (``spark-state``, ``hdfs`` or ``rocksdb``).
-
-    ``process_root`` / ``process_locations`` are accepted for a uniform signature and unused:
-    process state stays where it is (see the module docstring)."""
-    del process_root, process_locations
+    Process state stays where it is (see the module docstring)."""
     started = time.perf_counter()
     if to not in PROVIDERS:
         raise ValueError(f"--to must be one of {', '.join(PROVIDERS)}, got {to!r}")
@@ -79,7 +75,9 @@ def migrate(checkpoint: str, target: str, *, to: str, batch: Optional[int] = Non
         writer = spark_provider_writer(target, to_class, conf)
     tmp = tempfile.mkdtemp(prefix="spark-state-migrate-")
     try:
-        sp = savepoint(checkpoint, f"{tmp}/savepoint", n, storage_options=storage_options, progress=progress)
+        # no process state: it is not a provider's and stays in its location
+        sp = savepoint(checkpoint, f"{tmp}/savepoint", n, process_root="", storage_options=storage_options,
+                       progress=progress)
         restored = restore(sp.savepoint, target, keep_query_id=True, storage_options=storage_options,
                            progress=progress, provider_class=to_class, split_writer=writer)
     finally:
