@@ -15,6 +15,8 @@ The new checkpoint restarts the unchanged query right after the savepoint's batc
   (``<root>/<query id>/<name>``) and exactly-once sinks that key on the query id (Delta's
   ``txnAppId``); keep the id when the restored query replaces the original and its sink
   must see the same query.
+* the provider: spark-state's (the state is written as its stores), also for a savepoint of
+  a checkpoint of Spark's HDFS or RocksDB provider -- restoring one is a migration;
 * process state: written at the savepoint's layout (same parallelism) into the new query's
   location (``<process_root>/<new query id>/<name>``, or the location named in
   ``process_locations`` for states that had an explicit ``state_location``). Its runtime
@@ -34,7 +36,7 @@ from typing import Any, Callable, Optional
 from ..config import EngineConfig
 from ..storage import CheckpointStorage, open_storage
 from . import savepoint_format as F
-from .checkpoint_reader import (PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, OffsetEntry,
+from .checkpoint_reader import (PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OffsetEntry,
                                 OperatorInfo, SparkCheckpoint, StoreInfo)
 from .errors import SavepointError, TargetExistsError
 from .progress import Progress
@@ -103,7 +105,11 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
     if target.storage.exists("metadata") or target.batch_ids("offsets"):
         raise TargetExistsError(f"{target.url} is already a checkpoint; restore into a new directory")
     n = partitions or manifest.partitions
-    provider = provider_class or manifest.provider_class
+    # Without a writer for another provider the state is written as spark-state stores, so
+    # the checkpoint must name spark-state's provider (a savepoint of a checkpoint of Spark's
+    # HDFS or RocksDB provider restores as a spark-state checkpoint). A query without
+    # provider state keeps its provider.
+    provider = provider_class or (SPARKSTATE_PROVIDER if manifest.operators else manifest.provider_class)
     query_id = manifest.query_id if keep_query_id else str(uuid.uuid4())
     version = manifest.state_version
     config = EngineConfig(backend=backend, snapshot_interval=0)

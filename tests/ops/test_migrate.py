@@ -65,3 +65,20 @@ def test_migrate_then_continue_equals_an_uninterrupted_run(spark, name, source, 
     assert info["provider"] == to
     if to == "spark-state":  # the migrated state holds the rows the source had at its batch
         assert all(op["rows"] > 0 for op in info["operators"])
+
+
+def test_savepoint_of_a_spark_provider_checkpoint_restores_as_spark_state(spark, tmp_path, tmp_path_factory):
+    """A savepoint reads Spark's RocksDB provider's stores through the provider itself; its
+    restore at another partition count is a spark-state checkpoint that continues exactly."""
+    case = E.CASES_BY_NAME["dedup"]
+    want = reference(spark, case, tmp_path_factory, provider=ROCKSDB_PROVIDER)
+    dirs = E.write_inputs(case, tmp_path, upto=3)
+    first = run(spark, case, tmp_path / "src", dirs, provider=ROCKSDB_PROVIDER, partitions=3)
+    sp = ops.savepoint(str(tmp_path / "src"), str(tmp_path / "sp"), progress=False)
+    assert sp.keys == len({i for b in case.batches[0][:3] for i, _ in b})
+    ops.restore(sp.savepoint, str(tmp_path / "dst"), partitions=4, progress=False)
+    info = ops.inspect(str(tmp_path / "dst"))
+    assert info["provider"] == "spark-state" and info["partitions"] == 4 and info["operators"][0]["rows"] == sp.keys
+    E.write_inputs(case, tmp_path, start=3)
+    second = run(spark, case, tmp_path / "dst", dirs, provider=ROCKSDB_PROVIDER)
+    assert_equal_to_uninterrupted(case, [first, second], want, "RocksDB savepoint restored on spark-state")
