@@ -30,13 +30,13 @@ from typing import Any, Callable, Optional, Sequence
 from .errors import SparkStateError
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m spark_state") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["demo"]:  # the demo parses its own options
         from .demo import main as demo_main
 
         return demo_main(argv[1:])
-    parser = _parser()
+    parser = _parser(prog)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help(sys.stderr)
@@ -46,13 +46,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def main_entry() -> None:
     """The ``spark-state`` console script."""
-    sys.exit(main())
+    sys.exit(main(prog="spark-state"))
 
 
 # ------------------------------------------------------------------------------ parser
-def _parser() -> argparse.ArgumentParser:
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m spark_state",
+        prog=prog,
         description="spark-state: operate stateful Spark Structured Streaming queries "
                     "(inspect, savepoint, restore, rescale, migrate), and the demo.")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
