@@ -503,6 +503,94 @@ class VersionedStore:
             self.last_commit = metrics
             return new_version
 
+    def import_version(self, version: int, entries: Iterable[tuple[bytes, bytes]],
+                       batch_rows: int = C.ARROW_BATCH_ROWS) -> Manifest:
+        """Create committed ``version`` directly from ``entries`` (every ``(key, value)`` of
+        the state, system keys included), without committing the versions before it.
+
+        This is how operations tools (restore, rescale, migrate) start a store at the
+        version that follows a query's last committed batch. The entries are applied to a
+        fresh, empty local backend in batches of ``batch_rows`` (memory stays bounded), a
+        full snapshot of the result is uploaded, and the manifest is written last (the
+        commit point): ``base_snapshot`` is that snapshot, ``replay`` is empty and
+        ``changelog`` is an empty changelog (an imported version has no epoch of its own).
+
+        With a run (:class:`RunContext` with a run id), the tool registers as a run that
+        started at ``version - 1`` (as if it had run the batch that made ``version``), so
+        copies of later versions by earlier runs -- abandoned attempts -- are never read,
+        and the manifest is created with create-if-absent: if this run already committed
+        ``version`` (an interrupted tool run again), that copy is kept and returned.
+        Without a run the manifest is written unranked (replacing an unranked one).
+
+        The store then holds ``version`` loaded, as after ``load(version)``.
+        """
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"an imported version must be a positive integer, got {version!r}")
+        with self._lock:
+            self._require_open()
+            started = time.perf_counter()
+            runs = self._runs
+            rank = C.UNRANKED
+            if runs is not None:
+                runs.before_load(version - 1)
+                rank = runs.commit_rank(version - 1)
+                runs.before_commit()
+                if self._storage.exists(layout.manifest_path(version, rank)):
+                    self._invalidate()
+                    self.load(version)
+                    assert self._manifest is not None
+                    return self._manifest
+            try:
+                self._reset_to_empty()
+                backend = self._backend
+                assert backend is not None
+                num_keys = 0
+                batch: list[tuple[bytes, Optional[bytes]]] = []
+                system = C.SYSTEM_KEY_PREFIX
+                for key, value in entries:
+                    if type(key) is not bytes or type(value) is not bytes:
+                        _reject_write(key, value)
+                    batch.append((key, value))
+                    if key[:1] != system:
+                        num_keys += 1
+                    if len(batch) >= batch_rows:
+                        backend.apply(batch)
+                        batch = []
+                if batch:
+                    backend.apply(batch)
+                commit_id = layout.new_id()
+                data = changelog.encode(version, {})
+                path = layout.changelog_path(version, commit_id)
+                self._storage.write_bytes(path, data)
+                ref = ChangelogRef(path=path, size=len(data), crc32=crc32_bytes(data), version=version)
+                base, stats = self._upload_snapshot(version)
+                manifest = Manifest(
+                    version=version, commit_id=commit_id, backend=self._factory.name, changelog=ref,
+                    base_snapshot=base, replay=(), num_keys=num_keys, rank=rank,
+                    run_id=runs.run_id if runs is not None else None,
+                )
+                try:
+                    self._storage.write_bytes(layout.manifest_path(version, rank), manifest.to_json(),
+                                              overwrite=rank == C.UNRANKED)
+                except FileExistsError:  # another attempt of this tool run got there first
+                    self._invalidate()
+                    self.load(version)
+                    assert self._manifest is not None
+                    return self._manifest
+            except BaseException:
+                self._invalidate()
+                raise
+            self._version = version
+            self._manifest = manifest
+            self._num_keys = num_keys
+            self._state_origin = base.path
+            metrics = CommitMetrics(version=version)
+            _record_snapshot(metrics, stats)
+            metrics.num_updates = num_keys
+            metrics.duration_ms = (time.perf_counter() - started) * 1000
+            self.last_commit = metrics
+            return manifest
+
     def _adopt_earlier_commit(self, version: int, rank: int, ours: ChangelogRef, metrics: CommitMetrics,
                               started: float) -> int:
         """Another attempt of this run committed ``version`` first (a retry after its task
