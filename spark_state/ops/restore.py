@@ -148,6 +148,8 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
 
             write_process_layout(storage, proc.kind, proc.max_parallelism, proc.parallelism, version,
                                  ((i, partition_entries(i)) for i in range(proc.parallelism)), config, run_id)
+            for sp_path, rel in F.process_time_files(manifest, proc.name):
+                storage.write_bytes(rel, read_verified(sp, manifest, sp_path))
         _write_spark_files(sp, manifest, target, n, provider, query_id)
     finally:
         bar.close()

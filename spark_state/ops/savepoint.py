@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from ..errors import CheckpointFileMissingError, VersionNotFoundError
+from ..process.clock import time_files
 from ..storage import CheckpointStorage, open_storage
 from . import savepoint_format as F
 from .checkpoint_reader import SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint
@@ -141,6 +142,10 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
             for i in range(layout.parallelism):
                 _write_state(target, F.process_file(loc.name, i), process_entries(storage, layout, i, version, config),
                              manifest, bar)
+            # The batch clock (event-time maxima, watermark) lives beside the stores: carry the
+            # files the next batch's time is computed from, so a restore never moves it back.
+            for rel in time_files(storage, n):
+                _copy(storage, target, rel, manifest, dest=F.process_time_file(loc.name, rel))
             manifest.process.append(F.ProcessEntry(loc.name, loc.kind, loc.max_parallelism, layout.parallelism,
                                                    loc.url, loc.under_root))
         for path in _spark_files(ckpt, operators, n):
@@ -163,9 +168,10 @@ def _write_state(target: CheckpointStorage, path: str, entries: Iterator[tuple[b
     manifest.files.append(F.FileEntry(path, len(data), F.crc32(data), rows, keys))
 
 
-def _copy(source: CheckpointStorage, target: CheckpointStorage, path: str, manifest: F.SavepointManifest) -> None:
+def _copy(source: CheckpointStorage, target: CheckpointStorage, path: str, manifest: F.SavepointManifest,
+          dest: Optional[str] = None) -> None:
     data = source.read_bytes(path)
-    dest = f"{F.SPARK_DIR}/{path}"
+    dest = dest or f"{F.SPARK_DIR}/{path}"
     target.write_bytes(dest, data)
     manifest.files.append(F.FileEntry(dest, len(data), F.crc32(data)))
 

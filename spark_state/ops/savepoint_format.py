@@ -87,6 +87,17 @@ def process_file(name: str, partition: int) -> str:
     return f"{PROCESS_DIR}/{name}/{partition}.arrow"
 
 
+def process_time_file(name: str, rel: str) -> str:
+    """Where a process state's batch-clock file ``rel`` (``time/...``) goes in a savepoint."""
+    return f"{PROCESS_DIR}/{name}/{rel}"
+
+
+def process_time_files(manifest: "SavepointManifest", name: str) -> list[tuple[str, str]]:
+    """``(savepoint path, path in the state location)`` of a process state's clock files."""
+    prefix = f"{PROCESS_DIR}/{name}/time/"
+    return [(f.path, f.path[len(prefix) - len("time/"):]) for f in manifest.files if f.path.startswith(prefix)]
+
+
 @dataclass(frozen=True)
 class FileEntry:
     path: str
