@@ -52,6 +52,7 @@ from .config import EngineConfig
 from .errors import CheckpointCorruptError, CheckpointFileMissingError, StoreStateError, VersionNotFoundError
 from .overlay import MISSING, WriteOverlay, merge_sorted
 from .storage import CheckpointStorage, open_storage
+from .testing import crashpoints
 
 _LOG = logging.getLogger(__name__)
 
@@ -440,9 +441,11 @@ class VersionedStore:
                 rank = runs.commit_rank(self._version)
                 runs.before_commit()
             try:
+                crashpoints.reached("commit.before-changelog")
                 data = changelog.encode(new_version, changes)
                 path = layout.changelog_path(new_version, commit_id)
                 self._storage.write_bytes(path, data)
+                crashpoints.reached("commit.after-changelog")
                 ref = ChangelogRef(path=path, size=len(data), crc32=crc32_bytes(data), version=new_version)
                 # Exact key count: a put of a new key adds one, a delete of an existing key
                 # removes one. Existence is known from this epoch's reads, and one batched
@@ -454,6 +457,7 @@ class VersionedStore:
                     1 for k, v in changes.items() if v is not None and k[:1] == C.SYSTEM_KEY_PREFIX)
                 num_keys = self._num_keys + user_puts - self._overlay.count_committed(self._backend.count_existing)
                 self._backend.apply(changes.items())
+                crashpoints.reached("commit.after-apply")
                 previous = self._manifest
                 chain = (previous.replay if previous else ()) + (ref,)
                 base = previous.base_snapshot if previous else None
@@ -466,12 +470,14 @@ class VersionedStore:
                     changelog=ref, base_snapshot=base, replay=chain, num_keys=num_keys,
                     rank=rank, run_id=runs.run_id if runs is not None else None,
                 )
+                crashpoints.reached("commit.before-manifest")
                 try:
                     # Ranked: create-if-absent, the first attempt of the run to get here wins.
                     self._storage.write_bytes(layout.manifest_path(new_version, rank), manifest.to_json(),
                                               overwrite=rank == C.UNRANKED)
                 except FileExistsError:
                     return self._adopt_earlier_commit(new_version, rank, ref, metrics, started)
+                crashpoints.reached("commit.after-manifest")
             except BaseException:
                 self._invalidate()
                 raise
@@ -549,6 +555,7 @@ class VersionedStore:
             if current.commit_id != manifest.commit_id:
                 _LOG.warning("version %d was re-committed meanwhile; keeping its manifest", manifest.version)
                 return metrics
+            crashpoints.reached("maintenance.snapshot.before-manifest")
             rewritten = Manifest(
                 version=manifest.version, commit_id=manifest.commit_id, backend=manifest.backend,
                 changelog=manifest.changelog, base_snapshot=base, replay=(), num_keys=manifest.num_keys,

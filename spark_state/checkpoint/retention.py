@@ -15,6 +15,9 @@ or above it can belong to a commit or snapshot still being written by another
 attempt of the same version (Spark retries and speculative tasks), whose manifest is not
 there yet; they become deletable once retention moves past them. In a run without
 retries nothing falls in that band, so what remains is exactly what retained versions need.
+
+Deletes remove obsolete manifests before the files they named, so a crash during cleanup
+leaves only unreferenced files (deleted by the next cleanup), never a dangling manifest.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 
 from .. import constants as C
 from ..storage import CheckpointStorage
+from ..testing import crashpoints
 from . import layout
 from .metadata import Manifest
 from .snapshots import read_descriptor
@@ -95,8 +99,16 @@ def cleanup(storage: CheckpointStorage, retained_versions: int) -> CleanupResult
                 doomed.append(path)
             else:
                 result.kept += 1
-    if doomed:
-        storage.delete_many(doomed)
+    # Manifests go first, in a call of their own (an S3 batch delete has no order): a crash
+    # midway then leaves unreferenced files, which the next cleanup deletes, and never a
+    # manifest naming deleted files.
+    doomed_manifests = [p for p in doomed if p.startswith(C.MANIFEST_DIR + "/")]
+    doomed_files = [p for p in doomed if not p.startswith(C.MANIFEST_DIR + "/")]
+    if doomed_manifests:
+        storage.delete_many(doomed_manifests)
+    if doomed_files:
+        crashpoints.reached("cleanup.mid-delete")
+        storage.delete_many(doomed_files)
     result.deleted = doomed
     return result
 

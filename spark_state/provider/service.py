@@ -36,6 +36,7 @@ from ..config import EngineConfig
 from ..errors import ConfigError
 from ..storage import open_storage
 from ..store import VersionedStore
+from ..testing import crashpoints
 from ..ttl import is_stamped
 from . import options as provider_options
 from . import ttl_policy
@@ -234,6 +235,7 @@ class StoreService:
                 return {"skipped": True}
             with instance.lock:
                 if kind == "cleanup":
+                    crashpoints.reached("provider.maintenance")
                     result = instance.store.cleanup()
                     reply: dict[str, Any] = {"deleted": len(result.deleted)}
                     store = instance.store

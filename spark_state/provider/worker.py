@@ -21,8 +21,11 @@ def main() -> int:
     )
     from py4j.java_gateway import CallbackServerParameters, GatewayParameters, JavaGateway
 
+    from ..testing import crashpoints
     from .protocol import ENV_GATEWAY_PORT, ENV_GATEWAY_TOKEN
     from .service import StoreService
+
+    crashpoints.set_role("provider")  # crash tests may target this kind of process
 
     port = int(os.environ[ENV_GATEWAY_PORT])
     token = os.environ.pop(ENV_GATEWAY_TOKEN)
