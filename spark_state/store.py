@@ -29,11 +29,9 @@ lock.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -50,6 +48,7 @@ from .checkpoint.runs import RunContext
 from .checkpoint.snapshots import SharedFileIndex, SnapshotStats, download_snapshot, read_descriptor, upload_snapshot
 from .config import EngineConfig
 from .errors import CheckpointCorruptError, CheckpointFileMissingError, StoreStateError, VersionNotFoundError
+from .localdirs import process_root
 from .overlay import MISSING, WriteOverlay, merge_sorted
 from .storage import CheckpointStorage, open_storage
 from .testing import crashpoints
@@ -111,7 +110,8 @@ class VersionedStore:
         else:
             self._storage = open_storage(checkpoint, self._config.storage_options)
         self._factory: BackendFactory = backend_factory(self._config.backend, self._config)
-        self._work_dir = os.path.join(_local_root(self._config.local_dir), f"store-{layout.new_id()}")
+        # In this process's directory, which dead processes' successors remove (localdirs).
+        self._work_dir = os.path.join(process_root(self._config.local_dir), f"store-{layout.new_id()}")
         self._lock = threading.RLock()
         self._overlay = WriteOverlay()
         self._backend: Optional[KVBackend] = None
@@ -666,21 +666,3 @@ def _record_snapshot(metrics: CommitMetrics, stats: SnapshotStats) -> None:
     metrics.snapshot_files_uploaded = stats.files_uploaded
     metrics.snapshot_files_reused = stats.files_reused
     metrics.snapshot_bytes_uploaded = stats.bytes_uploaded
-
-
-_process_root: Optional[str] = None
-_process_root_lock = threading.Lock()
-
-
-def _local_root(configured: Optional[str]) -> str:
-    """The parent of working directories: the configured one, or a temp dir of this
-    process removed at exit."""
-    global _process_root
-    if configured:
-        os.makedirs(configured, exist_ok=True)
-        return configured
-    with _process_root_lock:
-        if _process_root is None:
-            _process_root = tempfile.mkdtemp(prefix="spark-state-")
-            atexit.register(shutil.rmtree, _process_root, True)
-        return _process_root
