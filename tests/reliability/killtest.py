@@ -356,15 +356,17 @@ def store_dirs(workdir: str) -> list[str]:
 
 def out_of_cleanups_reach(store_dir: str) -> list[str]:
     """Files a crash left in a store that retention would never delete: anything but the
-    versioned names of the four file kinds (e.g. a temp file of a write the kill cut short).
-    Files of abandoned attempts have versioned names and are deleted once retention passes
-    their version (``test_crash_points.py`` checks that on the engine)."""
+    versioned names of the four file kinds, or temp files of writes to such names (which a
+    kill can cut short). Files of abandoned attempts have versioned names and are deleted
+    once retention passes their version (``test_crash_points.py`` checks that on the engine)."""
     from spark_state.checkpoint import layout
+    from spark_state.storage.base import temp_target
 
     stray = []
     for directory in ("manifests", "changelogs", "snapshots", "shared"):
         path = os.path.join(store_dir, directory)
         for name in os.listdir(path) if os.path.isdir(path) else ():
+            name = temp_target(name) or name
             ok = layout.parse_manifest_name(name) if directory == "manifests" else layout.parse_versioned_name(name)
             if ok is None:
                 stray.append(f"{directory}/{name}")
