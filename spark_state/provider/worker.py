@@ -19,6 +19,9 @@ def main() -> int:
         format="%(asctime)s %(levelname)s spark-state-worker[%(process)d] %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # py4j logs every call it receives at INFO: with loads, commits and maintenance calls that
+    # is several lines per batch in a log file nobody rotates (the JVM appends our stderr to it).
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     from py4j.java_gateway import CallbackServerParameters, GatewayParameters, JavaGateway
 
     from ..testing import crashpoints
