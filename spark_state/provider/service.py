@@ -33,8 +33,8 @@ from .. import constants as C
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..config import EngineConfig
 from ..errors import ConfigError
-from ..storage import open_storage
 from ..localdirs import process_root
+from ..storage import open_storage
 from ..store import VersionedStore
 from ..testing import crashpoints
 from ..ttl import is_stamped
