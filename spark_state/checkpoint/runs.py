@@ -172,6 +172,10 @@ class RunRegistry:
 
     def __init__(self, storage: CheckpointStorage) -> None:
         self.storage = storage
+        #: Records read so far. A record never changes once created (create-if-absent), so
+        #: each is read once: the registry gains a file per query restart, and reading them
+        #: all at every load would make each batch slower with every restart.
+        self._records: dict[int, RunRecord] = {}
 
     def history(self) -> RunHistory:
         """List every run record and fence (one listing plus one read per new record)."""
@@ -185,7 +189,10 @@ class RunRegistry:
             if kind == "fenced":
                 fenced.add(seq)
             else:
-                runs.append(self._read_record(seq))
+                record = self._records.get(seq)
+                if record is None:
+                    record = self._records[seq] = self._read_record(seq)
+                runs.append(record)
         return RunHistory(tuple(sorted(runs, key=lambda r: r.seq)), frozenset(fenced))
 
     def register(self, run_id: str, start_version: int) -> RunRecord:
