@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -43,7 +44,9 @@ def _stores(run) -> list[str]:
 
 
 def _newest_snapshot_files(store: str) -> int:
-    descriptors = glob.glob(os.path.join(store, "snapshots", "*.json"))
+    # Descriptors are snapshots/<version>-<id>.json (a snapshot's private files have longer names).
+    descriptors = [p for p in glob.glob(os.path.join(store, "snapshots", "*.json"))
+                   if re.fullmatch(r"\d+-[0-9a-f]+\.json", os.path.basename(p))]
     newest = max(descriptors, key=lambda p: int(os.path.basename(p).split("-")[0]))
     return len(json.load(open(newest))["files"]) + 1  # its files and the descriptor itself
 
