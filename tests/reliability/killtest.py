@@ -236,7 +236,7 @@ def _write_input(workdir: str, data) -> None:
     write_batches(os.path.join(workdir, "input"), data, schema)
 
 
-def run_scenario(scenario: Scenario, workdir: str, *, max_starts: int = 8, timeout: float = 900.0) -> Outcome:
+def run_scenario(scenario: Scenario, workdir: str, *, max_starts: int = 8, timeout: float = 1800.0) -> Outcome:
     """Run the job until it drains its input, restarting it after each whole-application kill."""
     os.makedirs(workdir, exist_ok=True)
     markers = os.path.join(workdir, "markers")

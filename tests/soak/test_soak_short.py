@@ -85,6 +85,15 @@ def test_local_disk_stays_bounded(soak):
         assert end[kind]["bytes"] <= 1.5 * early[kind]["bytes"] + 4 * 2**20, (kind, early[kind], end[kind])
     assert end["provider_views"] <= 2 * 2, end["provider_views"]  # VIEWS_KEPT per provider store
 
+    # The provider workers' logs (appended by the JVM, never rotated) get lines per event (a
+    # store opened, a run registered), not per call or batch: py4j's line per call added
+    # ~30 KB per 100 batches. One 4 KiB block of slack per worker.
+    def worker_logs(sample):
+        return sum(parts["worker logs"]["bytes"] for parts in sample["local_provider_parts"].values())
+
+    workers = end["processes"]["provider_workers"]["count"]
+    assert worker_logs(end) <= worker_logs(early) + 4096 * workers, (worker_logs(early), worker_logs(end))
+
 
 def test_worker_memory_and_open_files_stay_bounded(soak):
     _, samples = soak
