@@ -14,7 +14,8 @@ Durability and atomicity of a commit, in order:
 4. the version's manifest is written, atomically replacing any earlier one.
 
 The manifest is the commit point. A crash before step 4 leaves the previous version in
-force. A retried or speculative commit of the same version writes files under fresh ids;
+force. (The steps carry crash points, ``spark_state.testing.crashpoints``, where crash tests
+SIGKILL the process; they do nothing unless a test enables them.) A retried or speculative commit of the same version writes files under fresh ids;
 then, for a store in a query run (a :class:`~spark_state.checkpoint.runs.RunContext`), the
 first attempt to create the run's manifest of the version wins and a later attempt's
 commit becomes a no-op that adopts the winner (see :mod:`spark_state.checkpoint.runs` for
@@ -34,7 +35,6 @@ lock.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import shutil
@@ -56,9 +56,11 @@ from .checkpoint.snapshots import SharedFileIndex, SnapshotStats, download_snaps
 from .config import EngineConfig
 from .errors import (CheckpointCorruptError, CheckpointFileMissingError, SparkStateError, StoreStateError,
                      VersionNotFoundError)
+from .localdirs import process_root
 from .overlay import MISSING, WriteOverlay, merge_sorted
 from .storage import CheckpointStorage, open_storage
 from .storage.localdisk import local_disk_errors
+from .testing import crashpoints
 
 _LOG = logging.getLogger(__name__)
 
@@ -117,9 +119,10 @@ class VersionedStore:
         else:
             self._storage = open_storage(checkpoint, self._config.storage_options)
         self._factory: BackendFactory = backend_factory(self._config.backend, self._config)
+        # In this process's directory, which dead processes' successors remove (localdirs).
         with local_disk_errors(store=self._storage.url, path=self._config.local_dir or tempfile.gettempdir(),
                                doing="creating the local working directory"):
-            self._work_dir = os.path.join(_local_root(self._config.local_dir), f"store-{layout.new_id()}")
+            self._work_dir = os.path.join(process_root(self._config.local_dir), f"store-{layout.new_id()}")
         self._lock = threading.RLock()
         self._overlay = WriteOverlay()
         self._backend: Optional[KVBackend] = None
@@ -453,9 +456,11 @@ class VersionedStore:
                 rank = runs.commit_rank(self._version)
                 runs.before_commit()
             try:
+                crashpoints.reached("commit.before-changelog")
                 data = changelog.encode(new_version, changes)
                 path = layout.changelog_path(new_version, commit_id)
                 self._storage.write_bytes(path, data)
+                crashpoints.reached("commit.after-changelog")
                 ref = ChangelogRef(path=path, size=len(data), crc32=crc32_bytes(data), version=new_version)
                 # Exact key count: a put of a new key adds one, a delete of an existing key
                 # removes one. Existence is known from this epoch's reads, and one batched
@@ -467,6 +472,7 @@ class VersionedStore:
                     1 for k, v in changes.items() if v is not None and k[:1] == C.SYSTEM_KEY_PREFIX)
                 num_keys = self._num_keys + user_puts - self._overlay.count_committed(self._backend.count_existing)
                 self._backend.apply(changes.items())
+                crashpoints.reached("commit.after-apply")
                 previous = self._manifest
                 chain = (previous.replay if previous else ()) + (ref,)
                 base = previous.base_snapshot if previous else None
@@ -479,12 +485,14 @@ class VersionedStore:
                     changelog=ref, base_snapshot=base, replay=chain, num_keys=num_keys,
                     rank=rank, run_id=runs.run_id if runs is not None else None,
                 )
+                crashpoints.reached("commit.before-manifest")
                 try:
                     # Ranked: create-if-absent, the first attempt of the run to get here wins.
                     self._storage.write_bytes(layout.manifest_path(new_version, rank), manifest.to_json(),
                                               overwrite=rank == C.UNRANKED)
                 except FileExistsError:
                     return self._adopt_earlier_commit(new_version, rank, ref, metrics, started)
+                crashpoints.reached("commit.after-manifest")
             except BaseException:
                 self._invalidate()
                 raise
@@ -656,6 +664,7 @@ class VersionedStore:
             if current.commit_id != manifest.commit_id:
                 _LOG.warning("version %d was re-committed meanwhile; keeping its manifest", manifest.version)
                 return metrics
+            crashpoints.reached("maintenance.snapshot.before-manifest")
             rewritten = Manifest(
                 version=manifest.version, commit_id=manifest.commit_id, backend=manifest.backend,
                 changelog=manifest.changelog, base_snapshot=base, replay=(), num_keys=manifest.num_keys,
@@ -785,21 +794,3 @@ def _record_snapshot(metrics: CommitMetrics, stats: SnapshotStats) -> None:
     metrics.snapshot_files_uploaded = stats.files_uploaded
     metrics.snapshot_files_reused = stats.files_reused
     metrics.snapshot_bytes_uploaded = stats.bytes_uploaded
-
-
-_process_root: Optional[str] = None
-_process_root_lock = threading.Lock()
-
-
-def _local_root(configured: Optional[str]) -> str:
-    """The parent of working directories: the configured one, or a temp dir of this
-    process removed at exit."""
-    global _process_root
-    if configured:
-        os.makedirs(configured, exist_ok=True)
-        return configured
-    with _process_root_lock:
-        if _process_root is None:
-            _process_root = tempfile.mkdtemp(prefix="spark-state-")
-            atexit.register(shutil.rmtree, _process_root, True)
-        return _process_root
