@@ -213,7 +213,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("SPARK_STATE_CACHE_DIR", default="`~/.cache/spark-state`",
            meaning="where the JVM shim jar built on first use is cached"),
     EnvVar("SPARK_STATE_LOG_LEVEL", default="`INFO`",
-           meaning="log level of the provider's Python workers (their log is next to the executor's)"),
+           meaning=(
+               "log level of the provider's Python workers; they log to `worker-<slot>-<n>.log` in a "
+               "`spark-state-*` directory under the executor's local dir (`spark.local.dir`). Workers inherit "
+               "the executor's environment: on a cluster set `spark.executorEnv.SPARK_STATE_LOG_LEVEL`")),
     EnvVar("PYSPARK_PYTHON", default="`python3`", meaning=(
         "the executors' Python when `spark.pyspark.python` is unset; it must have spark-state installed "
         "(`spark_state.configure` sets both to the driver's interpreter)")),
