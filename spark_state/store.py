@@ -13,15 +13,16 @@ Durability and atomicity of a commit, in order:
 3. every ``snapshot_interval`` commits, a snapshot is uploaded (incrementally);
 4. the version's manifest is written, atomically replacing any earlier one.
 
-The manifest is the commit point. A crash before step 4 leaves the previous version in force.
-(The steps carry crash points, ``spark_state.testing.crashpoints``, where crash tests SIGKILL
-the process; they do nothing unless a test enables them.) A retried or speculative commit of the
-same version writes files under fresh ids; then, for a store in a query run (a
-:class:`~spark_state.checkpoint.runs.RunContext`), the first attempt to create the run's
-manifest of the version wins and a later attempt's commit becomes a no-op that adopts the winner
-(see :mod:`spark_state.checkpoint.runs` for how copies from different runs are told apart);
-without a run, the manifest is replaced atomically. A failure anywhere marks the local copy
-untrusted, and the next ``load`` restores from checkpoint storage.
+The manifest is the commit point. A crash before step 4 leaves the previous version in
+force. (The steps carry crash points, ``spark_state.testing.crashpoints``, where crash tests
+SIGKILL the process; they do nothing unless a test enables them.) A retried or speculative commit
+of the same version writes files under fresh ids;
+then, for a store in a query run (a :class:`~spark_state.checkpoint.runs.RunContext`), the
+first attempt to create the run's manifest of the version wins and a later attempt's
+commit becomes a no-op that adopts the winner (see :mod:`spark_state.checkpoint.runs` for
+how copies from different runs are told apart); without a run, the manifest is replaced
+atomically. A failure anywhere marks the local copy untrusted, and the next ``load``
+restores from checkpoint storage.
 
 Local disk failures of the working directory (no space, read-only, permission, I/O error;
 from the file system or from RocksDB) are raised as
