@@ -198,6 +198,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--docs-dir", type=Path, default=None, help="default: docs/ of this checkout")
     args = parser.parse_args(argv)
     directory = args.docs_dir or docs_dir()
+    if args.docs_dir is None and not (directory.parent / "setup.cfg").is_file():
+        parser.error(f"{directory.parent} is not a spark-state source checkout (an installed package has no "
+                     "docs/); pass --docs-dir")
     if args.check:
         stale = stale_pages(directory)
         for name in stale:
