@@ -219,9 +219,9 @@ def _describe_inspect(r: dict[str, Any]) -> str:
                      f"{p['layout']}, rows {p['rows']}, at {p['location']}")
         for s in p["states"]:
             value = s.get("value", {})
-            ttl = s.get("ttl") or {}
+            state_ttl = s.get("ttl") or {}
             lines.append(f"    state {s['name']}: {s.get('kind')} {value.get('type') or value.get('codec')}"
-                         + (f", TTL {ttl.get('ttl_ms')} ms" if ttl else ""))
+                         + (f", TTL {state_ttl.get('ttl_ms')} ms" if state_ttl else ""))
         for part in p["partitions"]:
             kg = part.get("key_groups")
             lines.append(f"    partition {part['partition']}: " + (f"key groups {kg[0]}..{kg[1]}, " if kg else "")

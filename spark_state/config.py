@@ -12,22 +12,16 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from . import constants as C
+from . import options as option_specs
 from .errors import ConfigError
 
-#: String option name -> (field name, parser). Option names use Spark's camelCase style.
+#: String option name -> (field name, parser); the table is :data:`spark_state.options.OPTIONS`
+#: (names, defaults and meanings, from which docs/configuration.md is generated).
 _INT = "int"
 _BOOL = "bool"
 _STR = "str"
 
-_OPTIONS: dict[str, tuple[str, str]] = {
-    "backend": ("backend", _STR),
-    "snapshotInterval": ("snapshot_interval", _INT),
-    "retainedVersions": ("retained_versions", _INT),
-    "localDir": ("local_dir", _STR),
-    "rocksdb.blockCacheSizeMB": ("block_cache_mb", _INT),
-    "rocksdb.writeBufferManagerMB": ("write_buffer_mb", _INT),
-    "rocksdb.writeAheadLog": ("rocksdb_wal", _BOOL),
-}
+_OPTIONS: dict[str, tuple[str, str]] = option_specs.engine_options()
 #: Options with this prefix are handed to checkpoint storage with the prefix removed
 #: (``storage.s3.endpoint_url`` -> ``s3.endpoint_url``); the storage layer validates them.
 STORAGE_OPTION_PREFIX = "storage."
@@ -97,6 +91,8 @@ class EngineConfig:
             if not full_key.startswith(prefix):
                 continue
             key = full_key[len(prefix):]
+            if option_specs.read_elsewhere(key):  # e.g. process.root: a conf of the Python API
+                continue
             if key.startswith(STORAGE_OPTION_PREFIX):
                 storage[key[len(STORAGE_OPTION_PREFIX):]] = str(raw)
                 continue

@@ -110,7 +110,7 @@ def describe_versions(versions: list[int]) -> str:
         return "none"
     runs: list[str] = []
     start = prev = versions[0]
-    for v in versions[1:] + [None]:  # type: ignore[list-item]
+    for v in versions[1:] + [None]:
         if v is not None and v == prev + 1:
             prev = v
             continue

@@ -79,7 +79,7 @@ def _create(parent: str) -> str:
 
 def reap_dead(parent: str, keep: Optional[str] = None) -> list[str]:
     """Remove every ``spark-state-*`` directory under ``parent`` whose owner is dead; return them."""
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(parent)
     except OSError:

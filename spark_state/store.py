@@ -15,7 +15,8 @@ Durability and atomicity of a commit, in order:
 
 The manifest is the commit point. A crash before step 4 leaves the previous version in
 force. (The steps carry crash points, ``spark_state.testing.crashpoints``, where crash tests
-SIGKILL the process; they do nothing unless a test enables them.) A retried or speculative commit of the same version writes files under fresh ids;
+SIGKILL the process; they do nothing unless a test enables them.) A retried or speculative commit
+of the same version writes files under fresh ids;
 then, for a store in a query run (a :class:`~spark_state.checkpoint.runs.RunContext`), the
 first attempt to create the run's manifest of the version wins and a later attempt's
 commit becomes a no-op that adopts the winner (see :mod:`spark_state.checkpoint.runs` for

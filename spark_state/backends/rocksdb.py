@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence, cast
 
 import rocksdict
 
@@ -74,7 +74,8 @@ class RocksDBBackend(KVBackend):
         self._directory = directory
         self._db = rocksdict.Rdict(directory, _options(resources))
         self._write_options = rocksdict.WriteOptions()
-        self._write_options.disable_wal = not wal
+        # rocksdict's stub declares disable_wal a method; at run time it is a settable attribute.
+        self._write_options.disable_wal = not wal  # type: ignore[method-assign,assignment]
 
     @property
     def directory(self) -> str:
@@ -86,7 +87,7 @@ class RocksDBBackend(KVBackend):
     def multi_get(self, keys: Sequence[bytes]) -> list[Optional[bytes]]:
         if not keys:
             return []
-        return self._db[list(keys)]
+        return cast("list[Optional[bytes]]", self._db[list(keys)])  # a list key: one value per key
 
     def contains(self, key: bytes) -> bool:
         return self._db.get(key) is not None
@@ -95,7 +96,8 @@ class RocksDBBackend(KVBackend):
         # Batched multi-get releases the GIL and lets RocksDB sort the lookups.
         found = 0
         for i in range(0, len(keys), _MULTI_GET_CHUNK):
-            found += sum(1 for v in self._db[list(keys[i:i + _MULTI_GET_CHUNK])] if v is not None)
+            values = cast("list[Optional[bytes]]", self._db[list(keys[i:i + _MULTI_GET_CHUNK])])
+            found += sum(1 for v in values if v is not None)
         return found
 
     def iterate(

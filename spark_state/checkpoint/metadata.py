@@ -146,7 +146,8 @@ class SnapshotDescriptor:
                 backend=str(doc["backend"]),
                 instance_id=str(doc["instance_id"]),
                 files=tuple(
-                    SnapshotFileRef(path=str(f["path"]), size=int(f["size"]), crc32=int(f["crc32"]), name=str(f["name"]))
+                    SnapshotFileRef(path=str(f["path"]), size=int(f["size"]), crc32=int(f["crc32"]),
+                                    name=str(f["name"]))
                     for f in doc["files"]
                 ),
                 format_version=int(doc["format_version"]),
@@ -156,7 +157,8 @@ class SnapshotDescriptor:
 
 
 def _changelog_ref(doc: dict[str, Any]) -> ChangelogRef:
-    return ChangelogRef(path=str(doc["path"]), size=int(doc["size"]), crc32=int(doc["crc32"]), version=int(doc["version"]))
+    return ChangelogRef(path=str(doc["path"]), size=int(doc["size"]), crc32=int(doc["crc32"]),
+                        version=int(doc["version"]))
 
 
 def load_document(data: bytes, path: str, kind: str) -> dict[str, Any]:

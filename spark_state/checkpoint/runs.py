@@ -92,7 +92,8 @@ class RunRecord:
     pid: int = 0
 
     def describe(self) -> str:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.registered_ms / 1000)) if self.registered_ms else "?"
+        when = (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.registered_ms / 1000))
+                if self.registered_ms else "?")
         return (f"run {self.run_id} (rank {self.seq}, started at version {self.start_version}, "
                 f"registered {when} by {self.host or '?'} pid {self.pid})")
 

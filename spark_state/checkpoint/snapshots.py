@@ -96,7 +96,8 @@ def read_descriptor(storage: CheckpointStorage, ref: SnapshotRef) -> SnapshotDes
     return SnapshotDescriptor.from_json(data, storage.full_url(ref.path))
 
 
-def download_snapshot(storage: CheckpointStorage, descriptor: SnapshotDescriptor, directory: str, needed_by: str) -> None:
+def download_snapshot(storage: CheckpointStorage, descriptor: SnapshotDescriptor, directory: str,
+                      needed_by: str) -> None:
     """Download every file of a snapshot into ``directory``, verifying size and CRC-32.
 
     Raises ``CheckpointFileMissingError`` / ``CheckpointCorruptError`` naming the file.

@@ -238,7 +238,8 @@ class SparkCheckpoint:
                 f"batch {batch} is not committed in {self.url} (committed batches retained: "
                 f"{_span(commits)}); pick one of those, or omit --batch for the latest")
         if not self.storage.exists(f"offsets/{batch}"):
-            raise NoCommittedBatchError(f"{self.storage.full_url(f'offsets/{batch}')} is missing (purged by retention?)")
+            raise NoCommittedBatchError(
+                f"{self.storage.full_url(f'offsets/{batch}')} is missing (purged by retention?)")
         return batch
 
     def offset(self, batch: int) -> OffsetEntry:

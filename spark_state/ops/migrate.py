@@ -82,5 +82,5 @@ def migrate(checkpoint: str, target: str, *, to: str, batch: Optional[int] = Non
                            progress=progress, provider_class=to_class, split_writer=writer)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return MigrateResult(src.url, restored.checkpoint, n, provider_short_name(from_class), provider_short_name(to_class),
-                         sp.keys, round(time.perf_counter() - started, 3))
+    return MigrateResult(src.url, restored.checkpoint, n, provider_short_name(from_class),
+                         provider_short_name(to_class), sp.keys, round(time.perf_counter() - started, 3))

@@ -54,8 +54,10 @@ import pyarrow as pa
 from ..checkpoint.runs import RunRegistry
 from ..checkpoint.retention import list_copies
 from ..config import EngineConfig
+from ..storage import CheckpointStorage
 from . import savepoint_format as F
-from .checkpoint_reader import SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint, provider_short_name
+from .checkpoint_reader import (SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint,
+                                provider_short_name)
 from .errors import QueryRunningError, UnsupportedCheckpointError
 from .progress import Progress
 from .state_io import (find_process_locations, import_store, new_tool_run_id, process_entries, process_layout,
@@ -228,7 +230,8 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
             "--to spark-state, then rescale the new checkpoint")
     old = ckpt.partitions(last)
     if old == partitions:
-        raise ValueError(f"{ckpt.url} already has {partitions} partitions (spark.sql.shuffle.partitions of batch {last})")
+        raise ValueError(
+            f"{ckpt.url} already has {partitions} partitions (spark.sql.shuffle.partitions of batch {last})")
     state_version = last + 1
     _check_live_stores(ckpt, operators, old, state_version, force)
     new_batch = last + 1
@@ -243,7 +246,7 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
                         entry.with_conf(**{SHUFFLE_PARTITIONS_CONF: str(partitions)}).encode())
     # 2. the state, re-split
     total_rows = 0
-    op_summaries = []
+    op_summaries: list[dict[str, Any]] = []
     bar = Progress("rescale", unit="rows", enabled=progress)
     try:
         for op in operators:
@@ -255,10 +258,13 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
                         split.add(batch)
                         bar.update(batch.num_rows)
                 total_rows += split.rows
-                keys += write_split(split, lambda p, op=op, store=store: ckpt.store_storage(op, p, store),
-                                    state_version + 1, config, run_id)
+                def target(p: int, op: Any = op, store: str = store) -> CheckpointStorage:
+                    return ckpt.store_storage(op, p, store)
+
+                keys += write_split(split, target, state_version + 1, config, run_id)
             op_summaries.append({"id": op.id, "name": op.name, "keys": keys})
-        processes = find_process_locations(ckpt.query_id(), process_root, process_locations or {}, storage_options or {})
+        processes = find_process_locations(ckpt.query_id(), process_root, process_locations or {},
+                                           storage_options or {})
         for loc in processes:
             storage = loc.storage()
             layout = process_layout(storage, state_version)
@@ -305,7 +311,8 @@ def _check_live_stores(ckpt: SparkCheckpoint, operators: list[OperatorInfo], par
                 newer = [v for v in copies if v > state_version]
                 if not newer:
                     continue
-                tool_runs = {r.seq for r in RunRegistry(storage).history().runs if r.run_id.startswith("spark-state-ops-")}
+                tool_runs = {r.seq for r in RunRegistry(storage).history().runs
+                             if r.run_id.startswith("spark-state-ops-")}
                 if all(set(copies[v]) <= tool_runs for v in newer):
                     continue
                 raise QueryRunningError(

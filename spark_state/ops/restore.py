@@ -137,8 +137,10 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
                 if split_writer is not None:
                     keys += split_writer(info, store, split, version)
                 else:
-                    keys += write_split(split, lambda p, info=info, s=store.name: target.store_storage(info, p, s),
-                                        version, config, run_id)
+                    def store_of(p: int, info: Any = info, s: str = store.name) -> CheckpointStorage:
+                        return target.store_storage(info, p, s)
+
+                    keys += write_split(split, store_of, version, config, run_id)
         for proc in manifest.process:
             storage = open_storage(targets[proc.name], dict(storage_options or {}))
 

@@ -37,10 +37,12 @@ from .functions import (
     KeyedProcessFunction,
     defines,
 )
-from .inputs import BROADCAST_SIDE, LEFT, RIGHT, InputSide, check_same_key_types, heartbeat_stream, renamed, union_inputs
+from .inputs import (BROADCAST_SIDE, LEFT, RIGHT, InputSide, check_same_key_types, heartbeat_stream, renamed,
+                     union_inputs)
 from .keycodec import check_key_fields
 from .location import DEFAULT_ROOT_DIR, ROOT_CONF, LocationSpec
-from .routing import HIDDEN_COLUMNS, KEY_GROUP_COLUMN, ROUTE_COLUMN, add_routing_columns, key_group_and_route, repartition_routed
+from .routing import (HIDDEN_COLUMNS, KEY_GROUP_COLUMN, ROUTE_COLUMN, add_routing_columns, key_group_and_route,
+                      repartition_routed)
 from .runner import ProcessPlan, run_keyed, run_operator
 
 EngineLike = Union[EngineConfig, Mapping[str, str], None]
@@ -331,7 +333,7 @@ def _check_stream(df: DataFrame, what: str) -> None:
 
 def _parallelism(df: DataFrame, parallelism: Optional[int]) -> int:
     if parallelism is None:
-        parallelism = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+        parallelism = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)  # 200: Spark's default
     check_parallelism_preconditions(parallelism)
     return parallelism
 

@@ -26,7 +26,7 @@ from .errors import OutputSchemaError
 OUTPUT_BATCH_ROWS = 8192
 
 
-def row_class(names: Sequence[str]) -> type:
+def row_class(names: Sequence[str]) -> type[Any]:
     """The namedtuple type of input rows (invalid identifiers are renamed ``_0``, ``_1`` ...)."""
     return namedtuple("Row", list(names), rename=True)
 

@@ -55,6 +55,7 @@ def event_time_of(df: DataFrame, what: str) -> Optional[EventTime]:
     if not nodes:
         return None
     jvm = df.sparkSession._jvm
+    assert jvm is not None  # a classic session: df._jdf above is a JVM object too
     specs = set()
     for node in nodes:
         delay = jvm.org.apache.spark.sql.catalyst.plans.logical.EventTimeWatermark.getDelayMs(node.delay())

@@ -31,6 +31,7 @@ from typing import Optional, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DataType
 
 from .errors import ProcessDefinitionError
 from .event_time import EventTime
@@ -93,7 +94,7 @@ def union_inputs(parts: list[tuple[InputSide, DataFrame]], parallelism: int, max
                  heartbeat: Optional[DataFrame]) -> DataFrame:
     """Union the inputs (and the heartbeat) as the module docstring lays out, repartitioned
     by route; the tasks' Arrow input has every side's columns, the key group and the side."""
-    all_columns: list[tuple[str, object]] = []
+    all_columns: list[tuple[str, DataType]] = []
     for side, df in parts:
         types = {f.name: f.dataType for f in df.schema.fields}
         all_columns.extend((a, types[n]) for n, a in zip(side.names, side.arrow_names))

@@ -99,7 +99,8 @@ def _run(plan: Any, task: Any, ps: PartitionStore, own: KeyGroupRange, batches: 
     delays = {str(s.tag): s.event_time.delay_ms for s in sides if s.event_time is not None}
     timers = TimerService(store, backend, lambda: resolve(task.storage, task.batch_id, delays),
                           event_time=bool(delays), fires=plan.has_timers, function_name=name)
-    op_store = OperatorStateStore(store, KEYED_OPERATOR_PREFIX) if (plan.operator_state or plan.broadcast_states) else None
+    op_store = (OperatorStateStore(store, KEYED_OPERATOR_PREFIX) if (plan.operator_state or plan.broadcast_states)
+                else None)
     broadcast = {d.name: op_store.get_broadcast_state(d) for d in plan.broadcast_states} if op_store else {}
     ctx = KeyedContext(backend, task.batch_id, task.partition, plan.parallelism, plan.max_parallelism or 0,
                        task.url, timers=timers, broadcast=broadcast, function_name=name)

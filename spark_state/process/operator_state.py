@@ -214,10 +214,12 @@ class OperatorStateStore:
             entries = _migrated(descriptor, old, mode, entries, rewrite)
         try:
             if mode == BROADCAST:
+                assert isinstance(descriptor, MapStateDescriptor)  # get_broadcast_state takes only these
                 n = len(state_prefix(mode, descriptor.name, self._keyspace))
                 dk, dv = descriptor.key_serializer.deserialize, descriptor.serializer.deserialize
                 state: Any = BroadcastState(descriptor, {dk(k[n:]): dv(v) for k, v in entries})
             else:
+                assert isinstance(descriptor, ListStateDescriptor)  # get_(union_)list_state take only these
                 de = descriptor.serializer.deserialize
                 state = OperatorListState(mode, descriptor, [de(v) for _, v in entries])
         except Exception as exc:
@@ -325,8 +327,10 @@ def redistribute(target: VersionedStore, partition: int, parallelism: int,
     # Records: a broadcast state's from the old partition it is copied from, the others'
     # from every old partition (which must agree in layout).
     for j in sorted(old_stores):
-        merge_schema_records(old_stores[j], target, OPERATOR_SCHEMA_TAG,
-                             keep=lambda kind, j=j: kind != "broadcast" or j == partition % old_parallelism)
+        def keep(kind: str, j: int = j) -> bool:
+            return kind != "broadcast" or j == partition % old_parallelism
+
+        merge_schema_records(old_stores[j], target, OPERATOR_SCHEMA_TAG, keep=keep)
     keys: list[bytes] = []
     values: list[bytes] = []
     start = 0

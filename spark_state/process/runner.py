@@ -88,7 +88,7 @@ def _task(plan: ProcessPlan, partition: Optional[int] = None) -> _Task:
 
     tc = TaskContext.get()
     raw = tc.getLocalProperty(BATCH_ID_PROPERTY) if tc is not None else None
-    if raw is None:
+    if tc is None or raw is None:
         raise NotInStreamingQueryError(
             f"{plan.function_name} runs only in a streaming query (no '{BATCH_ID_PROPERTY}' "
             "task property): keyed_process/checkpointed_process need a streaming DataFrame, "

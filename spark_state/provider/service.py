@@ -27,7 +27,7 @@ import time
 import traceback
 import uuid
 from dataclasses import asdict
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from .. import constants as C
 from ..checkpoint.runs import RunContext, RunRegistry
@@ -139,7 +139,7 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
     return config
 
 
-def store_ttl(options: dict[str, Any], storage_options: Optional[dict[str, str]] = None) -> StoreTtl:
+def store_ttl(options: dict[str, Any], storage_options: Optional[Mapping[str, str]] = None) -> StoreTtl:
     """The TTL of the store the shim's ``options`` describe (``engine`` confs, ``operatorId``,
     ``storeName``, ``stateRoot``); raises :class:`ConfigError` for bad TTL confs, including a
     ``ttl.operator.<id>`` for an operator the query does not have."""
@@ -155,7 +155,7 @@ def store_ttl(options: dict[str, Any], storage_options: Optional[dict[str, str]]
 _checked_overrides: set[tuple[str, tuple]] = set()
 
 
-def _check_operator_overrides(state_root: str, ttl_options: dict[str, str], storage_options: dict[str, str]) -> None:
+def _check_operator_overrides(state_root: str, ttl_options: dict[str, str], storage_options: Mapping[str, str]) -> None:
     key = (state_root, tuple(sorted(ttl_options.items())))
     if key in _checked_overrides:
         return
@@ -285,7 +285,7 @@ class StoreService:
 
 def _is_loaded(store: VersionedStore) -> bool:
     try:
-        store.version
+        _ = store.version  # raises when not loaded
     except Exception:  # never loaded, or invalidated by a failed commit
         return False
     return True

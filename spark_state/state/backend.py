@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import Any, Iterator, Optional, Union
+from typing import Iterator, Union
 
 from ..store import VersionedStore
 from ..ttl.kv import TtlStats, is_stamped, migrate_layout

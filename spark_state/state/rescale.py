@@ -3,9 +3,9 @@
 Keyed state of a key group is one contiguous key range (see :mod:`.keys`), so a new
 partition owning key groups ``first..last`` takes exactly that range from each old store
 whose range overlaps. Timers (:mod:`.timers`) are entries of that range too (a reserved state
-name inside each key group), so they move with their key group with no extra step. TTL index entries live in the system keyspace and name their data
-key, which starts with its key group, so they are filtered the same way; format markers
-are per state and copied as they are. Schema records (:mod:`.schema`) are per state too
+name inside each key group), so they move with their key group with no extra step. TTL index entries live
+in the system keyspace and name their data key, which starts with its key group, so they are filtered the
+same way; format markers are per state and copied as they are. Schema records (:mod:`.schema`) are per state too
 and move with the state: every source must hold the state in the same layout, or the copy
 fails with :class:`~.errors.StateSchemaConflictError` rather than mix layouts under one
 record (see :func:`~.evolution.merge_schema_records`).
@@ -19,8 +19,10 @@ from ..ttl import codec as ttl_codec
 from . import keys as K
 from .evolution import merge_schema_records
 
-_INDEX_RANGE = (ttl_codec.SYSTEM_PREFIX + ttl_codec.INDEX_TAG, ttl_codec.SYSTEM_PREFIX + bytes((ttl_codec.INDEX_TAG[0] + 1,)))
-_MARKER_RANGE = (ttl_codec.SYSTEM_PREFIX + ttl_codec.MARKER_TAG, ttl_codec.SYSTEM_PREFIX + bytes((ttl_codec.MARKER_TAG[0] + 1,)))
+_INDEX_RANGE = (ttl_codec.SYSTEM_PREFIX + ttl_codec.INDEX_TAG,
+                ttl_codec.SYSTEM_PREFIX + bytes((ttl_codec.INDEX_TAG[0] + 1,)))
+_MARKER_RANGE = (ttl_codec.SYSTEM_PREFIX + ttl_codec.MARKER_TAG,
+                 ttl_codec.SYSTEM_PREFIX + bytes((ttl_codec.MARKER_TAG[0] + 1,)))
 
 
 def copy_key_groups(source: VersionedStore, target: VersionedStore, first: int, last: int) -> int:

@@ -206,7 +206,7 @@ class CheckpointStorage(ABC):
         # Only a bare root such as "/" or "file:///" keeps its trailing slash.
         return f"{self.url}{rel}" if self.url.endswith("/") else f"{self.url}/{rel}"
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook: storages without connections keep this no-op
         """Release connections held by this storage (a no-op where there are none)."""
 
     def __enter__(self) -> "CheckpointStorage":

@@ -47,6 +47,7 @@ from typing import Any, Mapping, Optional
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from ..options import storage_options
 from .base import CheckpointStorage
 from .local import LocalStorage
 from .remote import FsspecStorage, HdfsBackend, S3Backend
@@ -56,16 +57,8 @@ __all__ = ["HDFS_DEFAULTS", "RETRY_OPTIONS", "S3_CLIENT_CONFIG", "S3_OPTIONS", "
 
 SUPPORTED_SCHEMES = ("file", "s3", "s3a", "hdfs", "viewfs")
 
-S3_OPTIONS = {
-    "s3.endpoint_url": "S3 endpoint URL (default: AWS)",
-    "s3.access_key_id": "access key id",
-    "s3.secret_access_key": "secret access key",
-    "s3.session_token": "session token for temporary credentials",
-    "s3.region": "region name",
-    "s3.anonymous": "true for unsigned requests",
-    "s3.connect_timeout": "seconds to wait for a connection, per HTTP attempt (default 5)",
-    "s3.read_timeout": "seconds to wait for data on a connection, per HTTP attempt (default 60)",
-}
+#: S3 option -> meaning; the table with defaults is :data:`spark_state.options.OPTIONS`.
+S3_OPTIONS = storage_options("s3.")
 
 HDFS_PREFIX = "hdfs."
 

@@ -77,11 +77,11 @@ def _makedirs_durable(path: str) -> None:
         except FileExistsError:
             if not os.path.isdir(directory):
                 # Not FileExistsError: that is reserved for "the target file exists".
-                raise NotADirectoryError(errno.ENOTDIR, "a file is in the way of a directory", directory)
+                raise NotADirectoryError(errno.ENOTDIR, "a file is in the way of a directory", directory) from None
         _fsync_dir(os.path.dirname(directory))
 
 
-def atomic_local_write(target: str, fill: Callable[[BinaryIO], None], *, overwrite: bool = True) -> None:
+def atomic_local_write(target: str, fill: Callable[[BinaryIO], object], *, overwrite: bool = True) -> None:
     """Write a local file atomically and durably.
 
     *fill* writes the content to the file object it is given (a temp file next to

@@ -124,8 +124,8 @@ def local_disk_error(exc: BaseException, *, store: str, path: str, doing: str, k
         code = disk_errno(exc)
     if code is None and isinstance(getattr(exc, "errno", None), int):
         code = exc.errno  # type: ignore[attr-defined]
-    text, working_advice, checkpoint_advice = _CAUSES.get(code, (str(exc), "check the local disk",
-                                                                 "check the local disk"))
+    unknown = (str(exc), "check the local disk", "check the local disk")
+    text, working_advice, checkpoint_advice = _CAUSES.get(code, unknown) if code is not None else unknown
     advice = checkpoint_advice if kind == "checkpoint" else working_advice
     where = "checkpoint storage on local disk" if kind == "checkpoint" else "local working directory"
     return LocalDiskError(

@@ -40,15 +40,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
 from ..errors import ConfigError
+from ..options import storage_options
 
 __all__ = ["RETRY_OPTIONS", "RetryBudget", "RetryPolicy", "RetryStats"]
 
-RETRY_OPTIONS = {
-    "retry.attempts": "attempts of one storage operation in total (1 = no retries)",
-    "retry.baseDelayMs": "backoff base: retry n waits up to baseDelayMs * 2^(n-1) ms",
-    "retry.maxDelayMs": "longest wait between two attempts (ms)",
-    "retry.timeoutMs": "no retry starts later than this after the first attempt (ms)",
-}
+#: Retry option -> meaning; the table with defaults is :data:`spark_state.options.OPTIONS`.
+RETRY_OPTIONS = storage_options("retry.")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,9 @@ not a passing glitch; botocore has already tried 3 times.
 from __future__ import annotations
 
 import http.client
+import importlib
 import socket
+from types import ModuleType
 from typing import Any, Iterator, Optional
 
 __all__ = ["describe", "error_code", "is_transient"]
@@ -86,6 +88,13 @@ def error_code(exc: BaseException) -> tuple[Optional[str], Optional[int]]:
     return (str(code) if code is not None else None), (int(status) if status is not None else None)
 
 
+def _optional_module(name: str) -> Optional[ModuleType]:
+    try:
+        return importlib.import_module(name)
+    except ImportError:  # pragma: no cover
+        return None
+
+
 def _transport_kind(exc: BaseException) -> Optional[str]:
     """``"refused"`` (never connected), ``"lost"`` (sent, answer lost or cut), ``"connect-timeout"``
     or None, for the first transport error found in ``exc``'s chain."""
@@ -93,10 +102,7 @@ def _transport_kind(exc: BaseException) -> Optional[str]:
         from botocore import exceptions as bce
     except ImportError:  # pragma: no cover - s3fs always brings botocore
         bce = None
-    try:
-        import aiohttp
-    except ImportError:  # pragma: no cover - s3fs always brings aiohttp
-        aiohttp = None
+    aiohttp = _optional_module("aiohttp")  # s3fs always brings it
     for e in _chain(exc):
         if bce is not None:
             if isinstance(e, bce.ConnectTimeoutError):

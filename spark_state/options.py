@@ -1,0 +1,265 @@
+"""Every option spark-state reads, in one table: name, default, meaning, and who reads it.
+
+Why one table: options are read in five places (the engine's :class:`~spark_state.config.EngineConfig`,
+checkpoint storage, the provider's TTL policy, the JVM shim, the Python API), and a reference
+written by hand beside them drifts. This module is the reference: ``docs/configuration.md`` is
+generated from it (``python -m spark_state.docgen``, checked by ``tests/unit/test_docs_generated.py``),
+the engine derives its option parser from it (:data:`spark_state.config._OPTIONS`), storage
+derives its lists of valid keys from it (``S3_OPTIONS``, ``RETRY_OPTIONS``), and
+``tests/unit/test_options_registry.py`` checks that the readers that keep their own names
+(``provider/ttl_policy.py``, ``provider/options.py``, the shim's Scala) and every default
+agree with it. Adding an option means adding a row here; the tests say what else to touch.
+
+Names are relative to :data:`~spark_state.constants.CONF_PREFIX`
+(``spark.sql.streaming.stateStore.sparkState.``), the way they are passed to
+``spark_state.configure(builder, options={...})`` and :meth:`EngineConfig.from_options`.
+Storage options carry the ``storage.`` prefix there and go without it in ``storage_options=``
+and ``--option`` (``storage.s3.endpoint_url`` -> ``s3.endpoint_url``).
+
+This module imports nothing but :mod:`spark_state.constants`, so any layer can use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from . import constants as C
+
+__all__ = ["ENV_VARS", "GROUPS", "OPTIONS", "EnvVar", "Group", "OptionSpec", "by_group", "spec"]
+
+#: Prefix of the storage options inside the engine's options (stripped for ``storage_options=``).
+STORAGE_PREFIX = "storage."
+
+
+@dataclass(frozen=True)
+class Group:
+    """A section of the reference: who reads the options, and when."""
+
+    name: str
+    title: str
+    #: Markdown shown under the section's heading.
+    intro: str
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option.
+
+    Attributes:
+        key: the name relative to the conf prefix; ``<...>`` marks a part the user fills in
+            (``ttl.operator.<operatorId>``, ``storage.hdfs.<hadoop key>``).
+        group: the :class:`Group` name.
+        meaning: Markdown, one paragraph.
+        default: the default as shown to users (Markdown); ``""`` for none.
+        field: the Python name that carries it: an :class:`EngineConfig` field for engine
+            options, else ``None``.
+        kind: how the engine parses it (``int``, ``bool``, ``str``); only engine options use it.
+        testing_only: a fault-injection or test hook; never set it in production.
+    """
+
+    key: str
+    group: str
+    meaning: str
+    default: str = ""
+    field: Optional[str] = None
+    kind: str = "str"
+    testing_only: bool = False
+
+    @property
+    def conf(self) -> str:
+        """The full Spark SQL conf name."""
+        return C.CONF_PREFIX + self.key
+
+    @property
+    def storage_key(self) -> str:
+        """For storage options: the key in ``storage_options=`` (without ``storage.``)."""
+        if not self.key.startswith(STORAGE_PREFIX):
+            raise ValueError(f"{self.key} is not a storage option")
+        return self.key[len(STORAGE_PREFIX):]
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """An environment variable spark-state reads."""
+
+    name: str
+    meaning: str
+    default: str = ""
+    testing_only: bool = False
+
+
+GROUPS: tuple[Group, ...] = (
+    Group("engine", "Engine", (
+        "Read by the engine (`EngineConfig`), i.e. by every store: the provider's, `keyed_process`'s "
+        "(through `engine=`) and the engine API's. Unknown options and bad values are errors that name "
+        "the option. The provider takes `retainedVersions` and `snapshotInterval` from Spark's "
+        "`spark.sql.streaming.minBatchesToRetain` and `spark.sql.streaming.stateStore.minDeltasForSnapshot` "
+        "when they are not set.")),
+    Group("storage", "Checkpoint storage", (
+        "Read by checkpoint storage (`spark_state.storage.open_storage`). As confs and in `engine=` "
+        "options they carry the `storage.` prefix; in `storage_options=` (the Python API and "
+        "`VersionedStore`) and the command line's `--option KEY=VALUE` they go without it. On the "
+        "provider with an `s3a://` checkpoint, `s3.endpoint_url`, the credentials and the region also "
+        "come from Hadoop's `fs.s3a.*` settings. Local disk accepts the `retry.*` options and ignores "
+        "them (a full or read-only disk does not pass by waiting).")),
+    Group("ttl", "TTL for built-in operators", (
+        "Read by the provider when a query (re)starts (`spark_state/provider/ttl_policy.py`); "
+        "see [TTL for built-in operators](ttl.md#ttl-for-built-in-operators). Every TTL conf is "
+        "validated for every store, so a typo fails the query at once. `keyed_process` state takes "
+        "its TTL from its descriptors instead ([State TTL](ttl.md#state-ttl)).")),
+    Group("provider", "Provider", (
+        "Read by the provider's JVM shim or its Python workers, not by the engine. "
+        "`spark_state.configure(options=...)` validates them before the session starts.")),
+    Group("process", "Python API", (
+        "Session confs read on the driver by `keyed_process` / `checkpointed_process` "
+        "(see [Keyed and operator state](keyed-functions.md), 'Where the state lives').")),
+)
+
+OPTIONS: tuple[OptionSpec, ...] = (
+    # --- engine ---------------------------------------------------------------------------------
+    OptionSpec("backend", "engine", field="backend", default=f"`{C.DEFAULT_BACKEND}`", meaning=(
+        "`rocksdb` (rocksdict; state may exceed memory) or `hashmap` (a dict; fastest, must fit in "
+        "memory). The provider needs `rocksdb`. A query can switch backend on restart: a snapshot "
+        "written by one backend is converted on restore.")),
+    OptionSpec("snapshotInterval", "engine", field="snapshot_interval", kind="int",
+               default=f"`{C.DEFAULT_SNAPSHOT_INTERVAL}`", meaning=(
+                   "commits between snapshots; `0` = only on `snapshot()` (restores then replay every "
+                   "changelog since version 0)")),
+    OptionSpec("retainedVersions", "engine", field="retained_versions", kind="int",
+               default=f"`{C.DEFAULT_RETAINED_VERSIONS}`", meaning=(
+                   "newest versions kept restorable (Spark's `minBatchesToRetain`); older files are "
+                   "removed by cleanup")),
+    OptionSpec("localDir", "engine", field="local_dir", default="a temp dir", meaning=(
+        "parent of the local working copies; it holds one `spark-state-*` directory per process, "
+        "locked by its process; a process that starts removes those whose process is gone, however "
+        "it died")),
+    OptionSpec("rocksdb.blockCacheSizeMB", "engine", field="block_cache_mb", kind="int",
+               default=f"`{C.DEFAULT_BLOCK_CACHE_MB}`",
+               meaning="block cache shared by **all** RocksDB stores of the process"),
+    OptionSpec("rocksdb.writeBufferManagerMB", "engine", field="write_buffer_mb", kind="int",
+               default=f"`{C.DEFAULT_WRITE_BUFFER_MB}`", meaning=(
+                   "memtable budget, charged to that cache (must not exceed `rocksdb.blockCacheSizeMB`)")),
+    OptionSpec("rocksdb.writeAheadLog", "engine", field="rocksdb_wal", kind="bool", default="`false`",
+               meaning="RocksDB's own WAL (our changelog already makes commits durable)"),
+    # --- checkpoint storage ---------------------------------------------------------------------
+    OptionSpec("storage.retry.attempts", "storage", default="`8`", meaning=(
+        "attempts of one checkpoint storage operation in total after transient faults; `1` = no "
+        "retries (see [Storage faults](checkpoints-and-storage.md#storage-faults))")),
+    OptionSpec("storage.retry.baseDelayMs", "storage", default="`100`", meaning=(
+        "backoff base: the wait before retry *n* is uniform in "
+        "[0, min(maxDelayMs, baseDelayMs·2^(n−1))]")),
+    OptionSpec("storage.retry.maxDelayMs", "storage", default="`5000`",
+               meaning="longest wait between two attempts (ms)"),
+    OptionSpec("storage.retry.timeoutMs", "storage", default="`30000`",
+               meaning="no retry starts later than this after an operation's first attempt (ms)"),
+    OptionSpec("storage.s3.endpoint_url", "storage", default="AWS", meaning=(
+        "S3 endpoint URL, e.g. `http://127.0.0.1:5055` for MinIO or moto")),
+    OptionSpec("storage.s3.access_key_id", "storage", default="the AWS credential chain",
+               meaning="access key id"),
+    OptionSpec("storage.s3.secret_access_key", "storage", default="the AWS credential chain",
+               meaning="secret access key"),
+    OptionSpec("storage.s3.session_token", "storage", meaning="session token for temporary credentials"),
+    OptionSpec("storage.s3.region", "storage", meaning="region name, e.g. `eu-west-1`"),
+    OptionSpec("storage.s3.anonymous", "storage", default="`false`",
+               meaning="`true` for unsigned requests (public buckets)"),
+    OptionSpec("storage.s3.connect_timeout", "storage", default="`5`", meaning=(
+        "seconds to wait for a connection, per HTTP attempt; a timed-out attempt is retried")),
+    OptionSpec("storage.s3.read_timeout", "storage", default="`60`", meaning=(
+        "seconds to wait for data on a connection, per HTTP attempt; a timed-out attempt is retried")),
+    OptionSpec("storage.hdfs.<hadoop key>", "storage", meaning=(
+        "any Hadoop configuration key for hdfs-native, with `hdfs.` stripped (e.g. "
+        "`hdfs.dfs.ha.namenodes.ns1=nn1,nn2`, `hdfs.dfs.client.failover.max.attempts=15`); overrides "
+        "`HADOOP_CONF_DIR`. Unless set, connection attempts are capped so that an unreachable NameNode "
+        "fails within about a second")),
+    # --- TTL for built-in operators (provider) --------------------------------------------------
+    OptionSpec("ttl", "ttl", default="off", meaning=(
+        "default TTL of every stateful operator: `10 minutes`, `90s`, `1h`, `1500ms`; `none` = off. "
+        "Stream-stream joins never get TTL (the default skips them)")),
+    OptionSpec("ttl.operator.<operatorId>", "ttl", meaning=(
+        "this operator's TTL, or `none` to exempt it from the default; the id is the `operatorId` "
+        "column of `spark.read.format(\"state-metadata\").load(<checkpoint>)`. Targeting a join fails "
+        "the query")),
+    OptionSpec("ttl.updateType", "ttl", default="`OnCreateAndWrite`", meaning=(
+        "what refreshes a row's time: writes; `OnReadAndWrite`: also point reads (a duplicate in "
+        "`dropDuplicates`, an aggregation or `flatMapGroupsWithState` reading a key). Scans never "
+        "refresh (eviction, complete mode, the state reader visit every row).")),
+    OptionSpec("ttl.visibility", "ttl", default="`NeverReturnExpired`", meaning=(
+        "`ReturnExpiredIfNotCleanedUp`: an expired row still stored may be returned")),
+    OptionSpec("ttl.cleanupSize", "ttl", default="`100000`", meaning=(
+        "expired rows removed per commit at most, found through the expiry index; `0`: none")),
+    OptionSpec("ttl.fullSnapshotCleanup", "ttl", default="`false`",
+               meaning="a commit that takes a snapshot first removes every expired row"),
+    OptionSpec("ttl.backgroundCleanup", "ttl", default="`true`", meaning=(
+        "maintenance (every `spark.sql.streaming.stateStore.maintenanceInterval`) finds expired rows "
+        "between batches; the next commit removes them")),
+    OptionSpec("ttl.testing.clock", "ttl", default="`system`", testing_only=True, meaning=(
+        "`batch:<stepMs>` makes processing time = loaded version × stepMs, for deterministic tests")),
+    # --- provider -------------------------------------------------------------------------------
+    OptionSpec("workersPerExecutor", "provider", default="task slots, at most 4", meaning=(
+        "Python workers per executor (1 to 64); read by the shim (`PythonWorker.scala`) from the Spark "
+        "conf when the executor starts its first worker")),
+    OptionSpec("testing.crashOnCommit", "provider", testing_only=True, meaning=(
+        "`<version>:<dir>:once|always` makes a worker exit while committing `<version>`")),
+    # --- Python API -----------------------------------------------------------------------------
+    OptionSpec("process.root", "process", default="`./spark-state` in the driver's working directory",
+               meaning=(
+                   "root of the state of `keyed_process` / `checkpointed_process` calls without "
+                   "`state_location=` or `state_root=`: `<root>/<query id>/<name>`; on a cluster set a "
+                   "shared root")),
+)
+
+ENV_VARS: tuple[EnvVar, ...] = (
+    EnvVar("SPARK_STATE_CACHE_DIR", default="`~/.cache/spark-state`",
+           meaning="where the JVM shim jar built on first use is cached"),
+    EnvVar("SPARK_STATE_LOG_LEVEL", default="`INFO`",
+           meaning=(
+               "log level of the provider's Python workers; they log to `worker-<slot>-<n>.log` in a "
+               "`spark-state-*` directory under the executor's local dir (`spark.local.dir`). Workers inherit "
+               "the executor's environment: on a cluster set `spark.executorEnv.SPARK_STATE_LOG_LEVEL`")),
+    EnvVar("PYSPARK_PYTHON", default="`python3`", meaning=(
+        "the executors' Python when `spark.pyspark.python` is unset; it must have spark-state installed "
+        "(`spark_state.configure` sets both to the driver's interpreter)")),
+    EnvVar("SPARK_STATE_TESTING_CRASH_POINTS", testing_only=True, meaning=(
+        "schedules SIGKILLs at named points of commits, snapshots and cleanup (see "
+        "[Reliability](reliability.md#kill-test))")),
+    EnvVar("SPARK_STATE_TESTING_RESCALE_EXIT_AFTER_STORES", testing_only=True, meaning=(
+        "makes `rescale` exit after writing this many stores (tests of an interrupted rescale)")),
+)
+
+
+def spec(key: str) -> OptionSpec:
+    """The option named ``key`` (relative to the conf prefix); ``KeyError`` if there is none."""
+    for option in OPTIONS:
+        if option.key == key:
+            return option
+    raise KeyError(key)
+
+
+def by_group(group: str) -> tuple[OptionSpec, ...]:
+    """The options of one group, in table order."""
+    return tuple(o for o in OPTIONS if o.group == group)
+
+
+def engine_options() -> dict[str, tuple[str, str]]:
+    """Engine option name -> (``EngineConfig`` field, kind), for :mod:`spark_state.config`."""
+    out = {}
+    for o in by_group("engine"):
+        if o.field is not None:
+            out[o.key] = (o.field, o.kind)
+    return out
+
+
+def storage_options(prefix: str) -> dict[str, str]:
+    """Storage option keys (without ``storage.``) starting with ``prefix`` -> meaning."""
+    out = {}
+    for o in by_group("storage"):
+        if "<" not in o.key and o.storage_key.startswith(prefix):
+            out[o.storage_key] = o.meaning
+    return out
+
+
+def read_elsewhere(key: str) -> bool:
+    """Whether ``key`` is a session conf the engine does not read (the Python API's), so that
+    :meth:`EngineConfig.from_options` skips it rather than calling it unknown."""
+    return any(o.key == key for o in by_group("process"))

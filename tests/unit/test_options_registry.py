@@ -1,0 +1,113 @@
+"""The option table (:mod:`spark_state.options`, source of docs/configuration.md) agrees with every
+reader of the options: names, defaults and limits. A change on either side fails here."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from spark_state import EngineConfig, constants as C, options as O
+from spark_state.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _default(key: str) -> str:
+    return O.spec(key).default.strip("`")
+
+
+def test_keys_are_unique_and_groups_known():
+    keys = [o.key for o in O.OPTIONS]
+    assert len(keys) == len(set(keys))
+    assert {o.group for o in O.OPTIONS} <= {g.name for g in O.GROUPS}
+
+
+def test_engine_options_match_engine_config():
+    from spark_state.config import _OPTIONS
+
+    fields = {f.name: f for f in dataclasses.fields(EngineConfig)}
+    assert set(_OPTIONS) == {o.key for o in O.by_group("engine")}
+    for spec in O.by_group("engine"):
+        assert spec.field in fields, spec.key
+        default = fields[spec.field].default
+        if default is None:
+            continue
+        shown = str(default).lower() if isinstance(default, bool) else str(default)
+        assert _default(spec.key) == shown, spec.key
+
+
+def test_storage_options_match_storage():
+    from spark_state.storage.factory import HDFS_PREFIX, S3_CLIENT_CONFIG, S3_OPTIONS
+    from spark_state.storage.retry import RETRY_OPTIONS, RetryPolicy
+
+    keys = {o.storage_key for o in O.by_group("storage")}
+    assert set(S3_OPTIONS) | set(RETRY_OPTIONS) | {HDFS_PREFIX + "<hadoop key>"} == keys
+    policy = RetryPolicy()
+    assert int(_default("storage.retry.attempts")) == policy.attempts
+    assert int(_default("storage.retry.baseDelayMs")) == policy.base_delay_ms
+    assert int(_default("storage.retry.maxDelayMs")) == policy.max_delay_ms
+    assert int(_default("storage.retry.timeoutMs")) == policy.timeout_ms
+    assert int(_default("storage.s3.connect_timeout")) == S3_CLIENT_CONFIG["connect_timeout"]
+    assert int(_default("storage.s3.read_timeout")) == S3_CLIENT_CONFIG["read_timeout"]
+
+
+def test_ttl_options_match_the_ttl_policy():
+    from spark_state.provider import ttl_policy as P
+    from spark_state.ttl.config import DEFAULT_CLEANUP_SIZE
+
+    table = {o.key for o in O.by_group("ttl")}
+    assert table == set(P.KNOWN) | {P.OPERATOR_PREFIX + "<operatorId>"}
+    settings = P.parse_settings({})
+    assert settings.default_ttl_ms is None and _default("ttl") == "off"
+    assert _default("ttl.updateType") == settings.update_type.value
+    assert _default("ttl.visibility") == settings.visibility.value
+    assert int(_default("ttl.cleanupSize")) == settings.cleanup_size == DEFAULT_CLEANUP_SIZE
+    assert _default("ttl.fullSnapshotCleanup") == str(settings.full_snapshot_cleanup).lower()
+    assert _default("ttl.backgroundCleanup") == str(settings.background_cleanup).lower()
+    assert settings.batch_clock is None and _default("ttl.testing.clock") == "system"
+
+
+def test_provider_options_match_provider_and_shim():
+    from spark_state.provider import options as P
+
+    assert {o.key for o in O.by_group("provider")} == set(P.PROVIDER_ONLY)
+    assert f"1 to {P.MAX_WORKERS_PER_EXECUTOR}" in O.spec(P.WORKERS_PER_EXECUTOR).meaning
+    scala = (ROOT / "jvm-shim/src/main/scala/org/apache/spark/sql/execution/streaming/state/sparkstate/"
+             "PythonWorker.scala").read_text()
+    assert f'"{O.spec(P.WORKERS_PER_EXECUTOR).conf}"' in scala
+    assert re.search(rf"MaxConfiguredWorkers = {P.MAX_WORKERS_PER_EXECUTOR}\b", scala)
+    assert re.search(r"MaxDefaultWorkers = 4\b", scala) and "at most 4" in O.spec(P.WORKERS_PER_EXECUTOR).default
+
+
+def test_process_options_match_the_python_api():
+    from spark_state.process.location import DEFAULT_ROOT_DIR, ROOT_CONF
+
+    assert {o.conf for o in O.by_group("process")} == {ROOT_CONF}
+    assert f"./{DEFAULT_ROOT_DIR}" in O.spec("process.root").default
+
+
+def test_a_python_api_conf_is_no_engine_error():
+    """process.root is a session conf: the provider (which sees every conf under the prefix) and
+    configure() must not call it unknown."""
+    config = EngineConfig.from_options({C.CONF_PREFIX + "process.root": "/tmp/x", C.CONF_PREFIX + "backend": "hashmap"},
+                                       prefix=C.CONF_PREFIX)
+    assert config.backend == "hashmap"
+    from spark_state.provider.service import engine_config
+
+    assert engine_config({"engine": {"process.root": "/tmp/x"}}).backend == "rocksdb"
+    with pytest.raises(ConfigError, match="unknown spark-state option"):
+        EngineConfig.from_options({"process.rooot": "/tmp/x"})
+
+
+def test_environment_variables_match_their_readers():
+    from spark_state import jvm
+    from spark_state.ops.rescale import CRASH_AFTER_STORES_ENV
+    from spark_state.testing.crashpoints import ENV_VAR
+
+    names = {v.name for v in O.ENV_VARS}
+    assert {jvm.CACHE_DIR_ENV, ENV_VAR, CRASH_AFTER_STORES_ENV, "SPARK_STATE_LOG_LEVEL", "PYSPARK_PYTHON"} == names
+    worker = (ROOT / "spark_state/provider/worker.py").read_text()
+    assert 'os.environ.get("SPARK_STATE_LOG_LEVEL", "INFO")' in worker
