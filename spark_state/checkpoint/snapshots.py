@@ -20,6 +20,7 @@ from typing import Iterable
 from ..backends.base import SnapshotFile
 from ..errors import CheckpointCorruptError, CheckpointFileMissingError
 from ..storage import CheckpointStorage
+from ..testing import crashpoints
 from . import layout
 from .checksum import crc32_file
 from .metadata import SnapshotDescriptor, SnapshotFileRef, SnapshotRef
@@ -78,6 +79,7 @@ def upload_snapshot(
         refs.append(SnapshotFileRef(path=path, size=f.size, crc32=crc, name=f.name))
         stats.files_uploaded += 1
         stats.bytes_uploaded += f.size
+        crashpoints.reached("snapshot.mid-upload")
     descriptor = SnapshotDescriptor(
         version=version, id=snapshot_id, backend=backend_name,
         instance_id=index.instance_id, files=tuple(refs),

@@ -120,6 +120,37 @@ def batch_maxima(storage: CheckpointStorage, batch: int) -> dict[str, int]:
     return out
 
 
+def _from_earlier_record(storage: CheckpointStorage, batch: int) -> tuple[Optional[BatchTime], dict[str, int]]:
+    """No record of ``batch - 1`` (it used no time, or it was written by a tool: an in-place
+    rescale's batch reads no input): continue from the newest earlier record and the maxima of
+    every batch since, so the watermark never goes backwards. Without any record, the maxima
+    start again from the files of ``batch - 1`` and the watermark from 0."""
+    earlier = [b for b in (_record_batch(n) for n in storage.list_dir(CLOCK_DIR)) if b is not None and b < batch - 1]
+    if not earlier:
+        _LOG.info("no clock record before batch %d: event-time maxima start again from batch %d's files",
+                  batch, batch - 1)
+        return None, batch_maxima(storage, batch - 1)
+    start = max(earlier)
+    previous = _read(storage, start)
+    maxima: dict[str, int] = {}
+    for b in range(start, batch):
+        for side, value in batch_maxima(storage, b).items():
+            maxima[side] = max(value, maxima.get(side, value))
+    return previous, maxima
+
+
+def _record_batch(name: str) -> Optional[int]:
+    stem, _, ext = name.partition(".")
+    return int(stem) if ext == "json" and stem.isdigit() else None
+
+
+def time_files(storage: CheckpointStorage, batch: int) -> list[str]:
+    """The files the time of batch ``batch + 1`` is computed from (its record's predecessor and
+    that batch's maxima): what a savepoint of batch ``batch`` must carry."""
+    files = [clock_path(batch)] if storage.exists(clock_path(batch)) else []
+    return files + [f"{maxima_dir(batch)}/{name}" for name in storage.list_dir(maxima_dir(batch))]
+
+
 def compute(batch: int, previous: Optional[BatchTime], maxima: Mapping[str, int],
             delays: Mapping[str, int], now_ms: int) -> BatchTime:
     """Batch ``batch``'s time from the previous record and the previous batch's maxima (pure)."""
@@ -146,7 +177,7 @@ def resolve(storage: CheckpointStorage, batch: int, delays: Mapping[str, int],
     previous = _read(storage, batch - 1) if batch > 0 else None
     maxima = batch_maxima(storage, batch - 1) if batch > 0 else {}
     if batch > 0 and previous is None:
-        _LOG.info("no clock record of batch %d: event-time maxima start again from its files", batch - 1)
+        previous, maxima = _from_earlier_record(storage, batch)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     mine = compute(batch, previous, maxima, delays, now)
     try:

@@ -27,6 +27,7 @@ from ..checkpoint.runs import RunContext
 from ..config import EngineConfig
 from ..keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from ..state import KeyedStateBackend, copy_key_groups
+from ..testing import crashpoints
 from .arrow_io import OutputWriter, columns_as_lists, row_class
 from .errors import NotInStreamingQueryError, StateLocationError
 from .functions import KeyedContext, OperatorContext
@@ -99,6 +100,7 @@ def _task(plan: ProcessPlan, partition: Optional[int] = None) -> _Task:
             f"{plan.function_name}: the task has no streaming query run id (local properties "
             f"'{JOB_GROUP_PROPERTY}' / '{JOB_DESCRIPTION_PROPERTY}', which Spark sets for every "
             "micro-batch); was the job group overridden?")
+    crashpoints.set_role("process")  # crash tests may target the workers running process functions
     storage = storage_for(url, plan.location.storage_options)
     verify_location(storage, plan.kind, plan.max_parallelism)
     part = tc.partitionId() if partition is None else partition

@@ -22,7 +22,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 import traceback
@@ -34,8 +33,10 @@ from .. import constants as C
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..config import EngineConfig
 from ..errors import ConfigError
+from ..localdirs import process_root
 from ..storage import open_storage
 from ..store import VersionedStore
+from ..testing import crashpoints
 from ..ttl import is_stamped
 from . import options as provider_options
 from . import ttl_policy
@@ -234,6 +235,7 @@ class StoreService:
                 return {"skipped": True}
             with instance.lock:
                 if kind == "cleanup":
+                    crashpoints.reached("provider.maintenance")
                     result = instance.store.cleanup()
                     reply: dict[str, Any] = {"deleted": len(result.deleted)}
                     store = instance.store
@@ -272,7 +274,9 @@ class StoreService:
                 runs = RunContext(RunRegistry(storage), options.get("runId"))
                 store = VersionedStore(storage, config, runs=runs)
                 crash = (options.get("engine") or {}).get(CRASH_ON_COMMIT_OPTION)
-                views_dir = os.path.join(config.local_dir or tempfile.gettempdir(), f"views-{instance_id}")
+                # Views live in the worker's own local directory: if the worker is killed, its
+                # successor removes them with the dead worker's store copies (localdirs).
+                views_dir = os.path.join(process_root(config.local_dir), f"views-{instance_id}")
                 instance = self._instances[instance_id] = _Instance(store, crash, views_dir, ttl, checkpoint)
                 _LOG.info("opened store %s for %s (%s)", instance_id, checkpoint,
                           ttl.config.describe() if ttl.config else ttl.exempt_reason or "no TTL")
