@@ -506,3 +506,56 @@ def test_cli_jar_reports_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "not found: type Foo" in captured.err
+
+
+# --- server_confs(), spark-state server-conf, configure() on a Spark Connect builder -------
+
+
+def test_server_confs_are_what_configure_sets(no_build: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    from pyspark.sql import SparkSession
+
+    from spark_state.__main__ import main
+
+    confs = spark_state.server_confs(backend="hashmap", options={"snapshotInterval": "5"}, python="/py")
+    assert confs == {
+        "spark.jars": FAKE_JAR,
+        "spark.sql.streaming.stateStore.providerClass": jvm.PROVIDER_CLASS,
+        "spark.pyspark.python": "/py",
+        "spark.sql.streaming.stopActiveRunOnRestart": "false",
+        "spark.sql.streaming.stateStore.sparkState.backend": "hashmap",
+        "spark.sql.streaming.stateStore.sparkState.snapshotInterval": "5",
+    }
+    builder = spark_state.configure(SparkSession.builder, backend="hashmap", options={"snapshotInterval": "5"},
+                                    python="/py")
+    assert builder._options == confs
+    with pytest.raises(ConfigError, match="unknown spark-state option"):
+        spark_state.server_confs(options={"snapshotIntervall": "5"})
+
+    assert main(["server-conf", "--backend", "hashmap", "--option", "snapshotInterval=5", "--python", "/py"]) == 0
+    assert capsys.readouterr().out.split() == [part for k, v in confs.items() for part in ("--conf", f"{k}={v}")]
+    assert main(["server-conf", "--json", "--python", "/py"]) == 0
+    assert json.loads(capsys.readouterr().out)["spark.jars"] == FAKE_JAR
+    assert main(["server-conf", "--properties", "--python", "/py"]) == 0
+    assert f"spark.jars {FAKE_JAR}" in capsys.readouterr().out.splitlines()
+    assert main(["server-conf", "--option", "nope=1"]) == 1
+    assert "unknown spark-state option" in capsys.readouterr().err
+
+
+def test_configure_refuses_a_builder_for_a_connect_server(no_build: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql import SparkSession
+
+    from spark_state.errors import ConnectUnsupportedError
+
+    builder = SparkSession.builder.remote("sc://spark-host:15002")
+    with pytest.raises(ConnectUnsupportedError) as info:
+        spark_state.configure(builder)
+    message = str(info.value)
+    assert "sc://spark-host:15002" in message and "spark-state server-conf" in message
+    assert "server_confs()" in message and "docs/spark-connect.md" in message
+    assert builder._options == {"spark.remote": "sc://spark-host:15002"}  # untouched
+    monkeypatch.setenv("SPARK_REMOTE", "sc://from-env")
+    with pytest.raises(ConnectUnsupportedError, match="sc://from-env"):
+        spark_state.configure(SparkSession.builder)
+    # remote("local[...]"): pyspark starts that server in this process, with the builder's confs.
+    local = spark_state.configure(SparkSession.builder.remote("local[2]"))
+    assert local._options["spark.jars"] == FAKE_JAR
