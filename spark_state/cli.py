@@ -55,7 +55,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="spark-state: operate stateful Spark Structured Streaming queries "
-                    "(inspect, savepoint, restore, rescale, migrate), and the demo.")
+                    "(inspect, savepoint, restore, rescale, migrate); the demo; the JVM shim jar and the confs "
+                    "of a Spark driver (e.g. a Spark Connect server) started elsewhere.")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
 
     p = _command(sub, "inspect", "show what a checkpoint holds (reads only; safe on a running query)", _inspect)
