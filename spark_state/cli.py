@@ -118,8 +118,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("rocksdb", "hashmap"), help="engine backend (default: the engine's, rocksdb)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="engine / provider option, e.g. snapshotInterval=20 (as in configure(options=...)), repeatable")
-    p.add_argument("--python", help="the Python the server's workers run (default: this one, %(default)s)",
-                   default=sys.executable)
+    p.add_argument("--python", help="the Python the server's workers run, with spark-state installed "
+                                    "(default: the Python running this command)")
     p.set_defaults(run=_server_conf)
     return parser
 
