@@ -5,6 +5,7 @@ device"; once space is freed, a restart continues with output equal to Spark's H
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 
@@ -46,7 +47,8 @@ def test_a_full_local_disk_fails_the_tasks_clearly_and_a_restart_after_freeing_s
 
     first = _run(spark, SPARKSTATE_PROVIDER, agg_input, ckpt, extra_confs=confs, stop_after_batches=2)
     assert first.batch_ids == [0, 1]
-    assert any(name.startswith("store-") for name in os.listdir(disk.path))  # the worker works there
+    # The worker works there, in its process directory (localdirs): <localDir>/spark-state-*/store-*.
+    assert glob.glob(os.path.join(disk.path, "spark-state-*", "store-*"))
 
     disk.fill()
     with pytest.raises(Exception) as info:

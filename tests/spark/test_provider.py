@@ -143,7 +143,14 @@ def _killing_count(marker_dir: str, kill_on_every_attempt: bool):
             marker = os.path.join(marker_dir, f"attempt-{ctx.attemptNumber()}")
             if (kill_on_every_attempt or ctx.attemptNumber() == 0) and not os.path.exists(marker):
                 open(marker, "w").close()
-                out = subprocess.run(["pgrep", "-f", "spark_state.provider.worker"], capture_output=True, text=True)
+                # Only this application's workers: the JVM above this Python worker started them
+                # (other Spark applications on the machine keep theirs).
+                jvm = os.getppid()
+                while jvm > 1 and "java" not in open(f"/proc/{jvm}/cmdline", "rb").read().decode(errors="replace"):
+                    jvm = int(open(f"/proc/{jvm}/stat").read().rsplit(")", 1)[1].split()[1])
+                out = subprocess.run(["pgrep", "-P", str(jvm), "-f", "spark_state.provider.worker"],
+                                     capture_output=True, text=True)
+                assert out.stdout.split(), f"no spark-state worker under the JVM (pid {jvm}) to kill"
                 for pid in out.stdout.split():
                     os.kill(int(pid), signal.SIGKILL)
         total = (state.get[0] if state.exists else 0) + sum(len(p) for p in pdfs)
