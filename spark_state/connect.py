@@ -5,10 +5,9 @@ With Spark Connect (``SparkSession.builder.remote("sc://host:15002")``) the Spar
 the Connect server; the client has no ``SparkContext`` and no Py4J gateway. spark-state's
 parts fall in three groups there:
 
-* **Work unchanged** from a Connect client: ``keyed_process``, ``keyed_co_process`` and
-  ``checkpointed_process`` (they build the query from DataFrame operations and ``mapInArrow``,
-  which the server runs; ``keyed_broadcast_process`` uses the same operations but is not
-  tested over Connect yet), and every query that uses
+* **Work unchanged** from a Connect client: ``keyed_process``, ``keyed_co_process``,
+  ``keyed_broadcast_process`` and ``checkpointed_process`` (they build the query from
+  DataFrame operations and ``mapInArrow``, which the server runs), and every query that uses
   the state store provider -- once the *server* runs with the shim jar and the provider conf
   (:func:`spark_state.server_confs`, ``spark-state server-conf``).
 * **Work differently**: the event time a DataFrame declares with ``withWatermark`` is read

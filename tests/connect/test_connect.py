@@ -4,8 +4,8 @@ process (no JVM of its own), and real streaming queries:
 
 * the provider runs the server's stateful queries (its metrics show in the progress) and the
   results equal a plain-Python model;
-* ``keyed_process`` (every keyed state type; event time and timers) and ``keyed_co_process``
-  from the client equal the Python models of the classic tests;
+* ``keyed_process`` (every keyed state type; event time and timers), ``keyed_co_process`` and
+  ``keyed_broadcast_process`` from the client equal the Python models of the classic tests;
 * ``checkpointed_process`` from the client equals the same query run classically;
 * the watermark delay read from a Connect plan equals the one a classic plan gives;
 * what cannot work over Connect says so, and what to do instead.
@@ -37,11 +37,13 @@ import spark_state
 from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, OPERATOR_OUTPUT, AllStates, OperatorStates, expected_all_states
 from spark_state.connect import is_connect
 from spark_state.errors import ConnectUnsupportedError
-from spark_state.process import ProcessDefinitionError, checkpointed_process, keyed_co_process, keyed_process
+from spark_state.process import (ProcessDefinitionError, checkpointed_process, keyed_broadcast_process, keyed_co_process,
+                                 keyed_process)
 from spark_state.process.event_time import event_time_of
 from streaming_harness import HDFS_PROVIDER, SPARKSTATE_PROVIDER, plain, run_query, ship_module_by_value, sort_rows, write_batches
-from time_fns import (EVENTS_SCHEMA, JOIN_OUTPUT, JOIN_SCHEMA, PV_OUTPUT, FullJoin, PageViews, at, expected_full_join,
-                      expected_page_views)
+from time_fns import (ACTION_SCHEMA, EVENTS_SCHEMA, JOIN_OUTPUT, JOIN_SCHEMA, PATTERN_OUTPUT, PATTERNS, PV_OUTPUT,
+                      RULE_SCHEMA, FullJoin, PageViews, PatternEvaluator, at, expected_full_join, expected_page_views,
+                      expected_patterns)
 
 pytestmark = pytest.mark.spark
 
@@ -254,6 +256,22 @@ def test_keyed_co_process_from_a_connect_client_equals_the_model(connect_mode, t
         [tmp_path / "l", tmp_path / "r"], [JOIN_SCHEMA, JOIN_SCHEMA], tmp_path / "ckpt")
     expected = expected_full_join(*sides)
     assert rows == expected and len(expected) >= 10
+
+
+def test_keyed_broadcast_process_from_a_connect_client_equals_the_model(connect_mode, tmp_path):
+    rng = random.Random(9)
+    actions = [[(f"u{rng.randrange(6)}", rng.choice(["login", "pay", "buy", "view"]), b * 100 + i) for i in range(20)]
+               for b in range(NUM_BATCHES)]
+    rules = [[(1, "login", "pay")], [], [(2, "login", "buy")], []]
+    write_batches(tmp_path / "a", actions, ACTION_SCHEMA)
+    write_batches(tmp_path / "r", rules, RULE_SCHEMA)
+    rows, _ = _run_connect(
+        connect_mode, lambda a, r: keyed_broadcast_process(
+            a, "user", r, PatternEvaluator(), PATTERN_OUTPUT, broadcast_states=[PATTERNS], broadcast_order="version",
+            parallelism=2, state_root=str(tmp_path / "state")),
+        [tmp_path / "a", tmp_path / "r"], [ACTION_SCHEMA, RULE_SCHEMA], tmp_path / "ckpt")
+    expected = _flat(expected_patterns(actions, rules))
+    assert rows == expected and {r[4] for r in expected} == {1, 2}
 
 
 def test_checkpointed_process_from_a_connect_client_equals_the_classic_run(spark, connect_mode, keyed_input, tmp_path):
