@@ -13,6 +13,7 @@ from .errors import (
     CheckpointCorruptError,
     CheckpointFileMissingError,
     ConfigError,
+    ConnectUnsupportedError,
     IncompatibleFormatError,
     LocalDiskError,
     SparkStateError,
@@ -22,17 +23,17 @@ from .errors import (
     StoreStateError,
     VersionNotFoundError,
 )
-from .session import configure
+from .session import configure, server_confs
 from .store import CommitMetrics, RestoreMetrics, VersionedStore
 
 __version__ = "0.1.0"
 
 __all__ = [
     "EngineConfig", "VersionedStore", "CommitMetrics", "RestoreMetrics",
-    "SparkStateError", "ConfigError", "VersionNotFoundError", "CheckpointCorruptError",
+    "SparkStateError", "ConfigError", "ConnectUnsupportedError", "VersionNotFoundError", "CheckpointCorruptError",
     "CheckpointFileMissingError", "IncompatibleFormatError", "StorageError",
     "StorageUnavailableError", "StorageRetriesExhaustedError", "LocalDiskError", "StoreStateError",
-    "__version__", "configure",
+    "__version__", "configure", "server_confs",
     "keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction",
     "keyed_co_process", "keyed_broadcast_process", "KeyedCoProcessFunction", "KeyedBroadcastProcessFunction",
     "TimeDomain",

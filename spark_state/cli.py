@@ -1,7 +1,8 @@
 """The command line: ``python -m spark_state <command>`` or the ``spark-state`` script.
 
 Commands: ``inspect``, ``savepoint``, ``restore``, ``rescale``, ``migrate`` (the operations
-of :mod:`spark_state.ops`, the same functions as the Python API), ``demo`` and ``jar``.
+of :mod:`spark_state.ops`, the same functions as the Python API), ``demo``, ``jar`` and
+``server-conf`` (the confs of a Spark Connect server or other driver started elsewhere).
 
 Conventions (every command follows them; keep them when adding one):
 
@@ -54,7 +55,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="spark-state: operate stateful Spark Structured Streaming queries "
-                    "(inspect, savepoint, restore, rescale, migrate), and the demo.")
+                    "(inspect, savepoint, restore, rescale, migrate); the demo; the JVM shim jar and the confs "
+                    "of a Spark driver (e.g. a Spark Connect server) started elsewhere.")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
 
     p = _command(sub, "inspect", "show what a checkpoint holds (reads only; safe on a running query)", _inspect)
@@ -97,9 +99,28 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
     sub.add_parser("demo", help="run the demo job (python -m spark_state demo --help)")
 
-    p = sub.add_parser("jar", help="print the path of the JVM shim jar (built on first use)",
-                       description="Print the shim jar's absolute path, building it if needed.")
+    p = sub.add_parser("jar", help="print the path of the JVM shim jar (the packaged one; built on first use "
+                                   "in a source checkout)",
+                       description="Print the shim jar's absolute path: the jar packaged in the installed wheel "
+                                   "(nothing is compiled), or in a source checkout the jar compiled from its "
+                                   "sources (on first use, ~10 s, into ~/.cache/spark-state).")
     p.set_defaults(run=_jar)
+
+    p = sub.add_parser(
+        "server-conf", help="print the Spark confs of a driver that runs spark-state (e.g. a Spark Connect server)",
+        description="Print the confs spark_state.configure() would set (the shim jar, the state store provider, "
+                    "the Python of the workers, engine options) for a Spark driver started elsewhere: "
+                    "start-connect-server.sh $(spark-state server-conf), or spark-submit. Default output: "
+                    "spark-submit arguments (--conf KEY=VALUE ...).")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the confs as one JSON object")
+    out.add_argument("--properties", action="store_true", help="print spark-defaults.conf lines (KEY VALUE)")
+    p.add_argument("--backend", choices=("rocksdb", "hashmap"), help="engine backend (default: the engine's, rocksdb)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="engine / provider option, e.g. snapshotInterval=20 (as in configure(options=...)), repeatable")
+    p.add_argument("--python", help="the Python the server's workers run, with spark-state installed "
+                                    "(default: the Python running this command)")
+    p.set_defaults(run=_server_conf)
     return parser
 
 
@@ -227,6 +248,26 @@ def _describe_inspect(r: dict[str, Any]) -> str:
             lines.append(f"    partition {part['partition']}: " + (f"key groups {kg[0]}..{kg[1]}, " if kg else "")
                          + f"rows {part.get('rows')}")
     return "\n".join(lines)
+
+
+def _server_conf(args) -> int:
+    """Print :func:`spark_state.server_confs` as spark-submit arguments, properties or JSON."""
+    import shlex
+
+    from .session import server_confs
+
+    try:
+        confs = server_confs(backend=args.backend, options=_pairs(args.option, "--option"), python=args.python)
+    except (SparkStateError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(confs, indent=1))
+    elif args.properties:
+        print("\n".join(f"{key} {value}" for key, value in confs.items()))
+    else:
+        print(" ".join(f"--conf {shlex.quote(f'{key}={value}')}" for key, value in confs.items()))
+    return 0
 
 
 def _jar(args) -> int:

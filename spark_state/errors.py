@@ -18,6 +18,12 @@ class ConfigError(SparkStateError, ValueError):
     """An unknown option, or an option with a value that cannot be used."""
 
 
+class ConnectUnsupportedError(ConfigError):
+    """Something that needs a classic PySpark driver (a ``SparkContext``, the Py4J gateway,
+    or the driver's start-up confs) was used with a Spark Connect session or builder; the
+    message says what to do instead (see ``spark_state.connect``)."""
+
+
 class VersionNotFoundError(SparkStateError, LookupError):
     """A version was asked for that checkpoint storage does not hold."""
 

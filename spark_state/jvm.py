@@ -1,9 +1,18 @@
 """Build and locate the JVM shim jar (the Scala ``StateStoreProvider`` of spark-state).
 
-The shim is compiled on first use with the Scala compiler that ships inside pyspark's
-own jars (Maven and sbt are not needed, and the compiler always matches the Scala version
-Spark was built with). The jar is never committed to the repository and never shipped in
-a wheel: it is a cache entry derived from the sources.
+Two places hold a jar:
+
+* **Packaged** (an install from a wheel or ``pip install .``): the wheel build compiles the
+  shim for the pyspark version spark-state pins and ships it as package data,
+  ``spark_state/jars/spark-state-shim-<pyspark version>.jar`` (see ``setup.py``). Its
+  manifest records the pyspark version and the source key (below) it was built from.
+  :func:`jar_path` returns it, running no tool and writing nothing, when the installed
+  pyspark is that version and -- if the shim sources are present, as in a source
+  checkout -- the sources still hash to its key.
+* **Cached** (a source checkout, ``pip install -e .``): compiled on first use with the Scala
+  compiler that ships inside pyspark's own jars (Maven and sbt are not needed, and the
+  compiler always matches the Scala version Spark was built with). The jar is never
+  committed to the repository: it is a cache entry derived from the sources.
 
 Cache layout::
 
@@ -50,7 +59,7 @@ import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 from .errors import ConfigError
 
@@ -62,6 +71,11 @@ __all__ = [
     "pyspark_jars_dir",
     "cache_dir",
     "jar_path",
+    "packaged_jar",
+    "packaged_jar_dir",
+    "packaged_jar_name",
+    "build_packaged_jar",
+    "jar_manifest",
 ]
 
 log = logging.getLogger(__name__)
@@ -72,12 +86,21 @@ PROVIDER_CLASS = "org.apache.spark.sql.execution.streaming.state.sparkstate.Spar
 #: File name of the shim jar inside its cache entry.
 JAR_NAME = "spark-state-shim.jar"
 
+#: Directory, inside the ``spark_state`` package, of the jar a wheel ships.
+PACKAGED_JAR_DIR = "jars"
+_PACKAGED_PREFIX, _PACKAGED_SUFFIX = "spark-state-shim-", ".jar"
+
+#: Main attributes of every jar's manifest: the pyspark version and the source key (the
+#: ``<key>`` of a cache entry) it was compiled from.
+MANIFEST_SPARK_VERSION = "Spark-Version"
+MANIFEST_SOURCE_KEY = "Spark-State-Shim-Key"
+
 #: Environment variable that overrides the cache root (default ``~/.cache/spark-state``).
 CACHE_DIR_ENV = "SPARK_STATE_CACHE_DIR"
 
 #: Part of the cache key: bump it when the way a jar is built changes (compiler flags,
 #: jar layout), so that jars built the old way are not reused.
-_BUILD_RECIPE = "1"
+_BUILD_RECIPE = "2"  # 2: the manifest names the pyspark version and the source key
 
 #: How much of the compiler's output an error message carries (the tail holds the summary
 #: line, and the first errors are usually near it for a small shim).
@@ -112,18 +135,29 @@ class ShimBuildError(ConfigError):
 def shim_source_dir() -> Path:
     """The ``jvm-shim/src/main`` directory of the source checkout spark-state runs from.
 
-    Raises :class:`ConfigError` when it is absent (spark-state installed from a wheel):
-    the jar is compiled from these sources on first use.
+    Raises :class:`ConfigError` when it is absent (spark-state installed from a wheel,
+    which carries the compiled jar instead): the jar is compiled from these sources.
     """
-    import spark_state
-
-    path = Path(spark_state.__file__).resolve().parent.parent / "jvm-shim" / "src" / "main"
-    if not path.is_dir():
+    path = _source_dir_if_present()
+    if path is None:
         raise ConfigError(
-            f"the spark-state JVM shim sources are needed to build its jar, but {path} does "
-            "not exist; install spark-state from a source checkout (pip install -e .)"
+            f"the spark-state JVM shim sources are needed to build its jar, but "
+            f"{_expected_source_dir()} does not exist; install spark-state from a source "
+            "checkout (pip install -e .), or from a wheel built for the installed pyspark "
+            "(pip install .), which carries the jar"
         )
     return path
+
+
+def _expected_source_dir() -> Path:
+    import spark_state
+
+    return Path(spark_state.__file__).resolve().parent.parent / "jvm-shim" / "src" / "main"
+
+
+def _source_dir_if_present() -> Optional[Path]:
+    path = _expected_source_dir()
+    return path if path.is_dir() else None
 
 
 def pyspark_jars_dir() -> Path:
@@ -207,27 +241,43 @@ def _cache_key(source_dir: Path, inputs: Sequence[str], compiler_jar: Path) -> s
 
 
 def jar_path(build: bool = True) -> str:
-    """Absolute path of the shim jar for the current sources and pyspark.
+    """Absolute path of the shim jar for the installed pyspark (and the current sources).
 
-    With ``build`` (the default) the jar is compiled first if the cache does not hold it
-    yet (about 10 s, once per source change); a cached jar is returned without running
-    any tool. With ``build=False`` the path is returned whether or not the jar exists.
+    The packaged jar (see :func:`packaged_jar`) when it fits: no tool runs and nothing is
+    written, so this works with a read-only home and without a compiler. Otherwise the
+    cached jar compiled from the sources: with ``build`` (the default) it is compiled first
+    if the cache does not hold it yet (about 10 s, once per source change); with
+    ``build=False`` its path is returned whether or not it exists.
 
-    Raises :class:`ConfigError` when the sources, Java or the Scala compiler are missing,
-    and :class:`ShimBuildError` (a ``ConfigError``) with the compiler's output when the
-    sources do not compile.
+    Raises :class:`ConfigError` when neither fits (e.g. a wheel's jar was built for another
+    pyspark and there are no sources), when the sources, Java or the Scala compiler are
+    missing, and :class:`ShimBuildError` (a ``ConfigError``) with the compiler's output when
+    the sources do not compile.
     """
-    source_dir = shim_source_dir()
+    packaged, mismatch = _packaged_jar()
+    if packaged is not None:
+        return str(packaged)
+    try:
+        source_dir = shim_source_dir()
+    except ConfigError as exc:
+        if mismatch:
+            raise ConfigError(f"{mismatch}; no shim jar can be built either: {exc}") from None
+        raise
+    return str(_cached_jar(source_dir, cache_dir() / "jars", build))
+
+
+def _cached_jar(source_dir: Path, jars_root: Path, build: bool) -> Path:
+    """The cache entry's jar for the sources in ``source_dir``; built first unless present
+    (and ``build``)."""
     jars_dir = pyspark_jars_dir()
     compiler_jar = _scala_jars(jars_dir)[0]
-    jars_root = cache_dir() / "jars"
     for _ in range(_MAX_BUILD_ATTEMPTS):
         inputs, entry = _entry(source_dir, compiler_jar)
         target = jars_root / entry / JAR_NAME
         if not build or target.is_file():
-            return str(target)
+            return target
         if _build_entry(source_dir, inputs, jars_dir, jars_root, entry, compiler_jar):
-            return str(target)
+            return target
         # The sources were edited while they compiled: the jar might mix two states of
         # them, so it was discarded; build again from the sources as they are now.
         log.info("spark-state shim sources changed during the build; building again")
@@ -235,6 +285,111 @@ def jar_path(build: bool = True) -> str:
         f"the spark-state shim sources under {source_dir} kept changing while they were "
         f"compiled ({_MAX_BUILD_ATTEMPTS} attempts); retry once they are saved"
     )
+
+
+# --- the packaged jar (wheels) ------------------------------------------------------------
+
+
+def packaged_jar_name(spark_version: str) -> str:
+    """File name of the jar a wheel ships for ``spark_version``."""
+    return f"{_PACKAGED_PREFIX}{spark_version}{_PACKAGED_SUFFIX}"
+
+
+def packaged_jar_dir() -> Path:
+    """``spark_state/jars`` of the installed package (present in installs from a wheel)."""
+    import spark_state
+
+    return Path(spark_state.__file__).resolve().parent / PACKAGED_JAR_DIR
+
+
+def packaged_jar() -> Optional[Path]:
+    """The jar shipped inside this installation, if it fits; else None.
+
+    It fits when it was built for the installed pyspark version and -- where the shim
+    sources are present (a source checkout) -- from sources that hash to the key in its
+    manifest. A checkout whose sources were edited since therefore builds from them.
+    """
+    return _packaged_jar()[0]
+
+
+def _packaged_jar() -> tuple[Optional[Path], str]:
+    """``(jar, "")`` when the packaged jar fits; ``(None, why)`` when there is one that does
+    not fit the installed pyspark (``why`` is the reason, for an error message); ``(None,
+    "")`` when there is none or the sources differ from the ones it was built from."""
+    directory = packaged_jar_dir()
+    shipped = sorted(directory.glob(packaged_jar_name("*"))) if directory.is_dir() else []
+    if not shipped:
+        return None, ""
+    version = _pyspark_version()
+    jar = directory / packaged_jar_name(version)
+    built_for = [p.name[len(_PACKAGED_PREFIX):-len(_PACKAGED_SUFFIX)] for p in shipped]
+    if not jar.is_file():
+        return None, (
+            f"spark-state's packaged JVM shim jar ({shipped[0]}) was built for pyspark "
+            f"{', '.join(built_for)}, but pyspark {version} is installed; install the pyspark "
+            f"version spark-state pins (pip install pyspark=={built_for[0]})"
+        )
+    manifest = jar_manifest(jar)
+    if manifest.get(MANIFEST_SPARK_VERSION) != version or not manifest.get(MANIFEST_SOURCE_KEY):
+        return None, (
+            f"spark-state's packaged JVM shim jar {jar} does not say it was built for pyspark "
+            f"{version} (its manifest: {MANIFEST_SPARK_VERSION}={manifest.get(MANIFEST_SPARK_VERSION)!r}); "
+            "reinstall spark-state"
+        )
+    source_dir = _source_dir_if_present()
+    if source_dir is not None:
+        _, entry = _entry(source_dir, _scala_jars(pyspark_jars_dir())[0])
+        if entry != f"{version}-{manifest[MANIFEST_SOURCE_KEY]}":
+            log.debug("packaged shim jar %s is older than the sources in %s; using the cache", jar, source_dir)
+            return None, ""
+    return jar, ""
+
+
+def jar_manifest(jar: "os.PathLike[str] | str") -> dict[str, str]:
+    """The main attributes of a jar's ``META-INF/MANIFEST.MF`` (empty if it has none)."""
+    try:
+        with zipfile.ZipFile(jar) as zf:
+            text = zf.read("META-INF/MANIFEST.MF").decode("utf-8")
+    except KeyError:
+        return {}
+    attributes: dict[str, str] = {}
+    last = None
+    for line in text.replace("\r\n", "\n").split("\n"):
+        if not line:
+            break  # the main section ends at the first blank line
+        if line.startswith(" ") and last:  # a continuation line (72-byte wrapping)
+            attributes[last] += line[1:]
+        elif ":" in line:
+            last, _, value = line.partition(":")
+            attributes[last] = value.strip()
+    return attributes
+
+
+def build_packaged_jar(dest_dir: "os.PathLike[str] | str") -> Path:
+    """Compile the shim for the installed pyspark into ``dest_dir`` as
+    :func:`packaged_jar_name` (the wheel build step; see ``setup.py``). Returns its path.
+
+    Goes through the cache (equal sources give a byte-identical jar, so a jar compiled for
+    the tests is reused), or a private temporary cache when the cache directory cannot be
+    written (a build sandbox without a home).
+    """
+    source_dir = shim_source_dir()
+    dest = Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    for stale in dest.glob(packaged_jar_name("*")):
+        stale.unlink()
+    target = dest / packaged_jar_name(_pyspark_version())
+    jars_root = cache_dir() / "jars"
+    try:
+        jars_root.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=jars_root).close()
+    except OSError as exc:
+        log.info("spark-state cache not writable (%s); building the shim jar in a temporary directory", exc)
+        with tempfile.TemporaryDirectory(prefix="spark-state-build-") as tmp:
+            shutil.copyfile(_cached_jar(source_dir, Path(tmp) / "jars", True), target)
+        return target
+    shutil.copyfile(_cached_jar(source_dir, jars_root, True), target)
+    return target
 
 
 #: Builds started by one jar_path() call before it gives up on sources that keep changing.
@@ -269,7 +424,9 @@ def _build_entry(
             log.info("building spark-state shim jar (first use, ~10 s)… -> %s", target)
             work = Path(tempfile.mkdtemp(prefix=".build-", dir=jars_root))
             try:
-                _build(source_dir, inputs, jars_dir, work)
+                version, key = entry.rsplit("-", 1)
+                _build(source_dir, inputs, jars_dir, work,
+                       {MANIFEST_SPARK_VERSION: version, MANIFEST_SOURCE_KEY: key})
                 if _entry(source_dir, compiler_jar) != (inputs, entry):
                     return False
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -338,8 +495,10 @@ def _run(cmd: list[str], what: str) -> None:
         log.debug("%s output:\n%s", what, output)
 
 
-def _build(source_dir: Path, inputs: Sequence[str], jars_dir: Path, work: Path) -> None:
-    """Compile ``inputs`` and package ``work/<JAR_NAME>``."""
+def _build(
+    source_dir: Path, inputs: Sequence[str], jars_dir: Path, work: Path, attributes: dict[str, str]
+) -> None:
+    """Compile ``inputs`` and package ``work/<JAR_NAME>`` (``attributes`` go into its manifest)."""
     java = _java_executable()
     compiler, library, reflect = _scala_jars(jars_dir)
     classes = work / "classes"
@@ -386,7 +545,7 @@ def _build(source_dir: Path, inputs: Sequence[str], jars_dir: Path, work: Path) 
             "javac",
         )
     resources = [rel for rel in inputs if rel.split("/", 1)[0] == _RESOURCES_DIR]
-    _write_jar(work / JAR_NAME, classes, {rel.split("/", 1)[1]: source_dir / rel for rel in resources})
+    _write_jar(work / JAR_NAME, classes, {rel.split("/", 1)[1]: source_dir / rel for rel in resources}, attributes)
 
 
 def _quote_arg(arg: str) -> str:
@@ -398,8 +557,9 @@ def _quote_arg(arg: str) -> str:
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
-def _write_jar(jar: Path, classes: Path, resources: dict[str, Path]) -> None:
-    """Package ``classes`` and ``resources`` (jar path -> file) as a jar; fsync it."""
+def _write_jar(jar: Path, classes: Path, resources: dict[str, Path], attributes: dict[str, str]) -> None:
+    """Package ``classes`` and ``resources`` (jar path -> file) as a jar whose manifest carries
+    ``attributes`` too; fsync it."""
     from . import __version__
 
     manifest = (
@@ -407,7 +567,8 @@ def _write_jar(jar: Path, classes: Path, resources: dict[str, Path]) -> None:
         f"Created-By: spark-state {__version__}\r\n"
         f"Implementation-Title: spark-state-shim\r\n"
         f"Implementation-Version: {__version__}\r\n"
-        "\r\n"
+        + "".join(f"{name}: {value}\r\n" for name, value in attributes.items())
+        + "\r\n"
     )
     entries: dict[str, Path] = {
         p.relative_to(classes).as_posix(): p for p in classes.rglob("*") if p.is_file()

@@ -8,12 +8,13 @@ from typing import Mapping, Optional, TypeVar
 
 from . import constants as C
 from .config import EngineConfig
-from .errors import ConfigError
+from .connect import remote_url
+from .errors import ConfigError, ConnectUnsupportedError
 from . import jvm
 from .provider.options import split_provider_options, validate_provider_options
 from .provider.ttl_policy import parse_settings as parse_ttl_settings, split_ttl_options
 
-__all__ = ["configure"]
+__all__ = ["configure", "server_confs"]
 
 #: Spark's conf naming the state store provider class.
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
@@ -58,6 +59,11 @@ def configure(
     already running in this process keeps its jars. A ``spark.jars`` from
     ``spark-defaults.conf`` is replaced, as with any ``builder.config("spark.jars", ...)``.
 
+    Spark Connect: a builder for an ``sc://`` server (``.remote(url)``, ``SPARK_REMOTE``)
+    raises :class:`~spark_state.errors.ConnectUnsupportedError` -- that server is a driver
+    started already; give it :func:`server_confs` when it starts. ``.remote("local...")``
+    works: pyspark starts that server here, with the builder's confs.
+
     Example::
 
         from pyspark.sql import SparkSession
@@ -68,6 +74,55 @@ def configure(
             backend="rocksdb",
             options={"snapshotInterval": "20", "retainedVersions": "50"},
         ).getOrCreate()
+    """
+    url = remote_url(builder)
+    if url is not None:
+        raise ConnectUnsupportedError(
+            f"spark_state.configure() sets the confs a Spark driver starts with, but this builder connects to "
+            f"the Spark Connect server {url}, which is the driver and is running already: its jars and state "
+            "store provider are set when it starts. Start the server with spark-state's confs -- "
+            "start-connect-server.sh $(spark-state server-conf), or the lines of "
+            "`spark-state server-conf --properties` in its spark-defaults.conf (Python: "
+            "spark_state.server_confs()) -- and create the client session without configure(): "
+            "SparkSession.builder.remote(url).getOrCreate(). See docs/spark-connect.md")
+    confs = server_confs(backend=backend, options=options, python=python)
+    python = confs["spark.pyspark.python"]
+
+    # Builder.config() stores every set conf in _options (pyspark 3.x and 4.x); read it so
+    # that jars the caller added before us are kept, not overwritten.
+    existing = str(getattr(builder, "_options", {}).get("spark.jars") or "")
+    jars = [j.strip() for j in existing.split(",") if j.strip()]
+    if confs["spark.jars"] not in jars:
+        jars.append(confs["spark.jars"])
+    confs["spark.jars"] = ",".join(jars)
+    if STOP_ACTIVE_RUN_CONF in getattr(builder, "_options", {}):
+        del confs[STOP_ACTIVE_RUN_CONF]
+    for key, value in confs.items():
+        builder.config(key, value)  # type: ignore[attr-defined]
+    # The conf reaches the JVM (which launches executors' Python workers); pyspark's own
+    # SparkContext reads only the environment variable (pythonExec) for Python UDF commands.
+    os.environ.setdefault("PYSPARK_PYTHON", python)
+    return builder
+
+
+def server_confs(
+    *,
+    backend: Optional[str] = None,
+    options: Optional[Mapping[str, str]] = None,
+    python: Optional[str] = None,
+) -> dict[str, str]:
+    """The Spark confs that run stateful queries on spark-state, as a dict: what
+    :func:`configure` sets on a builder, for a driver that is not started from this Python
+    process -- a Spark Connect server (``start-connect-server.sh``), ``spark-submit``, a
+    cluster's ``spark-defaults.conf``. ``spark-state server-conf`` prints them.
+
+    Keys: ``spark.jars`` (the shim jar, see :mod:`spark_state.jvm`),
+    ``spark.sql.streaming.stateStore.providerClass``, ``spark.pyspark.python`` (``python``,
+    default ``sys.executable``: the Python whose workers import spark_state),
+    ``spark.sql.streaming.stopActiveRunOnRestart=false`` and one
+    ``spark.sql.streaming.stateStore.sparkState.<key>`` per ``backend``/``options`` item
+    (validated here, as in :func:`configure`; :class:`~spark_state.errors.ConfigError` on
+    unknown keys or bad values).
     """
     opts = {str(k): str(v) for k, v in (options or {}).items()}
     if backend is not None:
@@ -83,24 +138,12 @@ def configure(
     parse_ttl_settings(ttl_opts)  # TTL for built-in operators (``ttl``, ``ttl.*``)
     validate_provider_options(provider_only)  # ``workersPerExecutor``, ``testing.*``
 
-    jar = jvm.jar_path()
-    python = python or sys.executable
-
-    # Builder.config() stores every set conf in _options (pyspark 3.x and 4.x); read it so
-    # that jars the caller added before us are kept, not overwritten.
-    existing = str(getattr(builder, "_options", {}).get("spark.jars") or "")
-    jars = [j.strip() for j in existing.split(",") if j.strip()]
-    if jar not in jars:
-        jars.append(jar)
-
-    builder.config("spark.jars", ",".join(jars))  # type: ignore[attr-defined]
-    builder.config(PROVIDER_CONF, jvm.PROVIDER_CLASS)  # type: ignore[attr-defined]
-    builder.config("spark.pyspark.python", python)  # type: ignore[attr-defined]
-    if STOP_ACTIVE_RUN_CONF not in getattr(builder, "_options", {}):
-        builder.config(STOP_ACTIVE_RUN_CONF, "false")  # type: ignore[attr-defined]
-    # The conf reaches the JVM (which launches executors' Python workers); pyspark's own
-    # SparkContext reads only the environment variable (pythonExec) for Python UDF commands.
-    os.environ.setdefault("PYSPARK_PYTHON", python)
+    confs = {
+        "spark.jars": jvm.jar_path(),
+        PROVIDER_CONF: jvm.PROVIDER_CLASS,
+        "spark.pyspark.python": python or sys.executable,
+        STOP_ACTIVE_RUN_CONF: "false",
+    }
     for key, value in opts.items():
-        builder.config(C.CONF_PREFIX + key, value)  # type: ignore[attr-defined]
-    return builder
+        confs[C.CONF_PREFIX + key] = value
+    return confs

@@ -48,6 +48,16 @@ def session():
 def _bridge(spark):
     from py4j.java_gateway import JavaClass
 
+    from ..connect import is_connect
+
+    if is_connect(spark):
+        raise UnsupportedCheckpointError(
+            "this checkpoint was written by Spark's own state store provider, which only a classic driver "
+            "can read (through its JVM), but the active SparkSession is a Spark Connect client, which has no "
+            "JVM: run the operation with the spark-state command (spark-state savepoint|migrate ...) on a "
+            "machine that can read the checkpoint (e.g. the Connect server's host), or from a Python process "
+            "without an active Spark Connect session")
+
     bridge = spark.sparkContext._jvm.org.apache.spark.sql.execution.streaming.state.sparkstate.OpsBridge
     if not isinstance(bridge, JavaClass):  # py4j gives a JavaPackage for a class it cannot load
         raise UnsupportedCheckpointError(

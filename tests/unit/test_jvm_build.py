@@ -42,6 +42,7 @@ def shim_src(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (src / "scala" / "demo").mkdir(parents=True)
     (src / "scala" / "demo" / "Hello.scala").write_text(HELLO)
     monkeypatch.setattr(jvm, "shim_source_dir", lambda: src)
+    monkeypatch.setattr(jvm, "_source_dir_if_present", lambda: src)
     monkeypatch.setenv(jvm.CACHE_DIR_ENV, str(tmp_path / "cache"))
     return src
 
@@ -139,7 +140,7 @@ def test_sources_edited_during_a_build_are_rebuilt(shim_src: Path, monkeypatch: 
     builds: list[str] = []
     hello = shim_src / "scala" / "demo" / "Hello.scala"
 
-    def fake_build(source_dir: Path, inputs: list[str], jars_dir: Path, work: Path) -> None:
+    def fake_build(source_dir: Path, inputs: list[str], jars_dir: Path, work: Path, attributes: dict) -> None:
         builds.append(hello.read_text())
         if len(builds) == 1:
             hello.write_text(HELLO + "// saved again mid-build\n")
@@ -242,6 +243,7 @@ _WORKER = textwrap.dedent(
 
     src, go = Path(sys.argv[1]), Path(sys.argv[2])
     jvm.shim_source_dir = lambda: src
+    jvm._source_dir_if_present = lambda: src
     runs = []
     real_run = jvm._run
     def counting(cmd, what):
@@ -278,6 +280,135 @@ def test_concurrent_builds_from_two_processes_produce_one_jar(shim_src: Path, tm
     jars_root = tmp_path / "cache" / "jars"
     assert [p.name for p in jars_root.iterdir() if p.is_dir()] == [Path(results[0]["path"]).parent.name]
     assert "demo/hello/Hello.class" in _entries(results[0]["path"])
+
+
+# --- the packaged jar (installs from a wheel) --------------------------------------------
+
+
+def _fake_packaged_jar(directory: Path, spark_version: str, key: str, extra: str = "") -> Path:
+    """A jar as a wheel ships it: named for ``spark_version``, its manifest naming the key."""
+    directory.mkdir(parents=True, exist_ok=True)
+    jar = directory / jvm.packaged_jar_name(spark_version)
+    with zipfile.ZipFile(jar, "w") as zf:
+        zf.writestr(
+            "META-INF/MANIFEST.MF",
+            f"Manifest-Version: 1.0\r\n{jvm.MANIFEST_SPARK_VERSION}: {spark_version}\r\n"
+            f"{jvm.MANIFEST_SOURCE_KEY}: {key}\r\n{extra}\r\nName: section\r\nIgnored: yes\r\n",
+        )
+        zf.writestr("demo/hello/Hello.class", b"not really")
+    return jar
+
+
+@pytest.fixture
+def wheel_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """As installed from a wheel: no shim sources, a ``spark_state/jars`` directory (returned),
+    and a cache directory nothing can be created in (it lies below a regular file)."""
+    monkeypatch.setattr(jvm, "_source_dir_if_present", lambda: None)
+    packaged = tmp_path / "site-packages" / "spark_state" / "jars"
+    monkeypatch.setattr(jvm, "packaged_jar_dir", lambda: packaged)
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv(jvm.CACHE_DIR_ENV, str(tmp_path / "not-a-dir" / "cache"))
+    return packaged
+
+
+def test_packaged_jar_is_used_without_sources_compiler_or_cache(
+    wheel_install: Path, compiler_runs: list[list[str]]
+) -> None:
+    import pyspark
+
+    jar = _fake_packaged_jar(wheel_install, pyspark.__version__, "0123456789abcdef")
+    assert jvm.packaged_jar() == jar
+    assert jvm.jar_path() == str(jar) and jvm.jar_path(build=False) == str(jar)
+    assert compiler_runs == []
+    with pytest.raises(OSError):  # the cache really is unusable: jar_path never touched it
+        Path(jvm.cache_dir()).mkdir(parents=True)
+
+
+def test_packaged_jar_for_another_pyspark_is_a_config_error(wheel_install: Path) -> None:
+    import pyspark
+
+    _fake_packaged_jar(wheel_install, "9.9.9", "0123456789abcdef")
+    assert jvm.packaged_jar() is None
+    with pytest.raises(ConfigError) as info:
+        jvm.jar_path()
+    message = str(info.value)
+    assert "built for pyspark 9.9.9" in message and f"pyspark {pyspark.__version__} is installed" in message
+    assert "pip install pyspark==9.9.9" in message
+    assert "no shim jar can be built either" in message and "pip install -e ." in message
+
+
+def test_packaged_jar_whose_manifest_names_another_pyspark_is_not_used(wheel_install: Path) -> None:
+    import pyspark
+
+    jar = _fake_packaged_jar(wheel_install, pyspark.__version__, "0123456789abcdef")
+    jar.rename(wheel_install / "tmp.jar")
+    renamed = _fake_packaged_jar(wheel_install, "9.9.9", "0123456789abcdef")
+    (wheel_install / "tmp.jar").rename(wheel_install / jvm.packaged_jar_name(pyspark.__version__))
+    renamed.unlink()
+    with zipfile.ZipFile(jar, "w") as zf:  # right file name, wrong manifest
+        zf.writestr("META-INF/MANIFEST.MF", f"Manifest-Version: 1.0\r\n{jvm.MANIFEST_SPARK_VERSION}: 9.9.9\r\n\r\n")
+    with pytest.raises(ConfigError, match="does not say it was built for pyspark"):
+        jvm.jar_path()
+
+
+def test_no_packaged_jar_and_no_sources_names_both_ways_to_install(wheel_install: Path) -> None:
+    with pytest.raises(ConfigError, match=r"pip install -e \.\).*pip install \.\)"):
+        jvm.jar_path()
+
+
+def test_packaged_jar_is_used_in_a_checkout_only_while_the_sources_match(
+    shim_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compiler_runs: list[list[str]]
+) -> None:
+    import pyspark
+
+    packaged = tmp_path / "pkg" / "spark_state" / "jars"
+    monkeypatch.setattr(jvm, "packaged_jar_dir", lambda: packaged)
+    cached = jvm.jar_path(build=False)  # the cache entry of the sources as they are
+    key = Path(cached).parent.name.rsplit("-", 1)[1]
+    jar = _fake_packaged_jar(packaged, pyspark.__version__, key)
+    assert jvm.jar_path() == str(jar) and compiler_runs == []
+    # An edited source: the packaged jar is stale; the checkout's own build is used.
+    (shim_src / "scala" / "demo" / "Hello.scala").write_text(HELLO.replace("hello", "hi"))
+    assert jvm.packaged_jar() is None
+    fresh = jvm.jar_path(build=False)
+    assert fresh not in (str(jar), cached) and Path(fresh).parent.parent == Path(cached).parent.parent
+
+
+def test_jar_manifest_reads_the_main_section_with_continuation_lines(tmp_path: Path) -> None:
+    long_value = "x" * 100
+    jar = _fake_packaged_jar(tmp_path, "4.3.0", "abc", extra=f"Long: {long_value[:60]}\r\n {long_value[60:]}\r\n")
+    manifest = jvm.jar_manifest(jar)
+    assert manifest[jvm.MANIFEST_SPARK_VERSION] == "4.3.0" and manifest[jvm.MANIFEST_SOURCE_KEY] == "abc"
+    assert manifest["Long"] == long_value
+    assert "Ignored" not in manifest  # a per-entry section, not the main one
+    with zipfile.ZipFile(tmp_path / "bare.jar", "w") as zf:
+        zf.writestr("a.class", b"")
+    assert jvm.jar_manifest(tmp_path / "bare.jar") == {}
+
+
+@pytest.mark.spark
+def test_build_packaged_jar_compiles_for_the_installed_pyspark(
+    shim_src: Path, tmp_path: Path, compiler_runs: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyspark
+
+    dest = tmp_path / "build" / "lib" / "spark_state" / "jars"
+    _fake_packaged_jar(dest, "9.9.9", "stale")  # a jar of another pyspark left in the build dir
+    jar = jvm.build_packaged_jar(dest)
+    assert sorted(p.name for p in dest.iterdir()) == [jvm.packaged_jar_name(pyspark.__version__)] == [jar.name]
+    assert "demo/hello/Hello.class" in _entries(str(jar))
+    manifest = jvm.jar_manifest(jar)
+    cached = jvm.jar_path(build=False)
+    assert manifest[jvm.MANIFEST_SPARK_VERSION] == pyspark.__version__
+    assert f"{pyspark.__version__}-{manifest[jvm.MANIFEST_SOURCE_KEY]}" == Path(cached).parent.name
+    assert Path(cached).read_bytes() == jar.read_bytes()  # built through the cache
+    assert len(compiler_runs) == 1
+    # With a cache directory that cannot be created, the build goes to a temporary one.
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv(jvm.CACHE_DIR_ENV, str(tmp_path / "not-a-dir" / "cache"))
+    again = jvm.build_packaged_jar(dest)
+    assert again.read_bytes() == jar.read_bytes() == Path(cached).read_bytes()  # reproducible
+    assert len(compiler_runs) == 2
 
 
 # --- configure() --------------------------------------------------------------------------
@@ -375,3 +506,56 @@ def test_cli_jar_reports_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "not found: type Foo" in captured.err
+
+
+# --- server_confs(), spark-state server-conf, configure() on a Spark Connect builder -------
+
+
+def test_server_confs_are_what_configure_sets(no_build: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    from pyspark.sql import SparkSession
+
+    from spark_state.__main__ import main
+
+    confs = spark_state.server_confs(backend="hashmap", options={"snapshotInterval": "5"}, python="/py")
+    assert confs == {
+        "spark.jars": FAKE_JAR,
+        "spark.sql.streaming.stateStore.providerClass": jvm.PROVIDER_CLASS,
+        "spark.pyspark.python": "/py",
+        "spark.sql.streaming.stopActiveRunOnRestart": "false",
+        "spark.sql.streaming.stateStore.sparkState.backend": "hashmap",
+        "spark.sql.streaming.stateStore.sparkState.snapshotInterval": "5",
+    }
+    builder = spark_state.configure(SparkSession.builder, backend="hashmap", options={"snapshotInterval": "5"},
+                                    python="/py")
+    assert builder._options == confs
+    with pytest.raises(ConfigError, match="unknown spark-state option"):
+        spark_state.server_confs(options={"snapshotIntervall": "5"})
+
+    assert main(["server-conf", "--backend", "hashmap", "--option", "snapshotInterval=5", "--python", "/py"]) == 0
+    assert capsys.readouterr().out.split() == [part for k, v in confs.items() for part in ("--conf", f"{k}={v}")]
+    assert main(["server-conf", "--json", "--python", "/py"]) == 0
+    assert json.loads(capsys.readouterr().out)["spark.jars"] == FAKE_JAR
+    assert main(["server-conf", "--properties", "--python", "/py"]) == 0
+    assert f"spark.jars {FAKE_JAR}" in capsys.readouterr().out.splitlines()
+    assert main(["server-conf", "--option", "nope=1"]) == 1
+    assert "unknown spark-state option" in capsys.readouterr().err
+
+
+def test_configure_refuses_a_builder_for_a_connect_server(no_build: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark.sql import SparkSession
+
+    from spark_state.errors import ConnectUnsupportedError
+
+    builder = SparkSession.builder.remote("sc://spark-host:15002")
+    with pytest.raises(ConnectUnsupportedError) as info:
+        spark_state.configure(builder)
+    message = str(info.value)
+    assert "sc://spark-host:15002" in message and "spark-state server-conf" in message
+    assert "server_confs()" in message and "docs/spark-connect.md" in message
+    assert builder._options == {"spark.remote": "sc://spark-host:15002"}  # untouched
+    monkeypatch.setenv("SPARK_REMOTE", "sc://from-env")
+    with pytest.raises(ConnectUnsupportedError, match="sc://from-env"):
+        spark_state.configure(SparkSession.builder)
+    # remote("local[...]"): pyspark starts that server in this process, with the builder's confs.
+    local = spark_state.configure(SparkSession.builder.remote("local[2]"))
+    assert local._options["spark.jars"] == FAKE_JAR
