@@ -2,7 +2,13 @@
 ``ReducingState``, ``AggregatingState``), each scoped to the backend's current key.
 
 A state object is created once (usually in ``open``) and follows the current key that the
-runtime sets before each element; every method acts on that key's state only. Writes are
+runtime sets before each element; every method acts on that key's state only. The backend
+hands every state object its base key (``_key``) when the current key changes, so an access
+pays no key concatenation. A :class:`ValueState` without TTL whose serializer promises exact
+round trips (``exact_type``: int, float, str, bytes, bool) remembers the value it last read
+or wrote for the current key, so the read-modify-write of a running count reads the store
+once per key and batch, not once per row; with the backend's ``write_back`` (the process
+runtimes) its writes also reach the store once per key switch (see :class:`ValueState`). Writes are
 staged in the store's pending epoch and become durable at the next commit.
 Key layout: :mod:`.keys`.
 
@@ -40,14 +46,15 @@ class KeyedState:
         self._access = access
         self._name = K.name_part(descriptor.name_bytes)
         self._ser = descriptor.serializer
+        #: the current key's base key, set by the backend (KeyedStateBackend.set_current_key)
+        self._key = backend.current_key_group_bytes + self._name + backend.current_key_part
 
     @property
     def name(self) -> str:
         return self.descriptor.name
 
     def _base(self) -> bytes:
-        b = self._backend
-        return b.current_key_group_bytes + self._name + b.current_key_part
+        return self._key
 
     def clear(self) -> None:
         """Remove the current key's state."""
@@ -63,27 +70,87 @@ class KeyedState:
         return StateDecodeError(self.name, repr(self._ser), exc)
 
 
+_ABSENT = object()
+
+
 class ValueState(KeyedState):
-    """One value per key."""
+    """One value per key.
+
+    Read cache (see the module docstring): ``_ckey`` is the base key whose value is known
+    (compared by identity: the backend makes a new base key object for every key switch),
+    ``_cval`` that value or ``_ABSENT``. Only values of the serializer's ``exact_type`` are
+    kept, and only without TTL (a TTL read may expire or re-stamp the entry).
+
+    Write-back (when the backend was created with ``write_back=True``, as the process
+    runtimes do): an update of such a value is serialized at once (so a bad value fails in
+    ``update``) but its bytes reach the store when the backend flushes -- at the next key
+    switch or before the commit -- so a key's run of updates costs one store write.
+    """
 
     descriptor: ValueStateDescriptor
 
+    def __init__(self, backend: "KeyedStateBackend", descriptor: StateDescriptor,
+                 access: "PlainAccess | TtlAccess") -> None:
+        super().__init__(backend, descriptor, access)
+        self._exact = getattr(self._ser, "exact_type", None) if access.ttl is None else None
+        self._write_back = backend.write_back and self._exact is not None
+        self._get, self._put = access.get, access.put
+        self._ckey: Optional[bytes] = None
+        self._cval: Any = _ABSENT
+        self._craw = b""
+        self._dirty = False
+
     def value(self) -> Any:
         """The current key's value, or the descriptor's default if there is none."""
-        raw = self._access.get(self._base())
+        key = self._key
+        if key is self._ckey:
+            v = self._cval
+            return self.descriptor.default if v is _ABSENT else v
+        raw = self._get(key)
         if raw is None:
+            if self._exact is not None:
+                self._ckey, self._cval = key, _ABSENT
             return self.descriptor.default
         try:  # inlined (not self._decode): the hottest read path
-            return self._ser.deserialize(raw)
+            v = self._ser.deserialize(raw)
         except Exception as exc:
             raise self._undecodable(exc) from exc
+        if type(v) is self._exact:
+            self._ckey, self._cval = key, v
+        return v
 
     def update(self, value: Any) -> None:
         """Set the value; ``None`` clears it."""
         if value is None:
             self.clear()
-        else:
-            self._access.put(self._base(), self._ser.serialize(value))
+            return
+        key = self._key
+        raw = self._ser.serialize(value)
+        if type(value) is self._exact:
+            if self._write_back:
+                if not self._dirty:
+                    self._dirty = True
+                    self._backend._pending.append(self)
+                self._ckey, self._cval, self._craw = key, value, raw
+                return
+            self._put(key, raw)
+            self._ckey, self._cval = key, value
+            return
+        self._dirty = False  # a pending write of this key is superseded
+        self._ckey = None
+        self._put(key, raw)
+
+    def clear(self) -> None:
+        """Remove the current key's value."""
+        self._dirty = False
+        self._ckey = None
+        self._access.delete(self._key)
+
+    def _flush(self) -> None:
+        """Write a pending (write-back) update to the store."""
+        if self._dirty:
+            self._dirty = False
+            self._put(self._ckey, self._craw)
 
 
 class ListState(KeyedState):
