@@ -71,6 +71,7 @@ class KeyedState:
 
 
 _ABSENT = object()
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class ValueState(KeyedState):
@@ -94,10 +95,13 @@ class ValueState(KeyedState):
         super().__init__(backend, descriptor, access)
         self._exact = getattr(self._ser, "exact_type", None) if access.ttl is None else None
         self._write_back = backend.write_back and self._exact is not None
+        #: serialize write-back updates at once (text: encoding can fail); other exact types
+        #: cannot fail once an int is known to fit int64, so they are serialized when written
+        self._eager = self._exact is str
         self._get, self._put = access.get, access.put
         self._ckey: Optional[bytes] = None
         self._cval: Any = _ABSENT
-        self._craw = b""
+        self._craw: Optional[bytes] = None
         self._dirty = False
 
     def value(self) -> Any:
@@ -121,24 +125,29 @@ class ValueState(KeyedState):
 
     def update(self, value: Any) -> None:
         """Set the value; ``None`` clears it."""
-        if value is None:
-            self.clear()
-            return
-        key = self._key
-        raw = self._ser.serialize(value)
         if type(value) is self._exact:
             if self._write_back:
+                if self._eager:
+                    self._craw = self._ser.serialize(value)  # text: a bad string fails here
+                else:
+                    if self._exact is int and not _I64_MIN <= value <= _I64_MAX:
+                        self._ser.serialize(value)  # raises what a write-through update raises
+                    self._craw = None  # serialized when written
                 if not self._dirty:
                     self._dirty = True
                     self._backend._pending.append(self)
-                self._ckey, self._cval, self._craw = key, value, raw
+                self._ckey, self._cval = self._key, value
                 return
-            self._put(key, raw)
+            key = self._key
+            self._put(key, self._ser.serialize(value))
             self._ckey, self._cval = key, value
+            return
+        if value is None:
+            self.clear()
             return
         self._dirty = False  # a pending write of this key is superseded
         self._ckey = None
-        self._put(key, raw)
+        self._put(self._key, self._ser.serialize(value))
 
     def clear(self) -> None:
         """Remove the current key's value."""
@@ -150,7 +159,8 @@ class ValueState(KeyedState):
         """Write a pending (write-back) update to the store."""
         if self._dirty:
             self._dirty = False
-            self._put(self._ckey, self._craw)
+            raw = self._craw
+            self._put(self._ckey, self._ser.serialize(self._cval) if raw is None else raw)
 
 
 class ListState(KeyedState):

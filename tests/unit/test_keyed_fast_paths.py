@@ -215,3 +215,18 @@ def test_output_rows_of_every_shape_still_convert_and_misfits_still_fail() -> No
     w.rows.extend([(1, 2), (3, 4, 5)])
     with pytest.raises(OutputSchemaError, match="3 values"):
         w.flush()
+
+
+def test_a_bad_write_back_update_fails_in_update_not_at_the_flush(store) -> None:
+    b = KeyedStateBackend(store, write_back=True)
+    n = b.get_state(ValueStateDescriptor("n", T.LongType()))
+    s = b.get_state(ValueStateDescriptor("s", T.StringType()))
+    b.set_current_key(b"a", 1)
+    with pytest.raises(Exception):
+        n.update(1 << 63)
+    with pytest.raises(UnicodeEncodeError):
+        s.update("\ud800")
+    n.update((1 << 63) - 1)
+    b.before_commit()
+    assert n.value() == (1 << 63) - 1
+    assert serializer_for(T.LongType()).deserialize(store.get(n._key)) == (1 << 63) - 1
