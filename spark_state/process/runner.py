@@ -7,6 +7,10 @@ Both runners follow the same protocol:
 2. :func:`~spark_state.process.stores.acquire` the partition's store at batch version ``B``
    (cached, loaded, or built by a rescale);
 3. run the function over the partition's Arrow batches, emitting output batches as they fill;
+   the lean keyed loop gathers input batches up to :data:`GROUP_ROWS` rows, groups their rows
+   by key (by Arrow for one integer or string key column), switches the current key once per
+   group and calls ``process_element(row, ctx)`` per row -- or, for a function defining the
+   vectorized form, ``process_elements(rows, ctx)`` once per group;
 4. when the input is exhausted: TTL cleanup (keyed) or ``snapshot_state`` plus the write-back
    of operator state, ``close()``, and the commit of version ``B + 1``.
 

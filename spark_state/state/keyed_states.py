@@ -58,7 +58,7 @@ class KeyedState:
 
     def clear(self) -> None:
         """Remove the current key's state."""
-        self._access.delete(self._base())
+        self._access.delete(self._key)
 
     def _decode(self, raw: bytes) -> Any:
         try:
@@ -175,7 +175,7 @@ class ListState(KeyedState):
 
     def get(self) -> list[Any]:
         """The elements, oldest first (``[]`` when empty)."""
-        base = self._base()
+        base = self._key
         n = len(base)
         de = self._ser.deserialize
         entries = self._access.scan(base)
@@ -189,7 +189,13 @@ class ListState(KeyedState):
 
     def add(self, value: Any) -> None:
         """Append one element."""
-        self.add_all((value,))
+        if value is None:
+            raise ValueError(f"list state {self.name!r} cannot hold None elements")
+        base = self._key
+        seq = self._next_seq(base)
+        put = self._access.put
+        put(base + K.seq_suffix(seq), self._ser.serialize(value))
+        put(base, K.seq_suffix(seq + 1))
 
     def add_all(self, values: Iterable[Any]) -> None:
         """Append several elements."""
@@ -198,7 +204,7 @@ class ListState(KeyedState):
             return
         if any(v is None for v in values):
             raise ValueError(f"list state {self.name!r} cannot hold None elements")
-        base = self._base()
+        base = self._key
         seq = self._next_seq(base)
         put = self._access.put
         ser = self._ser.serialize
@@ -214,7 +220,7 @@ class ListState(KeyedState):
         self.add_all(values)
 
     def clear(self) -> None:
-        base = self._base()
+        base = self._key
         delete = self._access.delete
         for key, _ in self._access.raw_scan(base):
             delete(key)
@@ -244,30 +250,30 @@ class MapState(KeyedState):
         self._kser = descriptor.key_serializer
 
     def get(self, key: Any) -> Any:
-        raw = self._access.get(self._base() + self._kser.serialize(key))
+        raw = self._access.get(self._key + self._kser.serialize(key))
         return None if raw is None else self._decode(raw)
 
     def put(self, key: Any, value: Any) -> None:
         if value is None:
             self.remove(key)
         else:
-            self._access.put(self._base() + self._kser.serialize(key), self._ser.serialize(value))
+            self._access.put(self._key + self._kser.serialize(key), self._ser.serialize(value))
 
     def put_all(self, entries: dict) -> None:
         for key, value in entries.items():
             self.put(key, value)
 
     def remove(self, key: Any) -> None:
-        self._access.delete(self._base() + self._kser.serialize(key))
+        self._access.delete(self._key + self._kser.serialize(key))
 
     def contains(self, key: Any) -> bool:
-        return self._access.get(self._base() + self._kser.serialize(key)) is not None
+        return self._access.get(self._key + self._kser.serialize(key)) is not None
 
     def __contains__(self, key: Any) -> bool:
         return self.contains(key)
 
     def items(self) -> list[tuple[Any, Any]]:
-        base = self._base()
+        base = self._key
         n = len(base)
         dk, dv = self._kser.deserialize, self._ser.deserialize
         entries = self._access.scan(base)
@@ -283,11 +289,11 @@ class MapState(KeyedState):
         return [v for _, v in self.items()]
 
     def is_empty(self) -> bool:
-        return not self._access.scan(self._base())
+        return not self._access.scan(self._key)
 
     def clear(self) -> None:
         delete = self._access.delete
-        for key, _ in self._access.raw_scan(self._base()):
+        for key, _ in self._access.raw_scan(self._key):
             delete(key)
 
 
@@ -297,11 +303,11 @@ class ReducingState(KeyedState):
     descriptor: ReducingStateDescriptor
 
     def get(self) -> Any:
-        raw = self._access.get(self._base())
+        raw = self._access.get(self._key)
         return None if raw is None else self._decode(raw)
 
     def add(self, value: Any) -> None:
-        base = self._base()
+        base = self._key
         raw = self._access.get(base)
         if raw is not None:
             value = self.descriptor.reduce_function(self._decode(raw), value)
@@ -318,12 +324,12 @@ class AggregatingState(KeyedState):
         return None if raw is None else self._decode(raw)
 
     def get(self) -> Any:
-        acc = self._accumulator(self._base())
+        acc = self._accumulator(self._key)
         return None if acc is None else self.descriptor.aggregate_function.get_result(acc)
 
     def add(self, value: Any) -> None:
         fn = self.descriptor.aggregate_function
-        base = self._base()
+        base = self._key
         acc = self._accumulator(base)
         if acc is None:
             acc = fn.create_accumulator()
@@ -333,7 +339,7 @@ class AggregatingState(KeyedState):
         """Merge an accumulator (e.g. a partial aggregate) into the current key's with the
         function's ``merge``."""
         fn = self.descriptor.aggregate_function
-        base = self._base()
+        base = self._key
         acc = self._accumulator(base)
         merged = accumulator if acc is None else fn.merge(acc, accumulator)
         self._access.put(base, self._ser.serialize(merged))
