@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import repeat
 from typing import Any, Iterator, Optional
 
 import pyarrow as pa
@@ -195,8 +196,7 @@ def _keyed_loop(plan: ProcessPlan, task: _Task, ps: PartitionStore, own: KeyGrou
                     if produced is not None:
                         extend(produced)
                     continue
-                for row in rows:
-                    produced = process(row, ctx)
+                for produced in map(process, rows, repeat(ctx, len(rows))):
                     if produced is not None:
                         extend(produced)
             if out.full:

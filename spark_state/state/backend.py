@@ -124,6 +124,7 @@ class KeyedStateBackend:
                     f"state {descriptor.name!r} is already registered as {existing.descriptor.kind} "
                     f"state; a {descriptor.kind} state needs another name")
             return existing
+        self.flush()  # registration may scan the store (schema checks, TTL layout migration)
         restore_keyed_schema(self._store, descriptor, lambda: self._entries_of(descriptor.name_bytes))
         access = self._access_for(descriptor)
         state = _STATE_CLASSES[type(descriptor)](self, descriptor, access)
