@@ -21,6 +21,19 @@ fire without new input (README, "Time"):
 * ``aipws`` -- the same keyed loop carried by ``applyInPandasWithState``, one group per
   partition (option A; NoTimeout here, which suffices while every group has rows).
 
+Floors and forms for the Python per-row cost (issue 14, item 4; ``--suite speed``):
+
+* ``passthrough`` -- the same routed stream (key group + route columns, ``repartition``) through
+  a ``mapInArrow`` that returns its input's ``k`` and ``v`` columns: no Python per row at all;
+* ``dictloop`` -- the same routed stream through a ``mapInArrow`` with a bare per-row Python
+  loop counting in a dict (``to_pylist`` per column, one dict get/set and one output tuple per
+  row): the per-row floor a keyed function is measured against;
+* ``process`` -- ``keyed_process`` with the per-row ``process_element`` function;
+* ``vector`` -- ``keyed_process`` with the vectorized form ``process_elements(rows, ctx)``
+  (one call per key and Arrow batch).
+
+``process`` and ``vector`` run once per backend in ``--backends`` (rocksdb, hashmap).
+
 keyed_process runs the per-row Flink-style function (``KeyedProcessFunction``) with the
 engine in-process (default backend RocksDB). transformWithStateInPandas runs the same logic per
 key group, vectorised with pandas the way its API invites (one state read and write per key
@@ -33,7 +46,10 @@ the first ``--warmup`` batches are not measured; the figure is the median ``addB
 the measured batches, as rows/s. Ratios are keyed_process over transformWithStateInPandas.
 
 Usage: python bench/keyed_bench.py [--rows-per-batch 50000] [--keys 25000] [--batches 4]
-           [--workloads count,listmap,count_timer] [--engines process,tws,heartbeat,aipws] [--json out.json]
+           [--workloads count,listmap,count_timer] [--engines process,tws,heartbeat,aipws]
+           [--backends rocksdb,hashmap] [--json out.json]
+       python bench/keyed_bench.py --suite speed    # issue 14's shape: 200k rows/batch, 20k keys,
+           # workloads count,listmap; engines passthrough,dictloop,process,vector; both backends
 """
 
 from __future__ import annotations
@@ -54,8 +70,10 @@ ENGINES = ("process", "tws")
 OUTPUTS = {"count": "k bigint, count bigint", "listmap": "k bigint, bucket bigint, count bigint",
            "count_timer": "k bigint, count bigint"}
 #: engines each workload runs on (others are skipped)
-SUPPORTED = {"count": ("process", "tws", "heartbeat", "aipws"), "listmap": ("process", "tws"),
-             "count_timer": ("process",)}
+SUPPORTED = {"count": ("passthrough", "dictloop", "process", "vector", "tws", "heartbeat", "aipws"),
+             "listmap": ("process", "vector", "tws"), "count_timer": ("process",)}
+#: engines that run keyed_process (once per backend in --backends)
+KEYED_ENGINES = ("process", "vector", "heartbeat", "aipws")
 #: event time of batch b's rows: [b * BATCH_EVENT_MS, (b + 1) * BATCH_EVENT_MS)
 BATCH_EVENT_MS = 10_000
 
@@ -109,6 +127,80 @@ def process_function(workload: str):
     if workload == "count_timer":
         return CountWithTimer()
     return RunningCount() if workload == "count" else ListMap()
+
+
+def vector_function(workload: str):
+    """The vectorized form (``process_elements``: one call per key and Arrow batch)."""
+    from pyspark.sql.types import LongType
+
+    from spark_state.process import KeyedProcessFunction
+    from spark_state.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
+
+    class RunningCount(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
+
+        def process_elements(self, rows, ctx):
+            n = self.count.value() or 0
+            self.count.update(n + len(rows))
+            k = ctx.current_key
+            return [(k, c) for c in range(n + 1, n + len(rows) + 1)]
+
+    class ListMap(KeyedProcessFunction):
+        def open(self, ctx):
+            self.values = ctx.get_list_state(ListStateDescriptor("values", LongType()))
+            self.buckets = ctx.get_map_state(MapStateDescriptor("buckets", LongType(), LongType()))
+
+        def process_elements(self, rows, ctx):
+            vs = [r.v for r in rows]
+            self.values.add_all(vs)
+            counts: dict = {}
+            get = self.buckets.get
+            out = []
+            for v in vs:
+                b = v % 10
+                n = counts.get(b)
+                if n is None:
+                    n = get(b) or 0
+                counts[b] = n = n + 1
+                out.append((ctx.current_key, b, n))
+            self.buckets.put_all(counts)
+            return out
+
+    return RunningCount() if workload == "count" else ListMap()
+
+
+def floor_carrier(df, engine: str, partitions: int):
+    """The floors: the stream routed exactly as keyed_process routes it, then a pass-through
+    ``mapInArrow`` (``passthrough``) or a bare per-row Python dict count (``dictloop``)."""
+    import pyarrow as pa
+
+    from spark_state.process.routing import add_routing_columns
+
+    routed = add_routing_columns(df, ["k"], partitions, 128)
+    schema = pa.schema([("k", pa.int64()), ("count", pa.int64())])
+
+    def passthrough(batches):
+        for b in batches:
+            yield pa.RecordBatch.from_arrays([b.column("k"), b.column("v")], schema=schema)
+
+    counts: dict = {}  # per Python worker, across batches (the workers are reused)
+
+    def dictloop(batches):
+        get = counts.get
+        for b in batches:
+            ks = b.column("k").to_pylist()
+            out = []
+            append = out.append
+            for k in ks:
+                n = get(k, 0) + 1
+                counts[k] = n
+                append((k, n))
+            cols = list(zip(*out)) if out else [[], []]
+            yield pa.RecordBatch.from_arrays([pa.array(cols[0], pa.int64()), pa.array(cols[1], pa.int64())],
+                                             schema=schema)
+
+    return routed.mapInArrow(passthrough if engine == "passthrough" else dictloop, OUTPUTS["count"])
 
 
 def aipws_carrier(df, function, output: str, partitions: int, state: str, backend: str):
@@ -225,8 +317,11 @@ def child(args: argparse.Namespace) -> None:
     df = spark.readStream.schema("k bigint, v bigint, ts timestamp").option("maxFilesPerTrigger", 1).parquet(args.input)
     if args.workload == "count_timer":
         df = df.withWatermark("ts", "5 seconds")
-    if args.engine in ("process", "heartbeat"):
-        out = spark_state.keyed_process(df, "k", process_function(args.workload), OUTPUTS[args.workload],
+    if args.engine in ("passthrough", "dictloop"):
+        out = floor_carrier(df, args.engine, args.partitions)
+    elif args.engine in ("process", "heartbeat", "vector"):
+        fn = vector_function(args.workload) if args.engine == "vector" else process_function(args.workload)
+        out = spark_state.keyed_process(df, "k", fn, OUTPUTS[args.workload],
                                         parallelism=args.partitions, state_location=args.state,
                                         engine={"backend": args.backend}, idle_heartbeat=args.engine == "heartbeat")
     elif args.engine == "aipws":
@@ -280,9 +375,11 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--workload"), ap.add_argument("--engine"), ap.add_argument("--input")
     ap.add_argument("--checkpoint"), ap.add_argument("--state")
-    ap.add_argument("--backend", default="rocksdb", help="keyed_process engine backend (rocksdb|hashmap)")
+    ap.add_argument("--backend", default="rocksdb", help=argparse.SUPPRESS)
+    ap.add_argument("--backends", default="rocksdb", help="keyed_process engine backends (rocksdb,hashmap)")
+    ap.add_argument("--suite", choices=["speed"], help="speed: issue 14's per-row cost comparison")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--engines")
     ap.add_argument("--rows-per-batch", type=int, default=50_000)
     ap.add_argument("--keys", type=int, default=25_000)
     ap.add_argument("--batches", type=int, default=4, help="measured batches")
@@ -290,6 +387,11 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--json")
     args = ap.parse_args()
+    if args.suite == "speed":
+        args.rows_per_batch, args.keys = 200_000, 20_000
+        args.workloads, args.backends = "count,listmap", "hashmap,rocksdb"
+        args.engines = args.engines or "passthrough,dictloop,process,vector"
+    args.engines = args.engines or ",".join(ENGINES)
     if args.child:
         child(args)
         return
@@ -305,20 +407,39 @@ def main() -> None:
             for engine in args.engines.split(","):
                 if engine not in SUPPORTED[workload]:
                     continue
-                secs = run_one(workload, engine, args.backend, args, input_dir, tmp)
-                med = statistics.median(secs)
-                results.setdefault(workload, {})[engine] = {
-                    "batch_seconds": secs, "median_s": med, "rows_per_s": args.rows_per_batch / med}
-                print(f"  {workload:8s} {engine:8s} median {med:7.2f} s/batch  "
-                      f"{args.rows_per_batch / med:10.0f} rows/s   batches: {[round(s, 2) for s in secs]}", flush=True)
+                backends = args.backends.split(",") if engine in KEYED_ENGINES else ["-"]
+                for backend in backends:
+                    name = engine if backend == "-" else f"{engine}/{backend}"
+                    secs = run_one(workload, engine, backend if backend != "-" else "rocksdb", args, input_dir, tmp)
+                    med = statistics.median(secs)
+                    results.setdefault(workload, {})[name] = {
+                        "batch_seconds": secs, "median_s": med, "rows_per_s": args.rows_per_batch / med}
+                    print(f"  {workload:8s} {name:18s} median {med:7.2f} s/batch  "
+                          f"{args.rows_per_batch / med:10.0f} rows/s   batches: {[round(s, 2) for s in secs]}",
+                          flush=True)
         print()
         for workload, r in results.items():
-            if "process" in r and "tws" in r:
-                ratio = r["process"]["rows_per_s"] / r["tws"]["rows_per_s"]
-                r["ratio"] = ratio
-                print(f"  {workload}: keyed_process is {ratio:.1f}x transformWithStateInPandas (RocksDB)")
-        if "count" in results and "count_timer" in results and "process" in results["count_timer"]:
-            rel = results["count_timer"]["process"]["rows_per_s"] / results["count"]["process"]["rows_per_s"]
+            base = r.get("dictloop") or results.get("count", {}).get("dictloop")
+            floor = r.get("passthrough") or results.get("count", {}).get("passthrough")
+            for name, x in r.items():
+                parts = []
+                if base is not None and name != "dictloop":
+                    x["vs_dictloop"] = x["rows_per_s"] / base["rows_per_s"]
+                    parts.append(f"{x['vs_dictloop']:.2f}x the per-row dict loop")
+                if floor is not None and name != "passthrough":
+                    x["vs_passthrough"] = x["rows_per_s"] / floor["rows_per_s"]
+                    parts.append(f"{x['vs_passthrough']:.2f}x pass-through mapInArrow")
+                if parts:
+                    print(f"  {workload:8s} {name:18s} " + ", ".join(parts))
+            for backend in args.backends.split(","):
+                if f"process/{backend}" in r and "tws" in r:
+                    ratio = r[f"process/{backend}"]["rows_per_s"] / r["tws"]["rows_per_s"]
+                    r[f"ratio_tws/{backend}"] = ratio
+                    print(f"  {workload}: keyed_process ({backend}) is {ratio:.1f}x transformWithStateInPandas (RocksDB)")
+        first = args.backends.split(",")[0]
+        if "count" in results and "count_timer" in results and f"process/{first}" in results["count_timer"]:
+            rel = (results["count_timer"][f"process/{first}"]["rows_per_s"]
+                   / results["count"][f"process/{first}"]["rows_per_s"])
             print(f"  count_timer runs at {rel:.2f}x the rows/s of count (same input, same run)")
         if args.json:
             with open(args.json, "w") as f:

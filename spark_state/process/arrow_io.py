@@ -62,8 +62,9 @@ class OutputWriter:
         if not rows:
             return None
         width = self._width
-        normal = [r if type(r) is tuple and len(r) == width else self._normalise(r) for r in rows]
-        columns = list(zip(*normal))
+        if set(map(type, rows)) != {tuple} or set(map(len, rows)) != {width}:  # C loops, no Python per row
+            rows = [r if type(r) is tuple and len(r) == width else self._normalise(r) for r in rows]
+        columns = list(zip(*rows))
         arrays = []
         for i, field in enumerate(self._arrow):
             try:

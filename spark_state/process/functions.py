@@ -10,6 +10,17 @@ Keyed::
             self.count.update(n)
             yield (ctx.current_key, n)
 
+Keyed, vectorized (one call per key and group of input rows; see
+:meth:`KeyedProcessFunction.process_elements` and docs/keyed-functions-performance.md)::
+
+    class CountWords(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
+        def process_elements(self, rows, ctx):
+            n = self.count.value() or 0
+            self.count.update(n + len(rows))
+            return [(ctx.current_key, c) for c in range(n + 1, n + len(rows) + 1)]
+
 Non-keyed, with operator state::
 
     class Buffering(CheckpointedFunction):
@@ -84,7 +95,24 @@ class KeyedProcessFunction:
         ``row`` is a namedtuple of the input columns; ``ctx.current_key`` is its key and every
         state object acts on that key's state. Rows of one key arrive in input order.
         """
-        raise NotImplementedError(f"{type(self).__name__} must implement process_element(row, ctx)")
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement process_element(row, ctx) or process_elements(rows, ctx)")
+
+    def process_elements(self, rows: list, ctx: "KeyedContext") -> Optional[Iterable[Any]]:
+        """The vectorized form: handle several rows of one key at once; yield (or return an
+        iterable of) output rows. Define it *instead of* :meth:`process_element`.
+
+        ``rows`` is a non-empty list of namedtuples, all of key ``ctx.current_key``, in input
+        order; state objects act on that key. A key's rows of one micro-batch usually come in
+        one call, but may be split over several (the runtime groups up to ``GROUP_ROWS`` input
+        rows at a time), so keep running values in state, not in the call. With event time,
+        timers, operator state or ``idle_heartbeat`` the function runs on the general loop,
+        which calls this with one row at a time (``ctx.timestamp()`` is that row's).
+        """
+        for row in rows:
+            produced = self.process_element(row, ctx)
+            if produced is not None:
+                yield from produced
 
     def on_timer(self, timestamp: int, ctx: "KeyedContext") -> Optional[Iterable[Any]]:
         """A timer of ``ctx.current_key`` fired (``ctx.time_domain()`` says which kind);

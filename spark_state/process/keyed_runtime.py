@@ -34,7 +34,7 @@ from ..state import KeyedStateBackend
 from .arrow_io import OutputWriter, row_class
 from .clock import record_max_event_time, resolve
 from .errors import StateLocationError
-from .functions import BroadcastContext, KeyedContext, OperatorContext
+from .functions import BroadcastContext, KeyedContext, OperatorContext, defines
 from .inputs import BROADCAST_SIDE, HEARTBEAT, LEFT, RIGHT, InputSide
 from .keycodec import key_decoder, key_encoder
 from .operator_state import KEYED_OPERATOR_PREFIX, OperatorStateStore
@@ -95,7 +95,7 @@ def _run(plan: Any, task: Any, ps: PartitionStore, own: KeyGroupRange, batches: 
     fn = plan.function
     name = plan.function_name
     sides: list[InputSide] = plan.sides
-    backend = KeyedStateBackend(store)
+    backend = KeyedStateBackend(store, write_back=True)
     delays = {str(s.tag): s.event_time.delay_ms for s in sides if s.event_time is not None}
     timers = TimerService(store, backend, lambda: resolve(task.storage, task.batch_id, delays),
                           event_time=bool(delays), fires=plan.has_timers, function_name=name)
@@ -122,7 +122,7 @@ def _run(plan: Any, task: Any, ps: PartitionStore, own: KeyGroupRange, batches: 
     if plan.variant == "co":
         handlers = {LEFT: fn.process_element1, RIGHT: fn.process_element2}
     else:
-        handlers = {LEFT: fn.process_element}
+        handlers = {LEFT: _one_row(fn.process_elements) if defines(fn, "process_elements") else fn.process_element}
     by_tag = {s.tag: s for s in sides}
     layouts: dict[int, _SideLayout] = {}
     maxima: dict[int, int] = {}
@@ -276,3 +276,12 @@ def _process_keyed(part: pa.RecordBatch, layout: _SideLayout, ts_all: Optional[p
         timers.keyed = False
         ctx._late = False
         ctx._timestamp = None
+
+
+def _one_row(process_elements: Callable) -> Callable:
+    """The vectorized form on this loop: one row per call, so that ``ctx.timestamp()`` and
+    ``ctx.is_late()`` describe the row (see ``KeyedProcessFunction.process_elements``)."""
+    def process(row: Any, ctx: KeyedContext) -> Any:
+        return process_elements([row], ctx)
+
+    return process

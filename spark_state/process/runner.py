@@ -7,6 +7,10 @@ Both runners follow the same protocol:
 2. :func:`~spark_state.process.stores.acquire` the partition's store at batch version ``B``
    (cached, loaded, or built by a rescale);
 3. run the function over the partition's Arrow batches, emitting output batches as they fill;
+   the lean keyed loop gathers input batches up to :data:`GROUP_ROWS` rows, groups their rows
+   by key (by Arrow for one integer or string key column), switches the current key once per
+   group and calls ``process_element(row, ctx)`` per row -- or, for a function defining the
+   vectorized form, ``process_elements(rows, ctx)`` once per group;
 4. when the input is exhausted: TTL cleanup (keyed) or ``snapshot_state`` plus the write-back
    of operator state, ``close()``, and the commit of version ``B + 1``.
 
@@ -18,9 +22,12 @@ version ``B`` in checkpoint storage: state is exactly-once under retries.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
+from itertools import repeat
 from typing import Any, Iterator, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.types import StructField, StructType
 
 from ..checkpoint.runs import RunContext
@@ -30,7 +37,7 @@ from ..state import KeyedStateBackend, copy_key_groups
 from ..testing import crashpoints
 from .arrow_io import OutputWriter, columns_as_lists, row_class
 from .errors import NotInStreamingQueryError, StateLocationError
-from .functions import KeyedContext, OperatorContext
+from .functions import KeyedContext, OperatorContext, defines
 from .keycodec import key_encoder
 from .location import (
     BATCH_ID_PROPERTY,
@@ -150,42 +157,33 @@ def run_keyed(plan: ProcessPlan, batches: Iterator[pa.RecordBatch],
     return _keyed_loop(plan, task, ps, own, batches)
 
 
+#: Input rows grouped by key at once: ``mapInArrow`` hands the task Arrow batches of
+#: ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows (10,000 by default); the lean loop
+#: gathers them up to this many rows, so that a key's rows of a micro-batch mostly arrive in
+#: one group (one key switch, one state read per key) while the memory held stays bounded.
+GROUP_ROWS = 65_536
+
+
 def _keyed_loop(plan: ProcessPlan, task: _Task, ps: PartitionStore, own: KeyGroupRange,
                 batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     out = OutputWriter(plan.output_schema, plan.function_name)
     try:
-        backend = KeyedStateBackend(ps.store)
+        backend = KeyedStateBackend(ps.store, write_back=True)
         ctx = KeyedContext(backend, task.batch_id, task.partition, plan.parallelism,
                            plan.max_parallelism or 0, task.url, function_name=plan.function_name)
         fn = plan.function
-        process = fn.process_element
+        vectorized = defines(fn, "process_elements")
+        process = fn.process_elements if vectorized else fn.process_element
         encode = key_encoder(plan.key_fields)
         set_key = backend.set_current_key
         lo, hi = own.start, own.end
         layout = None
         fn.open(ctx)
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
+        for chunk in _gathered(batches, GROUP_ROWS):
             if layout is None:
-                layout = _BatchLayout(batch.schema, [f.name for f in plan.key_fields])
-            cols = columns_as_lists(batch, layout.input_idx)
-            rows = list(map(layout.row_cls._make, zip(*cols)))
-            if len(layout.key_pos) == 1:
-                keys = cols[layout.key_pos[0]]
-            else:
-                keys = list(zip(*[cols[i] for i in layout.key_pos]))
-            kgs = batch.column(layout.kg_idx).to_pylist()
-            groups: dict[Any, list[int]] = {}
-            for i, k in enumerate(keys):
-                g = groups.get(k)
-                if g is None:
-                    groups[k] = [i]
-                else:
-                    g.append(i)
+                layout = _BatchLayout(chunk[0].schema, [f.name for f in plan.key_fields])
             extend = out.rows.extend
-            for key, idxs in groups.items():
-                kg = kgs[idxs[0]]
+            for key, kg, rows in _group_by_key(chunk, layout):
                 if not lo <= kg <= hi:
                     raise StateLocationError(
                         f"row with key {key!r} (key group {kg}) reached partition {task.partition}, which "
@@ -193,8 +191,12 @@ def _keyed_loop(plan: ProcessPlan, task: _Task, ps: PartitionStore, own: KeyGrou
                 set_key(encode(key), kg)
                 ctx.current_key = key
                 ctx.current_key_group = kg
-                for i in idxs:
-                    produced = process(rows[i], ctx)
+                if vectorized:
+                    produced = process(rows, ctx)
+                    if produced is not None:
+                        extend(produced)
+                    continue
+                for produced in map(process, rows, repeat(ctx, len(rows))):
                     if produced is not None:
                         extend(produced)
             if out.full:
@@ -210,6 +212,69 @@ def _keyed_loop(plan: ProcessPlan, task: _Task, ps: PartitionStore, own: KeyGrou
         yield last
 
 
+def _gathered(batches: Iterator[pa.RecordBatch], limit: int) -> Iterator[list[pa.RecordBatch]]:
+    """Non-empty input batches in runs of at least ``limit`` rows (the last run may be shorter)."""
+    run: list[pa.RecordBatch] = []
+    n = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        run.append(batch)
+        n += batch.num_rows
+        if n >= limit:
+            yield run
+            run, n = [], 0
+    if run:
+        yield run
+
+
+def _group_by_key(chunk: list[pa.RecordBatch], layout: "_BatchLayout") -> list[tuple[Any, int, list]]:
+    """``(key, key group, rows)`` per key of ``chunk``: the rows (namedtuples) in input order
+    within a key, keys in no particular order. One integer or string key column without
+    nulls is grouped by Arrow (a stable sort, then runs of equal keys): no Python work per
+    row beyond building the row; other keys are grouped with a dict."""
+    data = chunk[0] if len(chunk) == 1 else pa.Table.from_batches(chunk)
+    if layout.sort_key_idx >= 0:
+        key_column = data.column(layout.sort_key_idx)
+        if key_column.null_count == 0:
+            return _group_sorted(data.take(pc.sort_indices(key_column)), layout)
+    cols = [data.column(i).to_pylist() for i in layout.input_idx]  # one C loop per column
+    rows = map(layout.make_row, zip(*cols))
+    if len(layout.key_pos) == 1:
+        keys = cols[layout.key_pos[0]]
+    else:
+        keys = zip(*[cols[i] for i in layout.key_pos])
+    groups: dict[Any, list] = {}
+    key_groups: dict[Any, int] = {}
+    get = groups.get
+    for k, kg, row in zip(keys, data.column(layout.kg_idx).to_pylist(), rows):
+        g = get(k)
+        if g is None:
+            groups[k] = [row]
+            key_groups[k] = kg
+        else:
+            g.append(row)
+    return [(k, key_groups[k], rows) for k, rows in groups.items()]
+
+
+def _group_sorted(data: Any, layout: "_BatchLayout") -> list[tuple[Any, int, list]]:
+    """Groups of ``data`` (a record batch or table) already sorted by its one key column."""
+    cols = [data.column(i).to_pylist() for i in layout.input_idx]
+    rows = list(map(layout.make_row, zip(*cols)))
+    keys = cols[layout.key_pos[0]]
+    kgs = data.column(layout.kg_idx).to_pylist()
+    n = len(rows)
+    starts = [0]
+    if n > 1:
+        sorted_keys = data.column(layout.sort_key_idx)
+        if isinstance(sorted_keys, pa.ChunkedArray):
+            sorted_keys = sorted_keys.combine_chunks()
+        change = pc.not_equal(sorted_keys.slice(1), sorted_keys.slice(0, n - 1))
+        starts += [i + 1 for i in pc.indices_nonzero(change).to_pylist()]
+    ends = starts[1:] + [n]
+    return [(keys[s], kgs[s], rows[s:e]) for s, e in zip(starts, ends)]
+
+
 class _BatchLayout:
     """Column positions of the Arrow batches a task receives (same for all its batches)."""
 
@@ -218,8 +283,16 @@ class _BatchLayout:
         self.input_idx = [i for i, n in enumerate(names) if n not in HIDDEN_COLUMNS]
         input_names = [names[i] for i in self.input_idx]
         self.row_cls = row_class(input_names)
+        #: values tuple -> row, without a Python-level call per row (namedtuple's ``_make`` is one)
+        self.make_row = partial(tuple.__new__, self.row_cls)
         self.key_pos = [input_names.index(k) for k in key_names]
         self.kg_idx = names.index(KEY_GROUP_COLUMN) if KEY_GROUP_COLUMN in names else -1
+        #: the one key column's index if Arrow can group it (integer or string), else -1
+        self.sort_key_idx = -1
+        if len(key_names) == 1:
+            t = schema.field(key_names[0]).type
+            if pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t):
+                self.sort_key_idx = names.index(key_names[0])
 
 
 # --------------------------------------------------------------------------------- operator

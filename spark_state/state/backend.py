@@ -55,9 +55,16 @@ _STATE_CLASSES: dict[type, type] = {
 class KeyedStateBackend:
     """Keyed state of one partition, on one loaded store."""
 
-    def __init__(self, store: VersionedStore) -> None:
+    def __init__(self, store: VersionedStore, *, write_back: bool = False) -> None:
+        """``write_back``: value states may hold a key's last update until the key changes
+        (:class:`~.keyed_states.ValueState`); whoever commits must call :meth:`before_commit`
+        (or :meth:`flush`) first, as the process runtimes do."""
         self._store = store
+        self.write_back = write_back
+        #: value states with a write-back update not yet in the store
+        self._pending: list[ValueState] = []
         self._states: dict[str, KeyedState] = {}
+        self._state_list: list[KeyedState] = []
         self._accesses: list[Union[PlainAccess, TtlAccess]] = []
         self.ttl_stats = TtlStats()
         self.current_key_group = 0
@@ -70,13 +77,26 @@ class KeyedStateBackend:
         return self._store
 
     # ------------------------------------------------------------------ current key
+    def flush(self) -> None:
+        """Write the pending write-back updates to the store."""
+        pending, self._pending = self._pending, []
+        for state in pending:
+            state._flush()
+
     def set_current_key(self, key: bytes, key_group: int) -> None:
-        """Scope every state object to ``key`` (serialized) in ``key_group``."""
+        """Scope every state object to ``key`` (serialized) in ``key_group``: each gets its
+        base key now (once per key, not once per access). Pending write-back updates of the
+        previous key are written first."""
+        if self._pending:
+            self.flush()
         self.current_key = key
-        self.current_key_part = _U32.pack(len(key)) + key
+        self.current_key_part = part = _U32.pack(len(key)) + key
         if key_group != self.current_key_group:
             self.current_key_group_bytes = K.key_group_bytes(key_group)
             self.current_key_group = key_group
+        kg = self.current_key_group_bytes
+        for state in self._state_list:
+            state._key = kg + state._name + part
 
     # ------------------------------------------------------------------ state objects
     def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
@@ -104,10 +124,12 @@ class KeyedStateBackend:
                     f"state {descriptor.name!r} is already registered as {existing.descriptor.kind} "
                     f"state; a {descriptor.kind} state needs another name")
             return existing
+        self.flush()  # registration may scan the store (schema checks, TTL layout migration)
         restore_keyed_schema(self._store, descriptor, lambda: self._entries_of(descriptor.name_bytes))
         access = self._access_for(descriptor)
         state = _STATE_CLASSES[type(descriptor)](self, descriptor, access)
         self._states[descriptor.name] = state
+        self._state_list.append(state)
         self._accesses.append(access)
         return state
 
@@ -134,7 +156,9 @@ class KeyedStateBackend:
 
     # ------------------------------------------------------------------ lifecycle
     def before_commit(self) -> int:
-        """Run TTL cleanup for this epoch; returns how many entries expired by it."""
+        """Write pending write-back updates, then run TTL cleanup for this epoch; returns
+        how many entries expired by it."""
+        self.flush()
         snapshots = self._store.commit_takes_snapshot() if self._accesses else False
         return sum(access.before_commit(snapshots) for access in self._accesses)
 

@@ -2,7 +2,13 @@
 ``ReducingState``, ``AggregatingState``), each scoped to the backend's current key.
 
 A state object is created once (usually in ``open``) and follows the current key that the
-runtime sets before each element; every method acts on that key's state only. Writes are
+runtime sets before each element; every method acts on that key's state only. The backend
+hands every state object its base key (``_key``) when the current key changes, so an access
+pays no key concatenation. A :class:`ValueState` without TTL whose serializer promises exact
+round trips (``exact_type``: int, float, str, bytes, bool) remembers the value it last read
+or wrote for the current key, so the read-modify-write of a running count reads the store
+once per key and batch, not once per row; with the backend's ``write_back`` (the process
+runtimes) its writes also reach the store once per key switch (see :class:`ValueState`). Writes are
 staged in the store's pending epoch and become durable at the next commit.
 Key layout: :mod:`.keys`.
 
@@ -40,18 +46,19 @@ class KeyedState:
         self._access = access
         self._name = K.name_part(descriptor.name_bytes)
         self._ser = descriptor.serializer
+        #: the current key's base key, set by the backend (KeyedStateBackend.set_current_key)
+        self._key = backend.current_key_group_bytes + self._name + backend.current_key_part
 
     @property
     def name(self) -> str:
         return self.descriptor.name
 
     def _base(self) -> bytes:
-        b = self._backend
-        return b.current_key_group_bytes + self._name + b.current_key_part
+        return self._key
 
     def clear(self) -> None:
         """Remove the current key's state."""
-        self._access.delete(self._base())
+        self._access.delete(self._key)
 
     def _decode(self, raw: bytes) -> Any:
         try:
@@ -63,27 +70,97 @@ class KeyedState:
         return StateDecodeError(self.name, repr(self._ser), exc)
 
 
+_ABSENT = object()
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 class ValueState(KeyedState):
-    """One value per key."""
+    """One value per key.
+
+    Read cache (see the module docstring): ``_ckey`` is the base key whose value is known
+    (compared by identity: the backend makes a new base key object for every key switch),
+    ``_cval`` that value or ``_ABSENT``. Only values of the serializer's ``exact_type`` are
+    kept, and only without TTL (a TTL read may expire or re-stamp the entry).
+
+    Write-back (when the backend was created with ``write_back=True``, as the process
+    runtimes do): an update of such a value is serialized at once (so a bad value fails in
+    ``update``) but its bytes reach the store when the backend flushes -- at the next key
+    switch or before the commit -- so a key's run of updates costs one store write.
+    """
 
     descriptor: ValueStateDescriptor
 
+    def __init__(self, backend: "KeyedStateBackend", descriptor: StateDescriptor,
+                 access: "PlainAccess | TtlAccess") -> None:
+        super().__init__(backend, descriptor, access)
+        self._exact = getattr(self._ser, "exact_type", None) if access.ttl is None else None
+        self._write_back = backend.write_back and self._exact is not None
+        #: serialize write-back updates at once (text: encoding can fail); other exact types
+        #: cannot fail once an int is known to fit int64, so they are serialized when written
+        self._eager = self._exact is str
+        self._get, self._put = access.get, access.put
+        self._ckey: Optional[bytes] = None
+        self._cval: Any = _ABSENT
+        self._craw: Optional[bytes] = None
+        self._dirty = False
+
     def value(self) -> Any:
         """The current key's value, or the descriptor's default if there is none."""
-        raw = self._access.get(self._base())
+        key = self._key
+        if key is self._ckey:
+            v = self._cval
+            return self.descriptor.default if v is _ABSENT else v
+        raw = self._get(key)
         if raw is None:
+            if self._exact is not None:
+                self._ckey, self._cval = key, _ABSENT
             return self.descriptor.default
         try:  # inlined (not self._decode): the hottest read path
-            return self._ser.deserialize(raw)
+            v = self._ser.deserialize(raw)
         except Exception as exc:
             raise self._undecodable(exc) from exc
+        if type(v) is self._exact:
+            self._ckey, self._cval = key, v
+        return v
 
     def update(self, value: Any) -> None:
         """Set the value; ``None`` clears it."""
+        if type(value) is self._exact:
+            if self._write_back:
+                if self._eager:
+                    self._craw = self._ser.serialize(value)  # text: a bad string fails here
+                else:
+                    if self._exact is int and not _I64_MIN <= value <= _I64_MAX:
+                        self._ser.serialize(value)  # raises what a write-through update raises
+                    self._craw = None  # serialized when written
+                if not self._dirty:
+                    self._dirty = True
+                    self._backend._pending.append(self)
+                self._ckey, self._cval = self._key, value
+                return
+            key = self._key
+            self._put(key, self._ser.serialize(value))
+            self._ckey, self._cval = key, value
+            return
         if value is None:
             self.clear()
-        else:
-            self._access.put(self._base(), self._ser.serialize(value))
+            return
+        self._dirty = False  # a pending write of this key is superseded
+        self._ckey = None
+        self._put(self._key, self._ser.serialize(value))
+
+    def clear(self) -> None:
+        """Remove the current key's value."""
+        self._dirty = False
+        self._ckey = None
+        self._access.delete(self._key)
+
+    def _flush(self) -> None:
+        """Write a pending (write-back) update to the store."""
+        if self._dirty:
+            self._dirty = False
+            raw = self._craw
+            self._put(self._ckey, self._ser.serialize(self._cval) if raw is None else raw)
 
 
 class ListState(KeyedState):
@@ -98,7 +175,7 @@ class ListState(KeyedState):
 
     def get(self) -> list[Any]:
         """The elements, oldest first (``[]`` when empty)."""
-        base = self._base()
+        base = self._key
         n = len(base)
         de = self._ser.deserialize
         entries = self._access.scan(base)
@@ -112,7 +189,13 @@ class ListState(KeyedState):
 
     def add(self, value: Any) -> None:
         """Append one element."""
-        self.add_all((value,))
+        if value is None:
+            raise ValueError(f"list state {self.name!r} cannot hold None elements")
+        base = self._key
+        seq = self._next_seq(base)
+        put = self._access.put
+        put(base + K.seq_suffix(seq), self._ser.serialize(value))
+        put(base, K.seq_suffix(seq + 1))
 
     def add_all(self, values: Iterable[Any]) -> None:
         """Append several elements."""
@@ -121,7 +204,7 @@ class ListState(KeyedState):
             return
         if any(v is None for v in values):
             raise ValueError(f"list state {self.name!r} cannot hold None elements")
-        base = self._base()
+        base = self._key
         seq = self._next_seq(base)
         put = self._access.put
         ser = self._ser.serialize
@@ -137,7 +220,7 @@ class ListState(KeyedState):
         self.add_all(values)
 
     def clear(self) -> None:
-        base = self._base()
+        base = self._key
         delete = self._access.delete
         for key, _ in self._access.raw_scan(base):
             delete(key)
@@ -167,30 +250,30 @@ class MapState(KeyedState):
         self._kser = descriptor.key_serializer
 
     def get(self, key: Any) -> Any:
-        raw = self._access.get(self._base() + self._kser.serialize(key))
+        raw = self._access.get(self._key + self._kser.serialize(key))
         return None if raw is None else self._decode(raw)
 
     def put(self, key: Any, value: Any) -> None:
         if value is None:
             self.remove(key)
         else:
-            self._access.put(self._base() + self._kser.serialize(key), self._ser.serialize(value))
+            self._access.put(self._key + self._kser.serialize(key), self._ser.serialize(value))
 
     def put_all(self, entries: dict) -> None:
         for key, value in entries.items():
             self.put(key, value)
 
     def remove(self, key: Any) -> None:
-        self._access.delete(self._base() + self._kser.serialize(key))
+        self._access.delete(self._key + self._kser.serialize(key))
 
     def contains(self, key: Any) -> bool:
-        return self._access.get(self._base() + self._kser.serialize(key)) is not None
+        return self._access.get(self._key + self._kser.serialize(key)) is not None
 
     def __contains__(self, key: Any) -> bool:
         return self.contains(key)
 
     def items(self) -> list[tuple[Any, Any]]:
-        base = self._base()
+        base = self._key
         n = len(base)
         dk, dv = self._kser.deserialize, self._ser.deserialize
         entries = self._access.scan(base)
@@ -206,11 +289,11 @@ class MapState(KeyedState):
         return [v for _, v in self.items()]
 
     def is_empty(self) -> bool:
-        return not self._access.scan(self._base())
+        return not self._access.scan(self._key)
 
     def clear(self) -> None:
         delete = self._access.delete
-        for key, _ in self._access.raw_scan(self._base()):
+        for key, _ in self._access.raw_scan(self._key):
             delete(key)
 
 
@@ -220,11 +303,11 @@ class ReducingState(KeyedState):
     descriptor: ReducingStateDescriptor
 
     def get(self) -> Any:
-        raw = self._access.get(self._base())
+        raw = self._access.get(self._key)
         return None if raw is None else self._decode(raw)
 
     def add(self, value: Any) -> None:
-        base = self._base()
+        base = self._key
         raw = self._access.get(base)
         if raw is not None:
             value = self.descriptor.reduce_function(self._decode(raw), value)
@@ -241,12 +324,12 @@ class AggregatingState(KeyedState):
         return None if raw is None else self._decode(raw)
 
     def get(self) -> Any:
-        acc = self._accumulator(self._base())
+        acc = self._accumulator(self._key)
         return None if acc is None else self.descriptor.aggregate_function.get_result(acc)
 
     def add(self, value: Any) -> None:
         fn = self.descriptor.aggregate_function
-        base = self._base()
+        base = self._key
         acc = self._accumulator(base)
         if acc is None:
             acc = fn.create_accumulator()
@@ -256,7 +339,7 @@ class AggregatingState(KeyedState):
         """Merge an accumulator (e.g. a partial aggregate) into the current key's with the
         function's ``merge``."""
         fn = self.descriptor.aggregate_function
-        base = self._base()
+        base = self._key
         acc = self._accumulator(base)
         merged = accumulator if acc is None else fn.merge(acc, accumulator)
         self._access.put(base, self._ser.serialize(merged))

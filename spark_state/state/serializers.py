@@ -44,7 +44,7 @@ import pickle
 import re
 import struct
 import warnings
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Optional, Protocol, runtime_checkable
 
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
@@ -71,6 +71,10 @@ class _Codec:
     """
 
     name = "?"
+    #: The one Python type whose values come back from ``deserialize(serialize(v))`` equal and
+    #: of the same type, so a state may keep such a value instead of re-reading its bytes
+    #: (immutable types only); None: no such promise.
+    exact_type: Optional[type] = None
 
     @property
     def type_string(self) -> str:
@@ -105,14 +109,24 @@ class _Codec:
 
 
 class _Fixed(_Codec):
-    def __init__(self, name: str, fmt: struct.Struct, to: Callable[[Any], Any], back: Callable[[Any], Any]) -> None:
+    def __init__(self, name: str, fmt: struct.Struct, to: Callable[[Any], Any], back: Callable[[Any], Any],
+                 exact_type: Optional[type] = None) -> None:
         self.name, self._fmt, self._to, self._back = name, fmt, to, back
+        self.exact_type = exact_type
+        # The hot paths (one call per state read or write): the precompiled struct's bound
+        # methods, and no conversion call for values already of the exact type.
+        self._pack, self._unpack_from = fmt.pack, fmt.unpack_from
+        self._plain = back is _identity
 
     def serialize(self, value: Any) -> bytes:
-        return self._fmt.pack(self._to(value))
+        if type(value) is self.exact_type:
+            return self._pack(value)
+        return self._pack(self._to(value))
 
     def deserialize(self, data: bytes) -> Any:
-        return self._back(self._fmt.unpack_from(data)[0])
+        if self._plain:
+            return self._unpack_from(data)[0]
+        return self._back(self._unpack_from(data)[0])
 
     def write(self, out: bytearray, value: Any) -> None:
         out += self._fmt.pack(self._to(value))
@@ -139,6 +153,7 @@ def _identity(value: Any) -> Any:
 
 class _Bool(_Codec):
     name = "boolean"
+    exact_type = bool
 
     def serialize(self, value: Any) -> bytes:
         return b"\x01" if value else b"\x00"
@@ -159,6 +174,7 @@ class _Blob(_Codec):
     def __init__(self, text: bool) -> None:
         self._text = text
         self.name = "string" if text else "binary"
+        self.exact_type = str if text else bytes
 
     def _bytes(self, value: Any) -> bytes:
         if self._text:
@@ -340,8 +356,8 @@ class _Map(_Codec):
         return result, pos
 
 
-LONG = _Fixed("bigint", _I64, _to_int, _identity)
-DOUBLE = _Fixed("double", _F64, float, _identity)
+LONG = _Fixed("bigint", _I64, _to_int, _identity, exact_type=int)
+DOUBLE = _Fixed("double", _F64, float, _identity, exact_type=float)
 BOOLEAN = _Bool()
 STRING = _Blob(text=True)
 BINARY = _Blob(text=False)

@@ -1,0 +1,232 @@
+"""The per-row fast paths of keyed state and the lean keyed loop (pure code, no Spark):
+value-state read cache and write-back, exact-type serializers, the grouping of input rows
+by key, and output batches built without a Python call per row."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import types as T
+
+from spark_state import EngineConfig, VersionedStore
+from spark_state.process.arrow_io import OutputWriter
+from spark_state.process.errors import OutputSchemaError
+from spark_state.process.routing import KEY_GROUP_COLUMN, ROUTE_COLUMN
+from spark_state.process.runner import _BatchLayout, _gathered, _group_by_key
+from spark_state.state import KeyedStateBackend, ValueStateDescriptor, serializer_for
+from spark_state.ttl import ManualClock, TtlConfig
+
+
+@pytest.fixture(params=["rocksdb", "hashmap"])
+def store(request, tmp_path):
+    s = VersionedStore(str(tmp_path / "ckpt"), EngineConfig(backend=request.param, local_dir=str(tmp_path / "local")))
+    yield s.load(0)
+    s.close()
+
+
+# ------------------------------------------------------------------ serializers
+@pytest.mark.parametrize("data_type, value", [
+    (T.LongType(), 42), (T.IntegerType(), -7), (T.DoubleType(), 0.1), (T.StringType(), "ü"),
+    (T.BinaryType(), b"\x00\xff"), (T.BooleanType(), True),
+])
+def test_exact_type_values_round_trip_equal_and_of_the_same_type(data_type, value) -> None:
+    ser = serializer_for(data_type)
+    back = ser.deserialize(ser.serialize(value))
+    assert back == value and type(back) is ser.exact_type is type(value)
+
+
+def test_types_without_an_exact_round_trip_promise_none() -> None:
+    for t in (T.DateType(), T.TimestampType(), T.DecimalType(10, 2), T.ArrayType(T.LongType()),
+              T.StructType([T.StructField("a", T.LongType())])):
+        assert serializer_for(t).exact_type is None
+
+
+def test_fast_serialize_keeps_conversions_and_errors() -> None:
+    long_, double = serializer_for(T.LongType()), serializer_for(T.DoubleType())
+    assert double.serialize(3) == double.serialize(3.0) and double.deserialize(double.serialize(3)) == 3.0
+    with pytest.raises(TypeError):
+        long_.serialize(True)  # bool is not an integer state value
+    with pytest.raises(TypeError):
+        long_.serialize(1.5)
+    with pytest.raises(Exception):
+        long_.serialize(1 << 64)  # out of int64
+
+
+# ------------------------------------------------------------------ value state cache and write-back
+def test_write_back_reaches_the_store_at_the_key_switch_and_before_commit(store) -> None:
+    b = KeyedStateBackend(store, write_back=True)
+    count = b.get_state(ValueStateDescriptor("count", T.LongType(), default=0))
+    b.set_current_key(b"a", 1)
+    for _ in range(5):
+        count.update(count.value() + 1)
+    key_a = count._key
+    assert store.get(key_a) is None  # pending: one store write per key, not per update
+    b.set_current_key(b"b", 2)
+    assert store.get(key_a) == serializer_for(T.LongType()).serialize(5)
+    count.update(7)
+    key_b = count._key
+    b.before_commit()
+    assert store.get(key_b) == serializer_for(T.LongType()).serialize(7)
+    store.commit()
+    b2 = KeyedStateBackend(store, write_back=True)
+    c2 = b2.get_state(ValueStateDescriptor("count", T.LongType(), default=0))
+    b2.set_current_key(b"a", 1)
+    assert c2.value() == 5
+    b2.set_current_key(b"b", 2)
+    assert c2.value() == 7
+
+
+def test_clear_and_non_exact_values_supersede_a_pending_write(store) -> None:
+    b = KeyedStateBackend(store, write_back=True)
+    v = b.get_state(ValueStateDescriptor("v", T.DoubleType()))
+    b.set_current_key(b"a", 1)
+    v.update(1.5)
+    v.clear()
+    assert v.value() is None
+    b.set_current_key(b"b", 1)
+    b.set_current_key(b"a", 1)
+    assert v.value() is None  # the pending 1.5 was dropped, not written at the switch
+    v.update(2.5)
+    v.update(3)  # an int for a double state: stored as 3.0, written through
+    assert v.value() == 3.0 and type(v.value()) is float
+    b.set_current_key(b"b", 1)
+    b.set_current_key(b"a", 1)
+    assert v.value() == 3.0 and type(v.value()) is float
+
+
+def test_without_write_back_every_update_is_in_the_store_at_once(store) -> None:
+    b = KeyedStateBackend(store)
+    s = b.get_state(ValueStateDescriptor("s", T.StringType()))
+    b.set_current_key(b"a", 1)
+    s.update("x")
+    assert store.get(s._key) == b"x" and s.value() == "x"
+
+
+def test_the_cache_follows_the_current_key_and_writes_through_the_store(store) -> None:
+    b = KeyedStateBackend(store, write_back=True)
+    s = b.get_state(ValueStateDescriptor("s", T.StringType(), default="-"))
+    model: dict[bytes, str] = {}
+    rng = random.Random(3)
+    for _ in range(400):
+        key = rng.choice([b"a", b"b", b"c"])
+        b.set_current_key(key, ord(key) % 7)
+        for _ in range(rng.randrange(1, 4)):
+            assert s.value() == model.get(key, "-")
+            op = rng.random()
+            if op < 0.15:
+                s.clear()
+                model.pop(key, None)
+            else:
+                model[key] = model.get(key, "") + key.decode()
+                s.update(model[key])
+    b.before_commit()
+    store.commit()
+    b2 = KeyedStateBackend(store)
+    s2 = b2.get_state(ValueStateDescriptor("s", T.StringType(), default="-"))
+    for key in (b"a", b"b", b"c"):
+        b2.set_current_key(key, ord(key) % 7)
+        assert s2.value() == model.get(key, "-")
+
+
+def test_ttl_value_state_is_not_cached(store) -> None:
+    clock = ManualClock(0)
+    ttl = TtlConfig.builder(1000).clock(clock).build()
+    b = KeyedStateBackend(store, write_back=True)
+    v = b.get_state(ValueStateDescriptor("v", T.LongType(), ttl=ttl))
+    b.set_current_key(b"a", 1)
+    v.update(1)
+    assert v.value() == 1
+    clock.advance(5000)
+    assert v.value() is None  # expired between two reads of the same key
+
+
+# ------------------------------------------------------------------ grouping input rows
+def _batch(keys, vs, kgs, key_type=pa.int64()):
+    return pa.RecordBatch.from_arrays(
+        [pa.array(keys, key_type), pa.array(vs, pa.int64()), pa.array(kgs, pa.int32())],
+        names=["k", "v", KEY_GROUP_COLUMN])
+
+
+def _model_groups(rows):
+    groups = defaultdict(list)
+    for k, v, kg in rows:
+        groups[k].append((k, v))
+    return groups
+
+
+@pytest.mark.parametrize("key_type", [pa.int64(), pa.string()])
+def test_grouping_keeps_input_order_within_a_key_across_gathered_batches(key_type) -> None:
+    rng = random.Random(11)
+    rows = []
+    for i in range(3000):
+        k = rng.randrange(50)
+        rows.append((k if key_type == pa.int64() else f"k{k}", i, k % 9))
+    batches = [_batch(*zip(*rows[o:o + 700]), key_type=key_type) for o in range(0, len(rows), 700)]
+    layout = _BatchLayout(batches[0].schema, ["k"])
+    assert layout.sort_key_idx == 0
+    got = defaultdict(list)
+    kg_of = {}
+    for run in _gathered(iter(batches + [batches[0].slice(0, 0)]), 1000):
+        assert sum(b.num_rows for b in run) >= 1000 or run[-1] is batches[-1]
+        for key, kg, group in _group_by_key(run, layout):
+            assert all(r.k == key for r in group)
+            got[key].extend((r.k, r.v) for r in group)
+            kg_of[key] = kg
+    assert dict(got) == dict(_model_groups(rows))
+    assert all(kg_of[k] == (k if key_type == pa.int64() else int(k[1:])) % 9 for k in kg_of)
+
+
+def test_keys_with_nulls_and_several_key_columns_group_by_dict() -> None:
+    batch = _batch([3, None, 3, None, 1], [1, 2, 3, 4, 5], [0, 1, 0, 1, 2])
+    layout = _BatchLayout(batch.schema, ["k"])
+    groups = {k: [r.v for r in g] for k, _, g in _group_by_key([batch], layout)}
+    assert groups == {3: [1, 3], None: [2, 4], 1: [5]}
+    two = _BatchLayout(batch.schema, ["k", "v"])
+    assert two.sort_key_idx == -1
+    assert sorted((k, [r.v for r in g]) for k, _, g in _group_by_key([_batch([1, 1, 1], [2, 2, 3], [0, 0, 0])], two)) \
+        == [((1, 2), [2, 2]), ((1, 3), [3])]
+
+
+def test_rows_are_namedtuples_of_the_visible_columns() -> None:
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array([1, 1]), pa.array(["x", "y"]), pa.array([0, 0], pa.int32()), pa.array([5, 5], pa.int32())],
+        names=["k", "word", KEY_GROUP_COLUMN, ROUTE_COLUMN])
+    layout = _BatchLayout(batch.schema, ["k"])
+    [(key, kg, rows)] = _group_by_key([batch], layout)
+    assert (key, kg) == (1, 0)
+    assert [r._asdict() for r in rows] == [{"k": 1, "word": "x"}, {"k": 1, "word": "y"}]
+    assert rows[0].word == "x" and rows[1][1] == "y" and type(rows[0]) is layout.row_cls
+
+
+# ------------------------------------------------------------------ output
+def test_output_rows_of_every_shape_still_convert_and_misfits_still_fail() -> None:
+    from pyspark.sql import Row
+
+    schema = T.StructType([T.StructField("k", T.LongType()), T.StructField("n", T.LongType())])
+    w = OutputWriter(schema, "f")
+    w.rows.extend([(1, 2), [3, 4], {"k": 5, "n": 6}, Row(k=7, n=8)])
+    assert w.flush().to_pylist() == [{"k": 1, "n": 2}, {"k": 3, "n": 4}, {"k": 5, "n": 6}, {"k": 7, "n": 8}]
+    w.rows.extend([(1, 2), (3,)])
+    with pytest.raises(OutputSchemaError, match="1 values"):
+        w.flush()
+    w.rows.extend([(1, 2), (3, 4, 5)])
+    with pytest.raises(OutputSchemaError, match="3 values"):
+        w.flush()
+
+
+def test_a_bad_write_back_update_fails_in_update_not_at_the_flush(store) -> None:
+    b = KeyedStateBackend(store, write_back=True)
+    n = b.get_state(ValueStateDescriptor("n", T.LongType()))
+    s = b.get_state(ValueStateDescriptor("s", T.StringType()))
+    b.set_current_key(b"a", 1)
+    with pytest.raises(Exception):
+        n.update(1 << 63)
+    with pytest.raises(UnicodeEncodeError):
+        s.update("\ud800")
+    n.update((1 << 63) - 1)
+    b.before_commit()
+    assert n.value() == (1 << 63) - 1
+    assert serializer_for(T.LongType()).deserialize(store.get(n._key)) == (1 << 63) - 1
