@@ -98,7 +98,7 @@ class KeyedProcessFunction:
         raise NotImplementedError(
             f"{type(self).__name__} must implement process_element(row, ctx) or process_elements(rows, ctx)")
 
-    def process_elements(self, rows: list, ctx: "KeyedContext") -> Optional[Iterable[Any]]:
+    def process_elements(self, rows: list, ctx: "KeyedContext") -> Iterable[Any]:
         """The vectorized form: handle several rows of one key at once; yield (or return an
         iterable of) output rows. Define it *instead of* :meth:`process_element`.
 

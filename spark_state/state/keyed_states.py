@@ -160,6 +160,7 @@ class ValueState(KeyedState):
         if self._dirty:
             self._dirty = False
             raw = self._craw
+            assert self._ckey is not None  # an update sets the cached key with the value
             self._put(self._ckey, self._ser.serialize(self._cval) if raw is None else raw)
 
 
