@@ -55,8 +55,8 @@ from .checkpoint.retention import CleanupResult, cleanup, list_copies, list_vers
 from .checkpoint.runs import RunContext
 from .checkpoint.snapshots import SharedFileIndex, SnapshotStats, download_snapshot, read_descriptor, upload_snapshot
 from .config import EngineConfig
-from .errors import (CheckpointCorruptError, CheckpointFileMissingError, SparkStateError, StoreStateError,
-                     VersionNotFoundError)
+from .errors import (CheckpointCorruptError, CheckpointFileMissingError, ConcurrentWriterError, SparkStateError,
+                     StoreStateError, VersionNotFoundError)
 from .localdirs import process_root
 from .overlay import MISSING, WriteOverlay, merge_sorted
 from .storage import CheckpointStorage, open_storage
@@ -114,6 +114,10 @@ class VersionedStore:
                  runs: Optional[RunContext] = None) -> None:
         self._config = config or EngineConfig()
         self._runs = runs
+        # Rule 5 found, at the last load, that an earlier run committed past this one; raised at
+        # the first commit (see _check_not_behind), since a run that has not committed yet may
+        # be a reader: Spark's state data source passes a run id of its own.
+        self._behind: Optional[ConcurrentWriterError] = None
         self._runs_checked_at: Optional[int] = None
         if isinstance(checkpoint, CheckpointStorage):
             self._storage = checkpoint
@@ -201,7 +205,7 @@ class VersionedStore:
                 return self
             if version == 0:
                 if self._runs is not None:  # a new query on a location another one writes?
-                    self._runs.check_not_behind(0, list_copies(self._storage), self._storage.url)
+                    self._check_not_behind(0, list_copies(self._storage))
                 try:
                     self._reset_to_empty()
                 except BaseException:
@@ -236,6 +240,20 @@ class VersionedStore:
             )
             return self
 
+    def _check_not_behind(self, version: int, copies: dict[int, list[int]]) -> None:
+        """Rule 5 of the commit protocol (checkpoint/runs.py) for a load of ``version``. A run
+        that has committed here before fails at once; one that has not may only be reading
+        (Spark's state data source passes a run id of its own, and reading an old version is
+        what it is for), so its failure waits for its first commit, still before it writes."""
+        assert self._runs is not None
+        self._behind = None
+        try:
+            self._runs.check_not_behind(version, copies, self._storage.url)
+        except ConcurrentWriterError as behind:
+            if self._runs.own is not None:
+                raise
+            self._behind = behind
+
     def _read_manifest_or_raise(self, version: int) -> Manifest:
         """The manifest of the copy of ``version`` to load: the valid one for this run, or
         (without a run) the unranked one, else the highest-ranked."""
@@ -247,7 +265,7 @@ class VersionedStore:
         copies = list_copies(self._storage)
         ranks = copies.get(version, [])
         if self._runs is not None:
-            self._runs.check_not_behind(version, copies, self._storage.url)
+            self._check_not_behind(version, copies)
         rank = self._runs.choose(version, ranks) if self._runs is not None else (max(ranks) if ranks else None)
         if rank is None:
             if ranks:
@@ -454,6 +472,8 @@ class VersionedStore:
             runs = self._runs
             rank = C.UNRANKED
             if runs is not None:
+                if self._behind is not None:
+                    raise self._behind
                 rank = runs.commit_rank(self._version)
                 runs.before_commit()
             try:

@@ -38,9 +38,11 @@ Rules
 5. **A run that starts behind fails at once.** A run loading version ``v`` that finds a valid
    copy of a version ``>= v + 2`` made by an earlier run knows that run was still committing
    after this one started (it ran batch ``v + 1``, which needs batch ``v`` in the commit log,
-   which this run found missing at its start). It fails before it writes anything. A run that
-   died leaves at most version ``v + 1`` behind (its batch ``v`` in flight), so a restart
-   after a crash never trips this rule.
+   which this run found missing at its start). It fails before it writes anything: a run
+   that has committed before fails at the load, one that has not at its first commit, because
+   until it commits it may be a reader (Spark's state data source comes with a run id of its
+   own, to read any old version). A run that died leaves at most version ``v + 1`` behind (its
+   batch ``v`` in flight), so a restart after a crash never trips this rule.
 Nothing here depends on clocks.
 
 Byte layouts (JSON, UTF-8)::

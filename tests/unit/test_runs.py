@@ -319,11 +319,31 @@ def test_a_second_writer_starting_behind_a_live_one_fails_before_writing(tmp_pat
         _commit_batch(first, batch, b"first-%d" % batch)
     # a second query with its own (new) checkpoint but the same state location starts at batch 0
     second = _store(root, "second", tmp_path)
+    second.load(0)                    # it may only be reading (a run id is no proof of writing) ...
+    second.put(b"k", b"second-0")
     with pytest.raises(ConcurrentWriterError, match=r"run second starts at version 0, but run first .* committed version 6"):
-        second.load(0)
+        second.commit()               # ... but its first commit fails
     assert not os.path.exists(root / "runs" / "2.json")     # it wrote nothing, not even a record
+    assert sorted(os.listdir(root / "manifests")) == [f"{v}.r1.json" for v in range(1, 7)]
     first.load(6)                                            # the first goes on
     assert _dump(first)[b"k"] == b"first-5"
+    first.close()
+
+
+def test_a_reader_with_a_run_id_of_its_own_reads_any_old_version(tmp_path):
+    """Spark's state data source opens stores with a fresh run id: reading version 2 of a
+    store at version 6 is what it is for, and it registers, fences and writes nothing."""
+    root = tmp_path / "ckpt"
+    first = _store(root, "first", tmp_path)
+    for batch in range(6):
+        _commit_batch(first, batch, b"first-%d" % batch)
+    reader = _store(root, "state-data-source", tmp_path)
+    assert _dump(reader.load(2))[b"k"] == b"first-1"
+    reader.close()
+    assert sorted(os.listdir(root / "runs")) == ["1.json"]
+    first.load(6)
+    first.put(b"k", b"first-6")
+    assert first.commit() == 7                               # the query goes on, unfenced
     first.close()
 
 
