@@ -60,6 +60,8 @@ def test_custom_metrics_show_in_query_progress(spark, agg_input, tmp_path, ours_
         assert metrics["sparkStateChangelogBytes"] > 0
         assert metrics["sparkStateCommitTimeMs"] >= 0 and metrics["sparkStateLoadTimeMs"] >= 0
         assert op["memoryUsedBytes"] > 0
+        # The JVM follows every commit itself: no RocksDB export (flush) or heap ship per epoch.
+        assert metrics["sparkStateViewExports"] == 0
     assert ours.state_operators(0)[0]["customMetrics"]["sparkStateRestoresFromCheckpoint"] == 0
 
 
@@ -246,3 +248,15 @@ def test_switching_backend_at_a_restart_keeps_the_state(spark, tmp_path, first, 
     assert {**one.batches, **two.batches} == reference.batches
     assert [op["numRowsTotal"] for b in two.batch_ids for op in two.state_operators(b)] == \
         [op["numRowsTotal"] for b in two.batch_ids for op in reference.state_operators(b)]
+
+
+def test_heap_state_past_its_budget_fails_the_query_naming_the_conf(spark, agg_input, tmp_path):
+    """The hashmap backend keeps state in the executor's heap: past heap.maxBytes a task fails with
+    a message that names the conf and the ways out, instead of the JVM running out of memory."""
+    with pytest.raises(Exception) as excinfo:
+        _run(spark, SPARKSTATE_HASHMAP, agg_input, tmp_path / "ours",
+             extra_confs={"spark.sql.streaming.stateStore.sparkState.heap.maxBytes": "2k"})
+    message = _failure_message(excinfo)
+    assert "the heap state of this executor would grow to" in message
+    assert "spark.sql.streaming.stateStore.sparkState.heap.maxBytes (0.0 MB)" in message
+    assert "backend=rocksdb" in message

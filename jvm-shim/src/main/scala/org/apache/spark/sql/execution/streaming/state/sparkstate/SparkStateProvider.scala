@@ -193,10 +193,13 @@ object SparkStateProvider {
   val RestoresMetric = StateStoreCustomSumMetric("sparkStateRestoresFromCheckpoint", "spark-state: stores restored from checkpoint storage")
   val TtlExpiredMetric = StateStoreCustomSumMetric("sparkStateTtlExpiredRows", "spark-state: rows removed by TTL expiry")
   val TtlMigratedMetric = StateStoreCustomSumMetric("sparkStateTtlMigratedRows", "spark-state: rows rewritten because TTL was turned on or off")
+  val ViewExportsMetric = StateStoreCustomSumMetric("sparkStateViewExports",
+    "spark-state: loads for which the worker exported (rocksdb) or shipped (hashmap) the version to the JVM")
 
   val CustomMetrics: Seq[StateStoreCustomMetric] = Seq(
     CommitTimeMetric, LoadTimeMetric, ChangelogBytesMetric, SnapshotBytesMetric,
-    SnapshotFilesUploadedMetric, SnapshotFilesReusedMetric, RestoresMetric, TtlExpiredMetric, TtlMigratedMetric)
+    SnapshotFilesUploadedMetric, SnapshotFilesReusedMetric, RestoresMetric, TtlExpiredMetric, TtlMigratedMetric,
+    ViewExportsMetric)
 
   /** Hadoop S3A settings reused as checkpoint storage options, so credentials are configured once. */
   private val S3aOptions = Seq(

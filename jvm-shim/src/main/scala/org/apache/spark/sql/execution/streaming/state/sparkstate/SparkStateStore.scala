@@ -159,7 +159,9 @@ private[sparkstate] final class SparkStateStore(
       SparkStateProvider.SnapshotFilesReusedMetric -> Json.long(reply, "commit", "snapshot_files_reused"),
       SparkStateProvider.RestoresMetric -> (if (Json.text(loadReply.path("restore"), "mode") == "restore") 1L else 0L),
       SparkStateProvider.TtlExpiredMetric -> Json.long(commitReply, "ttl", "expired"),
-      SparkStateProvider.TtlMigratedMetric -> Json.long(commitReply, "ttl", "migrated"))
+      SparkStateProvider.TtlMigratedMetric -> Json.long(commitReply, "ttl", "migrated"),
+      SparkStateProvider.ViewExportsMetric ->
+        (if (Json.text(loadReply, "viewPath").nonEmpty || Json.text(loadReply, "heapPath").nonEmpty) 1L else 0L))
     val worker = if (provider.views.reportsWorkerMemory) Json.long(reply, "memoryBytes") else 0L
     StateStoreMetrics(Json.long(reply, "numKeys"), worker + db.memoryBytes + buffer.memoryBytes, custom)
   }
