@@ -6,6 +6,20 @@ Workloads (``--rows-per-batch`` rows per micro-batch, keys uniform over ``--keys
   and emits ``(k, count)``.
 * ``listmap`` -- every row appends ``v`` to its key's list state and increments the count of
   bucket ``v % 10`` in its key's map state, and emits ``(k, bucket, bucket count)``.
+* ``count_timer`` -- the keyed count with one event-time timer per key (Flink's periodic
+  page-view counter): the input is ``withWatermark("ts", "5 seconds")``; the first row of a
+  key after an emission registers a timer at ``ts + 10 s`` (kept in value state), and the
+  timer emits the key's count. ``keyed_process`` only (transformWithStateInPandas has no
+  equivalent run here).
+
+Carriers of the keyed function (engines; ``count`` workload), for the choice of how timers
+fire without new input (README, "Time"):
+
+* ``process`` -- ``mapInArrow`` (what ``keyed_process`` does);
+* ``heartbeat`` -- ``keyed_process(..., idle_heartbeat=True)``: the input unioned with a
+  ``rate`` source and tagged by side (option B);
+* ``aipws`` -- the same keyed loop carried by ``applyInPandasWithState``, one group per
+  partition (option A; NoTimeout here, which suffices while every group has rows).
 
 keyed_process runs the per-row Flink-style function (``KeyedProcessFunction``) with the
 engine in-process (default backend RocksDB). transformWithStateInPandas runs the same logic per
@@ -19,7 +33,7 @@ the first ``--warmup`` batches are not measured; the figure is the median ``addB
 the measured batches, as rows/s. Ratios are keyed_process over transformWithStateInPandas.
 
 Usage: python bench/keyed_bench.py [--rows-per-batch 50000] [--keys 25000] [--batches 4]
-           [--workloads count,listmap] [--engines process,tws] [--json out.json]
+           [--workloads count,listmap,count_timer] [--engines process,tws,heartbeat,aipws] [--json out.json]
 """
 
 from __future__ import annotations
@@ -32,11 +46,18 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-WORKLOADS = ("count", "listmap")
+WORKLOADS = ("count", "listmap", "count_timer")
 ENGINES = ("process", "tws")
-OUTPUTS = {"count": "k bigint, count bigint", "listmap": "k bigint, bucket bigint, count bigint"}
+OUTPUTS = {"count": "k bigint, count bigint", "listmap": "k bigint, bucket bigint, count bigint",
+           "count_timer": "k bigint, count bigint"}
+#: engines each workload runs on (others are skipped)
+SUPPORTED = {"count": ("process", "tws", "heartbeat", "aipws"), "listmap": ("process", "tws"),
+             "count_timer": ("process",)}
+#: event time of batch b's rows: [b * BATCH_EVENT_MS, (b + 1) * BATCH_EVENT_MS)
+BATCH_EVENT_MS = 10_000
 
 
 # ------------------------------------------------------------------------------ functions
@@ -68,7 +89,60 @@ def process_function(workload: str):
             self.buckets.put(b, n)
             return ((row.k, b, n),)
 
+    class CountWithTimer(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
+            self.timer = ctx.get_state(ValueStateDescriptor("timer", LongType()))
+
+        def process_element(self, row, ctx):
+            self.count.update((self.count.value() or 0) + 1)
+            if self.timer.value() is None:
+                t = ctx.timestamp() + 10_000
+                ctx.timer_service().register_event_time_timer(t)
+                self.timer.update(t)
+            return ()
+
+        def on_timer(self, timestamp, ctx):
+            self.timer.clear()
+            return ((ctx.current_key, self.count.value()),)
+
+    if workload == "count_timer":
+        return CountWithTimer()
     return RunningCount() if workload == "count" else ListMap()
+
+
+def aipws_carrier(df, function, output: str, partitions: int, state: str, backend: str):
+    """Option A: the keyed loop carried by applyInPandasWithState, one group per partition."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+    from pyspark.sql.types import StructType
+
+    from spark_state import EngineConfig
+    from spark_state.process.location import LocationSpec
+    from spark_state.process.routing import KEY_GROUP_COLUMN
+    from spark_state.process.runner import ProcessPlan, run_keyed
+
+    max_p = 128
+    plan = ProcessPlan(kind="keyed", function=function, function_name=type(function).__name__,
+                       location=LocationSpec(explicit=state, root="", name="bench"),
+                       engine=EngineConfig(backend=backend), parallelism=partitions,
+                       output_schema=StructType.fromDDL(output), max_parallelism=max_p,
+                       key_fields=[df.schema["k"]])
+    kg = F.pmod(F.hash(F.col("k")), F.lit(max_p)).cast("int")
+    routed = df.withColumn(KEY_GROUP_COLUMN, kg).withColumn(
+        "__part", F.floor(F.col(KEY_GROUP_COLUMN) * partitions / max_p).cast("int"))
+
+    def carry(key, pdfs, state):
+        def batches():
+            for pdf in pdfs:
+                yield pa.RecordBatch.from_pandas(pdf.drop(columns=["__part"]), preserve_index=False)
+
+        for rb in run_keyed(plan, batches(), partition=int(key[0])):
+            yield rb.to_pandas()
+
+    return routed.groupBy("__part").applyInPandasWithState(carry, output, "x int", "append",
+                                                           GroupStateTimeout.NoTimeout)
 
 
 def tws_processor(workload: str):
@@ -125,8 +199,10 @@ def generate_inputs(root: str, files: int, rows: int, keys: int, seed: int = 7) 
 
     rng = np.random.default_rng(seed)
     for b in range(files):
+        ts = (b * BATCH_EVENT_MS + rng.integers(0, BATCH_EVENT_MS, size=rows)) * 1000  # microseconds
         table = pa.table({"k": rng.integers(0, keys, size=rows, dtype=np.int64),
-                          "v": rng.integers(0, 1000, size=rows, dtype=np.int64)})
+                          "v": rng.integers(0, 1000, size=rows, dtype=np.int64),
+                          "ts": pa.array(ts, type=pa.timestamp("us", tz="UTC"))})
         path = os.path.join(root, f"batch-{b:06d}.parquet")
         pq.write_table(table, path)
         os.utime(path, (1_700_000_000 + 10 * b,) * 2)
@@ -146,19 +222,40 @@ def child(args: argparse.Namespace) -> None:
              .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
-    df = spark.readStream.schema("k bigint, v bigint").option("maxFilesPerTrigger", 1).parquet(args.input)
-    if args.engine == "process":
+    df = spark.readStream.schema("k bigint, v bigint, ts timestamp").option("maxFilesPerTrigger", 1).parquet(args.input)
+    if args.workload == "count_timer":
+        df = df.withWatermark("ts", "5 seconds")
+    if args.engine in ("process", "heartbeat"):
         out = spark_state.keyed_process(df, "k", process_function(args.workload), OUTPUTS[args.workload],
                                         parallelism=args.partitions, state_location=args.state,
-                                        engine={"backend": args.backend})
+                                        engine={"backend": args.backend}, idle_heartbeat=args.engine == "heartbeat")
+    elif args.engine == "aipws":
+        out = aipws_carrier(df, process_function(args.workload), OUTPUTS[args.workload], args.partitions,
+                            args.state, args.backend)
     else:
         out = df.groupBy("k").transformWithStateInPandas(
             statefulProcessor=tws_processor(args.workload), outputStructType=OUTPUTS[args.workload],
             outputMode="Append", timeMode="None")
-    query = (out.writeStream.format("noop").outputMode("append")
-             .option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start())
-    query.awaitTermination()
-    progress = [json.loads(p.json()) for p in query._jsq.recentProgress()]
+    writer = out.writeStream.format("noop").outputMode("append").option("checkpointLocation", args.checkpoint)
+    if args.engine != "heartbeat":
+        query = writer.trigger(availableNow=True).start()
+        query.awaitTermination()
+        progress = [json.loads(p.json()) for p in query._jsq.recentProgress()]
+    else:
+        # Spark runs a query with a source that lacks availableNow support (rate) as one batch
+        # under availableNow, so the heartbeat runs on the default trigger until the input is in.
+        import pyarrow.parquet as pq
+
+        total = sum(pq.ParquetFile(os.path.join(args.input, f)).metadata.num_rows for f in os.listdir(args.input))
+        query = writer.start()
+        while True:
+            progress = [json.loads(p.json()) for p in query._jsq.recentProgress()]
+            if sum(p["numInputRows"] for p in progress) >= total:
+                break
+            time.sleep(0.2)
+        query.stop()
+        # measure the batches that carried an input file (heartbeat-only batches are idle cost)
+        progress = [p for p in progress if p["numInputRows"] >= total // len(os.listdir(args.input))]
     durations = [p["durationMs"]["addBatch"] for p in progress if "addBatch" in p.get("durationMs", {})]
     print("RESULT " + json.dumps({"addBatch": durations, "rows": [p["numInputRows"] for p in progress]}))
     spark.stop()
@@ -206,6 +303,8 @@ def main() -> None:
         results: dict = {}
         for workload in args.workloads.split(","):
             for engine in args.engines.split(","):
+                if engine not in SUPPORTED[workload]:
+                    continue
                 secs = run_one(workload, engine, args.backend, args, input_dir, tmp)
                 med = statistics.median(secs)
                 results.setdefault(workload, {})[engine] = {
@@ -218,6 +317,9 @@ def main() -> None:
                 ratio = r["process"]["rows_per_s"] / r["tws"]["rows_per_s"]
                 r["ratio"] = ratio
                 print(f"  {workload}: keyed_process is {ratio:.1f}x transformWithStateInPandas (RocksDB)")
+        if "count" in results and "count_timer" in results and "process" in results["count_timer"]:
+            rel = results["count_timer"]["process"]["rows_per_s"] / results["count"]["process"]["rows_per_s"]
+            print(f"  count_timer runs at {rel:.2f}x the rows/s of count (same input, same run)")
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"args": vars(args), "results": results}, f, indent=2)

@@ -34,10 +34,14 @@ __all__ = [
     "StorageUnavailableError", "StorageRetriesExhaustedError", "LocalDiskError", "StoreStateError",
     "__version__", "configure",
     "keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction",
+    "keyed_co_process", "keyed_broadcast_process", "KeyedCoProcessFunction", "KeyedBroadcastProcessFunction",
+    "TimeDomain",
 ]
 
 #: The Python-function API (``spark_state.process``) imports pyspark, so it loads on first use.
-_PROCESS_EXPORTS = ("keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction")
+_PROCESS_EXPORTS = ("keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction",
+                    "keyed_co_process", "keyed_broadcast_process", "KeyedCoProcessFunction",
+                    "KeyedBroadcastProcessFunction", "TimeDomain")
 
 
 def __getattr__(name: str):

@@ -79,9 +79,24 @@ SCHEMA_RECORD_FORMAT = 1
 OPERATOR_MODE_SPLIT = 1      # list state, even-split
 OPERATOR_MODE_UNION = 2      # union list state
 OPERATOR_MODE_BROADCAST = 3  # broadcast (map) state
+#: First byte of operator-state keys in a *keyed* function's store, before the mode byte:
+#: never a key group's first byte (<= 0x7F) nor the system prefix (0xFF).
+KEYED_OPERATOR_STATE_PREFIX = b"\xfe"
 #: Each mode's ``kind`` in the operator state's schema record.
 OPERATOR_MODE_KINDS = {OPERATOR_MODE_SPLIT: "list", OPERATOR_MODE_UNION: "union",
                        OPERATOR_MODE_BROADCAST: "broadcast"}
+
+# --- time in keyed functions ----------------------------------------------------------------
+#: Reserved keyed-state name timers are stored under, in each key group (``state/timers.py``);
+#: not valid UTF-8, so no user state name can equal it.
+TIMER_STATE_NAME = b"\xffT"
+#: Timer domains (the byte after the name part).
+TIMER_DOMAIN_EVENT_TIME = 0
+TIMER_DOMAIN_PROCESSING_TIME = 1
+#: Under a keyed operator's state location: ``time/clock/<B>.json`` (a batch's watermark and
+#: processing time) and ``time/watermarks/<B>/<side>.<n>.<i>.<max ms>`` (``process/clock.py``).
+TIME_CLOCK_DIR = "time/clock"
+TIME_MAXIMA_DIR = "time/watermarks"
 
 # --- changelog record ops -------------------------------------------------------------------
 OP_PUT = 0

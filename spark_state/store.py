@@ -18,7 +18,8 @@ locally; the upload runs in the background and then re-points the version's mani
 the snapshot, and later commits rebase on it (:mod:`spark_state.checkpoint.background`).
 
 The manifest is the commit point. A crash before step 4 leaves the previous version in
-force. A retried or speculative commit of the same version writes files under fresh ids;
+force. (The steps carry crash points, ``spark_state.testing.crashpoints``, where crash tests
+SIGKILL the process; they do nothing unless a test enables them.) A retried or speculative commit of the same version writes files under fresh ids;
 then, for a store in a query run (a :class:`~spark_state.checkpoint.runs.RunContext`), the
 first attempt to create the run's manifest of the version wins and a later attempt's
 commit becomes a no-op that adopts the winner (see :mod:`spark_state.checkpoint.runs` for
@@ -38,7 +39,6 @@ lock.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import shutil
@@ -61,9 +61,11 @@ from .checkpoint.snapshots import SharedFileIndex, SnapshotStats, download_snaps
 from .config import EngineConfig
 from .errors import (CheckpointCorruptError, CheckpointFileMissingError, SparkStateError, StoreStateError,
                      VersionNotFoundError)
+from .localdirs import process_root
 from .overlay import MISSING, WriteOverlay, merge_sorted
 from .storage import CheckpointStorage, open_storage
 from .storage.localdisk import local_disk_errors
+from .testing import crashpoints
 
 _LOG = logging.getLogger(__name__)
 
@@ -124,9 +126,10 @@ class VersionedStore:
         else:
             self._storage = open_storage(checkpoint, self._config.storage_options)
         self._factory: BackendFactory = backend_factory(self._config.backend, self._config)
+        # In this process's directory, which dead processes' successors remove (localdirs).
         with local_disk_errors(store=self._storage.url, path=self._config.local_dir or tempfile.gettempdir(),
                                doing="creating the local working directory"):
-            self._work_dir = os.path.join(_local_root(self._config.local_dir), f"store-{layout.new_id()}")
+            self._work_dir = os.path.join(process_root(self._config.local_dir), f"store-{layout.new_id()}")
         self._lock = threading.RLock()
         self._overlay = WriteOverlay()
         self._backend: Optional[KVBackend] = None
@@ -482,10 +485,14 @@ class VersionedStore:
             if runs is not None:
                 rank = runs.commit_rank(self._version)
                 runs.before_commit()
+            # Set before anything can raise: the handler below removes a capture that never committed.
+            capture: Optional[Capture] = None
             try:
+                crashpoints.reached("commit.before-changelog")
                 data = changelog.encode(new_version, changes)
                 path = layout.changelog_path(new_version, commit_id)
                 self._storage.write_bytes(path, data)
+                crashpoints.reached("commit.after-changelog")
                 ref = ChangelogRef(path=path, size=len(data), crc32=crc32_bytes(data), version=new_version)
                 # Exact key count: a put of a new key adds one, a delete of an existing key
                 # removes one. Existence is known from this epoch's reads, and one batched
@@ -499,10 +506,10 @@ class VersionedStore:
                 snapshot_due = self._snapshot_due()
                 self._snapshot_decision = None
                 self._backend.apply(changes.items())
+                crashpoints.reached("commit.after-apply")
                 previous = self._manifest
                 chain = (previous.replay if previous else ()) + (ref,)
                 base = previous.base_snapshot if previous else None
-                capture: Optional[Capture] = None
                 if self._background is not None:
                     base, chain = self._background.rebase(base, chain)
                     _record_background_stats(metrics, self._background.take_stats())
@@ -517,6 +524,7 @@ class VersionedStore:
                     changelog=ref, base_snapshot=base, replay=chain, num_keys=num_keys,
                     rank=rank, run_id=runs.run_id if runs is not None else None,
                 )
+                crashpoints.reached("commit.before-manifest")
                 try:
                     # Ranked: create-if-absent, the first attempt of the run to get here wins.
                     self._storage.write_bytes(layout.manifest_path(new_version, rank), manifest.to_json(),
@@ -525,6 +533,7 @@ class VersionedStore:
                     if capture is not None:  # ours lost: the capture is not the committed version
                         shutil.rmtree(capture.directory, ignore_errors=True)
                     return self._adopt_earlier_commit(new_version, rank, ref, metrics, started)
+                crashpoints.reached("commit.after-manifest")
             except BaseException:
                 if capture is not None:
                     shutil.rmtree(capture.directory, ignore_errors=True)
@@ -550,6 +559,94 @@ class VersionedStore:
             metrics.duration_ms = (time.perf_counter() - started) * 1000
             self.last_commit = metrics
             return new_version
+
+    def import_version(self, version: int, entries: Iterable[tuple[bytes, bytes]],
+                       batch_rows: int = C.ARROW_BATCH_ROWS) -> Manifest:
+        """Create committed ``version`` directly from ``entries`` (every ``(key, value)`` of
+        the state, system keys included), without committing the versions before it.
+
+        This is how operations tools (restore, rescale, migrate) start a store at the
+        version that follows a query's last committed batch. The entries are applied to a
+        fresh, empty local backend in batches of ``batch_rows`` (memory stays bounded), a
+        full snapshot of the result is uploaded, and the manifest is written last (the
+        commit point): ``base_snapshot`` is that snapshot, ``replay`` is empty and
+        ``changelog`` is an empty changelog (an imported version has no epoch of its own).
+
+        With a run (:class:`RunContext` with a run id), the tool registers as a run that
+        started at ``version - 1`` (as if it had run the batch that made ``version``), so
+        copies of later versions by earlier runs -- abandoned attempts -- are never read,
+        and the manifest is created with create-if-absent: if this run already committed
+        ``version`` (an interrupted tool run again), that copy is kept and returned.
+        Without a run the manifest is written unranked (replacing an unranked one).
+
+        The store then holds ``version`` loaded, as after ``load(version)``.
+        """
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise ValueError(f"an imported version must be a positive integer, got {version!r}")
+        with self._lock:
+            self._require_open()
+            started = time.perf_counter()
+            runs = self._runs
+            rank = C.UNRANKED
+            if runs is not None:
+                runs.before_load(version - 1)
+                rank = runs.commit_rank(version - 1)
+                runs.before_commit()
+                if self._storage.exists(layout.manifest_path(version, rank)):
+                    self._invalidate()
+                    self.load(version)
+                    assert self._manifest is not None
+                    return self._manifest
+            try:
+                self._reset_to_empty()
+                backend = self._backend
+                assert backend is not None
+                num_keys = 0
+                batch: list[tuple[bytes, Optional[bytes]]] = []
+                system = C.SYSTEM_KEY_PREFIX
+                for key, value in entries:
+                    if type(key) is not bytes or type(value) is not bytes:
+                        _reject_write(key, value)
+                    batch.append((key, value))
+                    if key[:1] != system:
+                        num_keys += 1
+                    if len(batch) >= batch_rows:
+                        backend.apply(batch)
+                        batch = []
+                if batch:
+                    backend.apply(batch)
+                commit_id = layout.new_id()
+                data = changelog.encode(version, {})
+                path = layout.changelog_path(version, commit_id)
+                self._storage.write_bytes(path, data)
+                ref = ChangelogRef(path=path, size=len(data), crc32=crc32_bytes(data), version=version)
+                base, stats = self._upload_snapshot(version)
+                manifest = Manifest(
+                    version=version, commit_id=commit_id, backend=self._factory.name, changelog=ref,
+                    base_snapshot=base, replay=(), num_keys=num_keys, rank=rank,
+                    run_id=runs.run_id if runs is not None else None,
+                )
+                try:
+                    self._storage.write_bytes(layout.manifest_path(version, rank), manifest.to_json(),
+                                              overwrite=rank == C.UNRANKED)
+                except FileExistsError:  # another attempt of this tool run got there first
+                    self._invalidate()
+                    self.load(version)
+                    assert self._manifest is not None
+                    return self._manifest
+            except BaseException:
+                self._invalidate()
+                raise
+            self._version = version
+            self._manifest = manifest
+            self._num_keys = num_keys
+            self._state_origin = base.path
+            metrics = CommitMetrics(version=version)
+            _record_snapshot(metrics, stats)
+            metrics.num_updates = num_keys
+            metrics.duration_ms = (time.perf_counter() - started) * 1000
+            self.last_commit = metrics
+            return manifest
 
     def _adopt_earlier_commit(self, version: int, rank: int, ours: ChangelogRef, metrics: CommitMetrics,
                               started: float) -> int:
@@ -586,7 +683,7 @@ class VersionedStore:
         the working directory (same file system: RocksDB hard-links its SSTs), not in it, because
         a restore replaces the working directory while the upload may still run."""
         assert self._backend is not None
-        local = os.path.join(_local_root(self._config.local_dir), f"snapshot-{layout.new_id()}")
+        local = os.path.join(process_root(self._config.local_dir), f"snapshot-{layout.new_id()}")
         try:
             files = self._backend.write_snapshot(local)
         except BaseException:
@@ -603,6 +700,7 @@ class VersionedStore:
         except CheckpointFileMissingError:
             current = None  # retention removed the version meanwhile: later commits still rebase
         if current is not None and current.commit_id == manifest.commit_id:
+            crashpoints.reached("snapshot.background.before-manifest")
             rewritten = Manifest(
                 version=manifest.version, commit_id=manifest.commit_id, backend=manifest.backend,
                 changelog=manifest.changelog, base_snapshot=ref, replay=(), num_keys=manifest.num_keys,
@@ -647,6 +745,7 @@ class VersionedStore:
             if current.commit_id != manifest.commit_id:
                 _LOG.warning("version %d was re-committed meanwhile; keeping its manifest", manifest.version)
                 return metrics
+            crashpoints.reached("maintenance.snapshot.before-manifest")
             rewritten = Manifest(
                 version=manifest.version, commit_id=manifest.commit_id, backend=manifest.backend,
                 changelog=manifest.changelog, base_snapshot=base, replay=(), num_keys=manifest.num_keys,
@@ -790,21 +889,3 @@ def _record_snapshot(metrics: CommitMetrics, stats: SnapshotStats) -> None:
     metrics.snapshot_files_uploaded = stats.files_uploaded
     metrics.snapshot_files_reused = stats.files_reused
     metrics.snapshot_bytes_uploaded = stats.bytes_uploaded
-
-
-_process_root: Optional[str] = None
-_process_root_lock = threading.Lock()
-
-
-def _local_root(configured: Optional[str]) -> str:
-    """The parent of working directories: the configured one, or a temp dir of this
-    process removed at exit."""
-    global _process_root
-    if configured:
-        os.makedirs(configured, exist_ok=True)
-        return configured
-    with _process_root_lock:
-        if _process_root is None:
-            _process_root = tempfile.mkdtemp(prefix="spark-state-")
-            atexit.register(shutil.rmtree, _process_root, True)
-        return _process_root

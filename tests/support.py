@@ -7,6 +7,7 @@ import shutil
 from typing import Optional
 
 from spark_state import EngineConfig, VersionedStore
+from spark_state.state import AggregateFunction
 
 
 def run_epochs(
@@ -49,3 +50,28 @@ def restored_state(checkpoint, config: EngineConfig, version: int) -> list[tuple
 def wipe(path: Optional[str]) -> None:
     if path:
         shutil.rmtree(path, ignore_errors=True)
+
+
+class Mean(AggregateFunction):
+    """(sum, count) accumulator -> mean (for tests that run in this process; functions shipped
+    to Spark's Python workers keep their own copy in a module pickled by value)."""
+
+    def create_accumulator(self):
+        return (0, 0)
+
+    def add(self, value, acc):
+        return (acc[0] + value, acc[1] + 1)
+
+    def get_result(self, acc):
+        return acc[0] / acc[1]
+
+
+class RecordingBuilder:
+    """Stands in for ``SparkSession.Builder`` in tests of ``spark_state.configure``: records confs."""
+
+    def __init__(self):
+        self._options = {}
+
+    def config(self, key, value):
+        self._options[key] = value
+        return self

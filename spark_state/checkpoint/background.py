@@ -149,7 +149,9 @@ class BackgroundSnapshots:
         every unreferenced file of the in-flight snapshot's version or later."""
         done = self._completed
         paths = done.paths if done is not None else frozenset()
-        return paths, (self._in_flight_version if self.in_flight else None)
+        # Not ``in_flight``: the cleanup that follows a completed upload runs inside the job, whose
+        # future is not done yet, and must not protect the snapshot that just landed.
+        return paths, self._in_flight_version
 
     # ------------------------------------------------------------------ lifecycle
     def wait(self, timeout: Optional[float] = None) -> None:
@@ -179,6 +181,7 @@ class BackgroundSnapshots:
                 self._unreported.bytes_uploaded += stats.bytes_uploaded
                 self._totals.completed += 1
                 self._totals.per_snapshot_s.append(time.perf_counter() - started)
+                self._in_flight_version = None  # landed: its files are named by manifests now
             then()
         except Exception as exc:
             self._totals.failed += 1
@@ -187,4 +190,6 @@ class BackgroundSnapshots:
                          "its changelogs and the next due commit snapshots again", capture.version,
                          self._storage.url, exc_info=True)
         finally:
+            with self._lock:
+                self._in_flight_version = None
             shutil.rmtree(capture.directory, ignore_errors=True)

@@ -16,6 +16,11 @@ attempt of the same version (Spark retries and speculative tasks), whose manifes
 there yet; they become deletable once retention moves past them. In a run without
 retries nothing falls in that band, so what remains is exactly what retained versions need.
 
+Deletes remove obsolete manifests before the files they named, so a crash during cleanup
+leaves only unreferenced files (deleted by the next cleanup), never a dangling manifest.
+Temp files of writes that a crash interrupted (``.<name>.<token>.tmp``) are deleted by the
+same rule, by the version of the file they were being written for.
+
 A store that uploads snapshots in the background (:mod:`.background`) also passes what its
 upload in flight and its newest completed snapshot need (``keep``, ``keep_from_version``):
 files no retained manifest names yet, which a later manifest will.
@@ -28,6 +33,8 @@ from typing import Optional
 
 from .. import constants as C
 from ..storage import CheckpointStorage
+from ..storage.base import temp_target
+from ..testing import crashpoints
 from . import layout
 from .metadata import Manifest
 from .snapshots import read_descriptor
@@ -103,8 +110,22 @@ def cleanup(storage: CheckpointStorage, retained_versions: int, keep: frozenset[
                 doomed.append(path)
             else:
                 result.kept += 1
-    if doomed:
-        storage.delete_many(doomed)
+        # Temp files of writes a crash cut short would otherwise stay forever (listings leave
+        # them out). One of a version past retention can only belong to a dead or obsolete writer.
+        for name in storage.list_dir(directory, temp_files=True):
+            target = temp_target(name)
+            if target is not None and _version_of(f"{directory}/{target}") < oldest_retained:
+                doomed.append(f"{directory}/{name}")
+    # Manifests go first, in a call of their own (an S3 batch delete has no order): a crash
+    # midway then leaves unreferenced files, which the next cleanup deletes, and never a
+    # manifest naming deleted files.
+    doomed_manifests = [p for p in doomed if p.startswith(C.MANIFEST_DIR + "/")]
+    doomed_files = [p for p in doomed if not p.startswith(C.MANIFEST_DIR + "/")]
+    if doomed_manifests:
+        storage.delete_many(doomed_manifests)
+    if doomed_files:
+        crashpoints.reached("cleanup.mid-delete")
+        storage.delete_many(doomed_files)
     result.deleted = doomed
     return result
 

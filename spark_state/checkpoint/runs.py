@@ -172,7 +172,9 @@ class RunRegistry:
 
     def __init__(self, storage: CheckpointStorage) -> None:
         self.storage = storage
-        # Records never change once written (create-if-absent), so each is read once.
+        #: Records read so far. A record never changes once created (create-if-absent), so
+        #: each is read once: the registry gains a file per query restart, and reading them
+        #: all at every load would make each batch slower with every restart.
         self._records: dict[int, RunRecord] = {}
 
     def history(self) -> RunHistory:

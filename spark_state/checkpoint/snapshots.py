@@ -20,6 +20,7 @@ from typing import Iterable
 from ..backends.base import SnapshotFile
 from ..errors import CheckpointCorruptError, CheckpointFileMissingError
 from ..storage import CheckpointStorage
+from ..testing import crashpoints
 from . import layout
 from .checksum import crc32_file
 from .metadata import SnapshotDescriptor, SnapshotFileRef, SnapshotRef
@@ -82,6 +83,7 @@ def upload_snapshot(
         stats.files_uploaded += 1
         stats.bytes_uploaded += f.size
         stats.paths.append(path)
+        crashpoints.reached("snapshot.mid-upload")
     descriptor = SnapshotDescriptor(
         version=version, id=snapshot_id, backend=backend_name,
         instance_id=index.instance_id, files=tuple(refs),

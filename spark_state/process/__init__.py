@@ -4,16 +4,22 @@
   map, reducing, aggregating) on a streaming DataFrame; partitions own whole key groups.
 * :func:`checkpointed_process` runs a non-keyed :class:`CheckpointedFunction` with operator
   state (list = even-split, union list, broadcast).
+* Keyed functions have timers (``ctx.timer_service()``, ``on_timer``), event time from
+  ``withWatermark``, operator state beside keyed state (``initialize_state``), two inputs
+  (:func:`keyed_co_process`) and broadcast rules (:func:`keyed_broadcast_process`).
 
-Modules: :mod:`.api` (driver: planning), :mod:`.runner` (task: the mapInArrow bodies),
-:mod:`.stores` (versions, store cache, rescale), :mod:`.location` (state location layout),
-:mod:`.routing` (key groups -> partitions), :mod:`.operator_state`, :mod:`.arrow_io`,
-:mod:`.keycodec`, :mod:`.functions` (the user-facing classes and contexts).
+Modules: :mod:`.api` (driver: planning), :mod:`.runner` (task: the mapInArrow bodies; the lean
+keyed loop), :mod:`.keyed_runtime` (the keyed loop with time, several inputs, broadcast,
+operator state), :mod:`.stores` (versions, store cache, rescale), :mod:`.location` (state
+location layout), :mod:`.routing` (key groups -> partitions), :mod:`.inputs` (unioning inputs
+by side), :mod:`.event_time` (the watermark declaration in the plan), :mod:`.clock` (a batch's
+watermark and processing time), :mod:`.timer_service`, :mod:`.operator_state`,
+:mod:`.arrow_io`, :mod:`.keycodec`, :mod:`.functions` (the user-facing classes and contexts).
 """
 
 from __future__ import annotations
 
-from .api import checkpointed_process, keyed_process
+from .api import checkpointed_process, keyed_broadcast_process, keyed_co_process, keyed_process
 from .errors import (
     MaxParallelismMismatchError,
     NotInStreamingQueryError,
@@ -22,11 +28,23 @@ from .errors import (
     StateLocationError,
     StateVersionMissingError,
 )
-from .functions import CheckpointedFunction, KeyedContext, KeyedProcessFunction, OperatorContext
+from .functions import (
+    BroadcastContext,
+    CheckpointedFunction,
+    KeyedBroadcastProcessFunction,
+    KeyedCoProcessFunction,
+    KeyedContext,
+    KeyedProcessFunction,
+    OperatorContext,
+    ReadOnlyBroadcastState,
+)
+from .timer_service import TimeDomain, TimerService
 from .operator_state import BroadcastState, OperatorListState
 
 __all__ = [
-    "keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction",
+    "keyed_process", "keyed_co_process", "keyed_broadcast_process", "checkpointed_process",
+    "KeyedProcessFunction", "KeyedCoProcessFunction", "KeyedBroadcastProcessFunction", "CheckpointedFunction",
+    "BroadcastContext", "ReadOnlyBroadcastState", "TimeDomain", "TimerService",
     "KeyedContext", "OperatorContext", "OperatorListState", "BroadcastState",
     "ProcessDefinitionError", "StateLocationError", "MaxParallelismMismatchError",
     "StateVersionMissingError", "OutputSchemaError", "NotInStreamingQueryError",

@@ -47,3 +47,22 @@ def key_encoder(fields: Sequence[T.StructField]) -> Callable[[Any], bytes]:
 
         return encode_one
     return serializer_for(T.StructType(list(fields))).serialize
+
+
+def key_decoder(fields: Sequence[T.StructField]) -> Callable[[bytes], Any]:
+    """The inverse of :func:`key_encoder`: key bytes -> the key as ``ctx.current_key`` shows it
+    (the column's value for one key column, a tuple for several). Used for timers, whose
+    entries hold only the key bytes."""
+    if len(fields) == 1:
+        de = serializer_for(fields[0].dataType).deserialize
+
+        def decode_one(data: bytes) -> Any:
+            return None if data[:1] == b"\x00" else de(data[1:])
+
+        return decode_one
+    de_struct = serializer_for(T.StructType(list(fields))).deserialize
+
+    def decode_many(data: bytes) -> Any:
+        return tuple(de_struct(data))
+
+    return decode_many

@@ -11,6 +11,13 @@ Store layout (one VersionedStore per partition; values are the descriptor serial
                                                                           mode 2 = union list
     [mode u8][len(name) u8][name UTF-8][serialized map key] -> map value  mode 3 = broadcast
 
+In the store of a *keyed* function (``KeyedProcessFunction`` with ``initialize_state``, or the
+broadcast state of ``keyed_broadcast_process``), every operator-state key is preceded by
+:data:`KEYED_OPERATOR_PREFIX` (``0xFE``): keyed-state keys start with a key group (u16 BE,
+first byte 0x00..0x7F) and the system keyspace with 0xFF, so a mode byte alone could meet a
+key group of 256 or more; ``0xFE`` meets neither. ``checkpointed_process`` stores have no
+keyed state and keep the plain layout (prefix ``b""``).
+
 Redistribution when the parallelism changes from ``m`` to ``n`` (Flink's
 ``RoundRobinOperatorStateRepartitioner``), on raw bytes, without deserializing:
 
@@ -44,6 +51,7 @@ from ..constants import (
     OPERATOR_MODE_SPLIT,
     OPERATOR_MODE_UNION,
     OPERATOR_SCHEMA_TAG,
+    KEYED_OPERATOR_STATE_PREFIX,
 )
 from ..state import MapStateDescriptor, ListStateDescriptor
 from ..state.compatibility import judge
@@ -53,28 +61,34 @@ from ..state.evolution import merge_schema_records
 from ..state.schema import StateSchema, operator_record_key, schema_of
 from ..store import VersionedStore, prefix_upper_bound
 
+#: The prefix of operator-state keys in a keyed function's store (see the module docstring).
+KEYED_OPERATOR_PREFIX = KEYED_OPERATOR_STATE_PREFIX
+
 SPLIT, UNION, BROADCAST = OPERATOR_MODE_SPLIT, OPERATOR_MODE_UNION, OPERATOR_MODE_BROADCAST
 MODE_NAMES = {SPLIT: "list", UNION: "union list", BROADCAST: "broadcast"}
 _U32 = struct.Struct(">I")
 
 
-def state_prefix(mode: int, name: str) -> bytes:
+def state_prefix(mode: int, name: str, keyspace: bytes = b"") -> bytes:
+    """``[keyspace][mode][len(name)][name]``: the prefix of one operator state's entries."""
     raw = name.encode("utf-8")
     if len(raw) > 255:
         raise ValueError(f"operator state name {name!r} is longer than 255 bytes")
-    return bytes((mode, len(raw))) + raw
+    return keyspace + bytes((mode, len(raw))) + raw
 
 
 def _scan(store: VersionedStore, prefix: bytes) -> list[tuple[bytes, bytes]]:
     return list(store.iterate(prefix, prefix_upper_bound(prefix)))
 
 
-def stored_states(store: VersionedStore) -> dict[tuple[int, bytes], list[tuple[bytes, bytes]]]:
-    """Every operator state in ``store``: (mode, name bytes) -> [(entry suffix, value)] in key order."""
+def stored_states(store: VersionedStore, keyspace: bytes = b"") -> dict[tuple[int, bytes], list[tuple[bytes, bytes]]]:
+    """Every operator state in ``store`` (under ``keyspace``): (mode, name bytes) ->
+    [(entry suffix, value)] in key order."""
     out: dict[tuple[int, bytes], list[tuple[bytes, bytes]]] = {}
-    for key, value in store.iterate(None, b"\x04"):
-        mode, n = key[0], key[1]
-        out.setdefault((mode, key[2:2 + n]), []).append((key[2 + n:], value))
+    p = len(keyspace)
+    for key, value in store.iterate(keyspace + bytes((SPLIT,)), keyspace + bytes((BROADCAST + 1,))):
+        mode, n = key[p], key[p + 1]
+        out.setdefault((mode, key[p + 2:p + 2 + n]), []).append((key[p + 2 + n:], value))
     return out
 
 
@@ -179,8 +193,9 @@ class BroadcastState:
 class OperatorStateStore:
     """The operator states of one partition for one task: registration reads, flush writes."""
 
-    def __init__(self, store: VersionedStore) -> None:
+    def __init__(self, store: VersionedStore, keyspace: bytes = b"") -> None:
         self._store = store
+        self._keyspace = keyspace
         self._states: dict[str, Any] = {}
 
     def _register(self, mode: int, descriptor: StateDescriptor, expected: type) -> Any:
@@ -194,12 +209,12 @@ class OperatorStateStore:
                     f"{MODE_NAMES[existing.mode]} state")
             return existing
         old, rewrite = self._check_schema(mode, descriptor)
-        entries = _scan(self._store, state_prefix(mode, descriptor.name))
+        entries = _scan(self._store, state_prefix(mode, descriptor.name, self._keyspace))
         if rewrite is not None:
             entries = _migrated(descriptor, old, mode, entries, rewrite)
         try:
             if mode == BROADCAST:
-                n = len(state_prefix(mode, descriptor.name))
+                n = len(state_prefix(mode, descriptor.name, self._keyspace))
                 dk, dv = descriptor.key_serializer.deserialize, descriptor.serializer.deserialize
                 state: Any = BroadcastState(descriptor, {dk(k[n:]): dv(v) for k, v in entries})
             else:
@@ -223,7 +238,7 @@ class OperatorStateStore:
             # A new state, or one written by a release without records: the mode can still
             # be told from the data keys.
             for other in (SPLIT, UNION, BROADCAST):
-                if other != mode and _scan(store, state_prefix(other, descriptor.name))[:1]:
+                if other != mode and _scan(store, state_prefix(other, descriptor.name, self._keyspace))[:1]:
                     raise StateSchemaIncompatibleError(
                         descriptor.name, f"{MODE_NAMES[other]} state", f"{MODE_NAMES[mode]} state",
                         "operator state modes redistribute differently on rescale, so a mode never changes")
@@ -254,7 +269,7 @@ class OperatorStateStore:
         """Stage every registered state's current content (replacing what was stored)."""
         store = self._store
         for name, state in self._states.items():
-            prefix = state_prefix(state.mode, name)
+            prefix = state_prefix(state.mode, name, self._keyspace)
             store.delete_many([k for k, _ in _scan(store, prefix)])
             entries = state._entries()
             store.put_many([prefix + k for k, _ in entries], [v for _, v in entries])
@@ -298,11 +313,12 @@ def split_ranges(total: int, parallelism: int, start: int) -> tuple[list[tuple[i
 
 
 def redistribute(target: VersionedStore, partition: int, parallelism: int,
-                 old_stores: dict[int, VersionedStore]) -> None:
+                 old_stores: dict[int, VersionedStore], keyspace: bytes = b"") -> None:
     """Stage partition ``partition``'s share of the old partitions' operator state into
-    ``target`` (see the module docstring)."""
+    ``target`` (see the module docstring); ``old_stores`` must hold every old partition.
+    ``keyspace`` is :data:`KEYED_OPERATOR_PREFIX` in a keyed function's store."""
     old_parallelism = len(old_stores)
-    per_old = {j: stored_states(old_stores[j]) for j in sorted(old_stores)}
+    per_old = {j: stored_states(old_stores[j], keyspace) for j in sorted(old_stores)}
     names: set[tuple[int, bytes]] = set()
     for states in per_old.values():
         names.update(states)
@@ -315,7 +331,7 @@ def redistribute(target: VersionedStore, partition: int, parallelism: int,
     values: list[bytes] = []
     start = 0
     for mode, name in sorted(names, key=lambda mn: (mn[1], mn[0])):
-        prefix = bytes((mode, len(name))) + name
+        prefix = keyspace + bytes((mode, len(name))) + name
         if mode == BROADCAST:
             for suffix, value in per_old[partition % old_parallelism].get((mode, name), []):
                 keys.append(prefix + suffix)

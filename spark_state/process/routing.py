@@ -20,7 +20,11 @@ from .errors import ProcessDefinitionError
 
 KEY_GROUP_COLUMN = "__spark_state_key_group"
 ROUTE_COLUMN = "__spark_state_route"
-HIDDEN_COLUMNS = (KEY_GROUP_COLUMN, ROUTE_COLUMN)
+#: Which input a row comes from when several are unioned (see :mod:`.inputs`).
+SIDE_COLUMN = "__spark_state_side"
+HIDDEN_COLUMNS = (KEY_GROUP_COLUMN, ROUTE_COLUMN, SIDE_COLUMN)
+#: The key group of rows that belong to no key (broadcast rows, heartbeats).
+NO_KEY_GROUP = -1
 
 
 @lru_cache(maxsize=64)
@@ -37,18 +41,40 @@ def route_values(parallelism: int) -> tuple[int, ...]:
     return tuple(found[t] for t in range(parallelism))
 
 
-def add_routing_columns(df, key_columns: list[str], parallelism: int, max_parallelism: int):
-    """``df`` with the hidden key-group and route columns, repartitioned by the route, with
-    the route column dropped again (the key group stays for the function)."""
+def key_group_and_route(key_columns: list[str], parallelism: int, max_parallelism: int):
+    """The (key group, route) columns of keyed rows."""
     from pyspark.sql import functions as F
 
     kg = F.pmod(F.hash(*[F.col(f"`{c}`") for c in key_columns]), F.lit(max_parallelism))
     target = F.floor(kg * F.lit(parallelism) / F.lit(max_parallelism)).cast("int")
     routes = F.array(*[F.lit(r) for r in route_values(parallelism)])
     route = F.element_at(routes, target + F.lit(1)).cast("int")
-    return (
-        df.withColumn(KEY_GROUP_COLUMN, kg.cast("int"))
-        .withColumn(ROUTE_COLUMN, route)
-        .repartition(parallelism, F.col(ROUTE_COLUMN))
-        .drop(ROUTE_COLUMN)
-    )
+    return kg.cast("int"), route
+
+
+def every_route(parallelism: int):
+    """A generator column giving one row per partition's route (``explode``): broadcast rows."""
+    from pyspark.sql import functions as F
+
+    return F.explode(F.array(*[F.lit(r) for r in route_values(parallelism)]))
+
+
+def first_route(parallelism: int):
+    """The route of partition 0 (rows that only need to make a batch run: heartbeats)."""
+    from pyspark.sql import functions as F
+
+    return F.lit(route_values(parallelism)[0])
+
+
+def repartition_routed(df, parallelism: int):
+    """Repartition a DataFrame with a route column by it, then drop the route column."""
+    from pyspark.sql import functions as F
+
+    return df.repartition(parallelism, F.col(ROUTE_COLUMN)).drop(ROUTE_COLUMN)
+
+
+def add_routing_columns(df, key_columns: list[str], parallelism: int, max_parallelism: int):
+    """``df`` with the hidden key-group and route columns, repartitioned by the route, with
+    the route column dropped again (the key group stays for the function)."""
+    kg, route = key_group_and_route(key_columns, parallelism, max_parallelism)
+    return repartition_routed(df.withColumn(KEY_GROUP_COLUMN, kg).withColumn(ROUTE_COLUMN, route), parallelism)

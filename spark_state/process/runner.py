@@ -27,6 +27,7 @@ from ..checkpoint.runs import RunContext
 from ..config import EngineConfig
 from ..keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from ..state import KeyedStateBackend, copy_key_groups
+from ..testing import crashpoints
 from .arrow_io import OutputWriter, columns_as_lists, row_class
 from .errors import NotInStreamingQueryError, StateLocationError
 from .functions import KeyedContext, OperatorContext
@@ -43,7 +44,8 @@ from .location import (
     storage_for,
     verify_location,
 )
-from .operator_state import OperatorStateStore, redistribute
+from .keyed_runtime import run_general
+from .operator_state import KEYED_OPERATOR_PREFIX, OperatorStateStore, redistribute
 from .routing import HIDDEN_COLUMNS, KEY_GROUP_COLUMN
 from .stores import PartitionStore, acquire
 
@@ -61,6 +63,15 @@ class ProcessPlan:
     output_schema: StructType
     max_parallelism: Optional[int] = None
     key_fields: list[StructField] = field(default_factory=list)
+    #: keyed operators on the general loop (:mod:`.keyed_runtime`): "process", "co" or "broadcast"
+    #: in ``variant``; None runs the lean loop below (no time, one input, no operator state)
+    sides: Optional[list] = None
+    variant: str = "process"
+    has_timers: bool = False
+    operator_state: bool = False
+    broadcast_states: list = field(default_factory=list)
+    broadcast_order: tuple = ()
+    late_rows: str = "drop"
 
 
 @dataclass
@@ -72,7 +83,7 @@ class _Task:
     runs: RunContext
 
 
-def _task(plan: ProcessPlan) -> _Task:
+def _task(plan: ProcessPlan, partition: Optional[int] = None) -> _Task:
     from pyspark import TaskContext
 
     tc = TaskContext.get()
@@ -89,9 +100,11 @@ def _task(plan: ProcessPlan) -> _Task:
             f"{plan.function_name}: the task has no streaming query run id (local properties "
             f"'{JOB_GROUP_PROPERTY}' / '{JOB_DESCRIPTION_PROPERTY}', which Spark sets for every "
             "micro-batch); was the job group overridden?")
+    crashpoints.set_role("process")  # crash tests may target the workers running process functions
     storage = storage_for(url, plan.location.storage_options)
     verify_location(storage, plan.kind, plan.max_parallelism)
-    return _Task(int(raw), tc.partitionId(), url, storage, run_context(storage, run_id))
+    part = tc.partitionId() if partition is None else partition
+    return _Task(int(raw), part, url, storage, run_context(storage, run_id))
 
 
 def _check_parallelism(plan: ProcessPlan, partition: int) -> None:
@@ -100,9 +113,12 @@ def _check_parallelism(plan: ProcessPlan, partition: int) -> None:
 
 
 # ------------------------------------------------------------------------------------ keyed
-def run_keyed(plan: ProcessPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body of :func:`~spark_state.process.keyed_process`."""
-    task = _task(plan)
+def run_keyed(plan: ProcessPlan, batches: Iterator[pa.RecordBatch],
+              partition: Optional[int] = None) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body of :func:`~spark_state.process.keyed_process`. ``partition``
+    overrides the task's partition id (a carrier other than ``mapInArrow`` that groups rows by
+    logical partition, as ``bench/keyed_bench.py`` measures with ``applyInPandasWithState``)."""
+    task = _task(plan, partition)
     n, max_p, partition = plan.parallelism, plan.max_parallelism, task.partition
     _check_parallelism(plan, partition)
     assert max_p is not None
@@ -111,15 +127,26 @@ def run_keyed(plan: ProcessPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[
     def old_range(old: Layout, j: int) -> KeyGroupRange:
         return compute_key_group_range_for_operator_index(max_p, old.parallelism, j)
 
+    # Operator state (a keyed function's own, or broadcast state) is redistributed from every
+    # old partition; keyed state and timers are copied from the overlapping ones only.
+    needs_all = plan.operator_state or bool(plan.broadcast_states)
+
     def sources_needed(old: Layout) -> list[int]:
+        if needs_all:
+            return list(range(old.parallelism))
         return [j for j in range(old.parallelism) if not own.intersection(old_range(old, j)).is_empty]
 
     def populate(store, old: Layout, old_stores) -> None:
         for j, source in old_stores.items():
             r = own.intersection(old_range(old, j))
-            copy_key_groups(source, store, r.start, r.end)
+            if not r.is_empty:
+                copy_key_groups(source, store, r.start, r.end)
+        if needs_all:
+            redistribute(store, partition, n, old_stores, KEYED_OPERATOR_PREFIX)
 
     ps = acquire(task.storage, plan.engine, n, partition, task.batch_id, sources_needed, populate, task.runs)
+    if plan.sides is not None:
+        return run_general(plan, task, ps, own, batches)
     return _keyed_loop(plan, task, ps, own, batches)
 
 
@@ -129,7 +156,7 @@ def _keyed_loop(plan: ProcessPlan, task: _Task, ps: PartitionStore, own: KeyGrou
     try:
         backend = KeyedStateBackend(ps.store)
         ctx = KeyedContext(backend, task.batch_id, task.partition, plan.parallelism,
-                           plan.max_parallelism or 0, task.url)
+                           plan.max_parallelism or 0, task.url, function_name=plan.function_name)
         fn = plan.function
         process = fn.process_element
         encode = key_encoder(plan.key_fields)

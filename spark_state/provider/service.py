@@ -26,7 +26,6 @@ import dataclasses
 import json
 import logging
 import os
-import tempfile
 import threading
 import time
 import traceback
@@ -37,8 +36,10 @@ from .. import constants as C
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..config import EngineConfig
 from ..errors import ConfigError
+from ..localdirs import process_root
 from ..storage import open_storage
 from ..store import VersionedStore
+from ..testing import crashpoints
 from ..ttl import is_stamped
 from . import options as provider_options
 from . import ttl_policy
@@ -226,6 +227,7 @@ class StoreService:
                 return {"skipped": True}
             with instance.lock:
                 if kind == "cleanup":
+                    crashpoints.reached("provider.maintenance")
                     result = instance.store.cleanup()
                     reply: dict[str, Any] = {"deleted": len(result.deleted)}
                     store = instance.store
@@ -264,7 +266,9 @@ class StoreService:
                 runs = RunContext(RunRegistry(storage), options.get("runId"))
                 store = VersionedStore(storage, worker_config(config), runs=runs, background_snapshots=True)
                 crash = (options.get("engine") or {}).get(CRASH_ON_COMMIT_OPTION)
-                views = ViewExporter(config.backend, os.path.join(config.local_dir or tempfile.gettempdir(),
+                # Views live in the worker's own local directory: if the worker is killed, its
+                # successor removes them with the dead worker's store copies (localdirs).
+                views = ViewExporter(config.backend, os.path.join(process_root(config.local_dir),
                                                                   f"views-{instance_id}"))
                 instance = self._instances[instance_id] = _Instance(store, crash, views, ttl, checkpoint)
                 _LOG.info("opened store %s for %s (%s)", instance_id, checkpoint,

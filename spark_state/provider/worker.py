@@ -19,10 +19,16 @@ def main() -> int:
         format="%(asctime)s %(levelname)s spark-state-worker[%(process)d] %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # py4j logs every call it receives at INFO: with loads, commits and maintenance calls that
+    # is several lines per batch in a log file nobody rotates (the JVM appends our stderr to it).
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     from py4j.java_gateway import CallbackServerParameters, GatewayParameters, JavaGateway
 
+    from ..testing import crashpoints
     from .protocol import ENV_GATEWAY_PORT, ENV_GATEWAY_TOKEN
     from .service import StoreService
+
+    crashpoints.set_role("provider")  # crash tests may target this kind of process
 
     port = int(os.environ[ENV_GATEWAY_PORT])
     token = os.environ.pop(ENV_GATEWAY_TOKEN)

@@ -5,6 +5,7 @@
 * :mod:`.keyed_states` -- the state types, scoped to the current key.
 * :mod:`.backend` -- :class:`KeyedStateBackend`: current key, state objects, TTL cleanup.
 * :mod:`.keys` -- the key layout (pure functions); :mod:`.rescale` -- moving key groups.
+* :mod:`.timers` -- timers of keyed functions, stored per key group under a reserved name.
 * :mod:`.schema` -- each state's schema record (pure codec); :mod:`.compatibility` -- the
   verdicts (compatible as is / after migration / incompatible); :mod:`.evolution` -- checking
   and migrating at registration, merging records on rescale; :mod:`.errors` -- their errors.

@@ -23,7 +23,6 @@ import struct
 from typing import Any, Iterator, Optional, Union
 
 from ..store import VersionedStore
-from ..ttl import codec as ttl_codec
 from ..ttl.kv import TtlStats, is_stamped, migrate_layout
 from . import keys as K
 from .access import PlainAccess, TtlAccess
@@ -41,6 +40,8 @@ from .keyed_states import AggregatingState, KeyedState, ListState, MapState, Red
 _LOG = logging.getLogger(__name__)
 _U32 = struct.Struct(">I")
 _KEY_GROUP = struct.Struct(">H")
+#: Exclusive end of the keys that start with a key group (u16 BE below 32768).
+KEY_GROUP_KEYSPACE_END = b"\x80"
 
 _STATE_CLASSES: dict[type, type] = {
     ValueStateDescriptor: ValueState,
@@ -124,8 +125,10 @@ class KeyedStateBackend:
         return TtlAccess(self._store, ns, descriptor.ttl, self.ttl_stats)
 
     def _entries_of(self, name_bytes: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Every stored entry of one state, across key groups (a full scan; migration only)."""
-        for key, value in self._store.iterate(None, ttl_codec.SYSTEM_PREFIX):
+        """Every stored entry of one state, across key groups (a full scan; migration only).
+        Only the key-group keyspace (first byte below 0x80) is scanned: operator state of a
+        keyed function (0xFE) and system keys (0xFF) are laid out differently."""
+        for key, value in self._store.iterate(None, KEY_GROUP_KEYSPACE_END):
             if K.state_name_of(key) == name_bytes:
                 yield key, value
 

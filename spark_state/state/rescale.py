@@ -2,7 +2,8 @@
 
 Keyed state of a key group is one contiguous key range (see :mod:`.keys`), so a new
 partition owning key groups ``first..last`` takes exactly that range from each old store
-whose range overlaps. TTL index entries live in the system keyspace and name their data
+whose range overlaps. Timers (:mod:`.timers`) are entries of that range too (a reserved state
+name inside each key group), so they move with their key group with no extra step. TTL index entries live in the system keyspace and name their data
 key, which starts with its key group, so they are filtered the same way; format markers
 are per state and copied as they are. Schema records (:mod:`.schema`) are per state too
 and move with the state: every source must hold the state in the same layout, or the copy

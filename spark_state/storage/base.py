@@ -36,7 +36,7 @@ import re
 from abc import ABC, abstractmethod
 from typing import Iterable
 
-__all__ = ["CheckpointStorage", "clean_path", "is_temp_name", "join_root", "temp_name"]
+__all__ = ["CheckpointStorage", "clean_path", "is_temp_name", "join_root", "temp_name", "temp_target"]
 
 # Temp files live next to their target (same directory, hence same file system, so the
 # final rename is atomic). The name is hidden (leading '.'), which Hadoop tools also
@@ -52,6 +52,12 @@ def temp_name(name: str, token: str) -> str:
 def is_temp_name(name: str) -> bool:
     """True if *name* (a base name) is one of the storage layer's own temp files."""
     return bool(_TEMP_RE.match(name))
+
+
+def temp_target(name: str) -> str | None:
+    """The base name a temp file was being written for (``.x.json.<token>.tmp`` -> ``x.json``),
+    or None if *name* is not a temp name."""
+    return name[1:-len(".0123456789abcdef.tmp")] if is_temp_name(name) else None
 
 
 def clean_path(path: str, *, allow_root: bool = False) -> str:
@@ -138,11 +144,14 @@ class CheckpointStorage(ABC):
         """
 
     @abstractmethod
-    def list_dir(self, path: str = "") -> list[str]:
+    def list_dir(self, path: str = "", *, temp_files: bool = False) -> list[str]:
         """Sorted base names of the files directly inside directory *path*.
 
-        Subdirectories and the storage layer's own temp files are left out. A directory
-        that does not exist lists as ``[]`` (object stores cannot tell the difference).
+        Subdirectories and the storage layer's own temp files are left out; with
+        ``temp_files=True`` only the temp files are listed (in-flight writes, or writes a
+        crash cut short, which cleanup removes once their version is past retention). A
+        directory that does not exist lists as ``[]`` (object stores cannot tell the
+        difference).
         """
 
     # ---- writing -------------------------------------------------------------------

@@ -246,12 +246,12 @@ class LocalStorage(CheckpointStorage):
                 raise CheckpointFileMissingError(self.full_url(path))
             return st.st_size
 
-    def list_dir(self, path: str = "") -> list[str]:
+    def list_dir(self, path: str = "", *, temp_files: bool = False) -> list[str]:
         directory = self._abs(path, allow_root=True)
         with self._errors("list", path):
             try:
                 with os.scandir(directory) as it:
-                    names = [e.name for e in it if e.is_file() and not is_temp_name(e.name)]
+                    names = [e.name for e in it if e.is_file() and is_temp_name(e.name) == temp_files]
             except (FileNotFoundError, NotADirectoryError):
                 return []
         return sorted(names)

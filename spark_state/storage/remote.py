@@ -472,7 +472,7 @@ class FsspecStorage(CheckpointStorage):
             raise CheckpointFileMissingError(self.full_url(path))
         return int(info["size"])
 
-    def list_dir(self, path: str = "") -> list[str]:
+    def list_dir(self, path: str = "", *, temp_files: bool = False) -> list[str]:
         directory = self._p(path, allow_root=True)
         entries = self._run("list", path, self.fs.ls, directory, detail=True, missing="none") or []
         parent = directory.rstrip("/") or "/"
@@ -483,7 +483,7 @@ class FsspecStorage(CheckpointStorage):
             if entry.get("type") != "file" or (posixpath.dirname(name) or "/") != parent:
                 continue
             base = posixpath.basename(name)
-            if not is_temp_name(base):
+            if is_temp_name(base) == temp_files:
                 names.append(base)
         return sorted(names)
 

@@ -12,6 +12,7 @@ import process_fns
 from process_fns import INPUT_SCHEMA, OPERATOR_OUTPUT, OperatorStates
 from spark_state import EngineConfig, VersionedStore
 from spark_state.process import checkpointed_process
+from spark_state.state import ListStateDescriptor, MapStateDescriptor
 from spark_state.process.operator_state import SPLIT, UNION, redistribute, split_ranges, state_prefix
 from streaming_harness import HDFS_PROVIDER, merge_runs, run_query, ship_module_by_value, write_batches
 
@@ -97,3 +98,32 @@ def test_operator_state_redistribution_on_4_3_6(spark, tmp_path):
                 assert writer == old[i % m][2]
     # writer: 0..3 from batch 0, then i % 4 at 3 partitions, then (i % 3) at 6
     assert [restored[5, i][3] for i in range(6)] == [0, 1, 2, 0, 1, 2]
+
+
+def test_operator_state_of_a_keyed_function_has_its_own_keyspace(tmp_path):
+    """In a keyed store, key group 0x0301 (769) starts with the byte of broadcast mode 3: the
+    0xFE keyspace keeps operator state and keyed state apart, in scans and redistribution."""
+    from spark_state.process.operator_state import KEYED_OPERATOR_PREFIX, OperatorStateStore, stored_states
+    from spark_state.state import KeyedStateBackend, ValueStateDescriptor
+
+    config = EngineConfig(backend="hashmap")
+    s = VersionedStore(str(tmp_path / "keyed"), config)
+    s.load(0)
+    backend = KeyedStateBackend(s)
+    value = backend.get_state(ValueStateDescriptor("b", int))
+    backend.set_current_key(b"\x01k", 0x0301)
+    value.update(7)
+    ops = OperatorStateStore(s, KEYED_OPERATOR_PREFIX)
+    ops.get_broadcast_state(MapStateDescriptor("b", str, int)).put("rule", 1)
+    ops.get_list_state(ListStateDescriptor("s", int)).add(5)
+    ops.flush()
+    s.commit()
+    assert set(stored_states(s, KEYED_OPERATOR_PREFIX)) == {(3, b"b"), (1, b"s")}
+    assert all(k[0] == 0xFE for k, _ in s.iterate(b"\xfe", b"\xff"))
+    target = VersionedStore(str(tmp_path / "new"), config)
+    target.load(0)
+    redistribute(target, 0, 1, {0: s}, KEYED_OPERATOR_PREFIX)
+    assert sorted(k for k, _ in target.iterate(None, b"\xff")) == sorted(k for k, _ in s.iterate(b"\xfe", b"\xff"))
+    assert value.value() == 7
+    s.close()
+    target.close()

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from support import RecordingBuilder
 from pyspark.sql import functions as F
 
 import process_fns
@@ -54,7 +55,7 @@ def test_a_second_keyed_query_on_the_same_state_location_fails_and_the_first_goe
 def test_a_second_copy_of_a_running_query_in_the_same_application_is_refused(spark, tmp_path):
     """``spark_state.configure`` sets spark.sql.streaming.stopActiveRunOnRestart=false (Spark's
     default would stop the running query in favour of the second); Spark then refuses."""
-    assert spark_state.configure(_Builder())._options["spark.sql.streaming.stopActiveRunOnRestart"] == "false"
+    assert spark_state.configure(RecordingBuilder())._options["spark.sql.streaming.stopActiveRunOnRestart"] == "false"
     write_batches(tmp_path / "in", [[(f"k{i % 5}", i)] for i in range(3)], process_fns.INPUT_SCHEMA)
     df = spark.readStream.schema(process_fns.INPUT_SCHEMA).parquet(str(tmp_path / "in"))
 
@@ -77,15 +78,6 @@ def test_a_second_copy_of_a_running_query_in_the_same_application_is_refused(spa
     finally:
         for k in confs:
             spark.conf.unset(k)
-
-
-class _Builder:
-    def __init__(self):
-        self._options = {}
-
-    def config(self, key, value):
-        self._options[key] = value
-        return self
 
 
 def test_a_second_application_on_a_running_querys_checkpoint_fails_and_the_first_finishes(tmp_path):

@@ -46,14 +46,14 @@ def test_executor_python_without_spark_state_gives_a_clear_error(tmp_path):
     bad = tmp_path / "python-without-spark-state"
     bad.write_text(f"#!/bin/sh\nexec {sys.executable} -I -S \"$@\"\n")
     bad.chmod(0o755)
-    message = _run_job("bad_python_job.py", str(tmp_path), str(bad))["message"]
+    message = _run_job("failing_setup_job.py", str(tmp_path), "python", str(bad))["message"]
     assert "spark_state.provider.worker" in message and str(bad) in message
     assert "does not have spark-state installed" in message
     assert "spark.pyspark.python" in message
 
 
 def test_workers_per_executor_that_is_not_a_number_gives_a_clear_error(tmp_path):
-    message = _run_job("bad_conf_job.py", str(tmp_path))["message"]
+    message = _run_job("failing_setup_job.py", str(tmp_path), "workers", "abc")["message"]
     assert "spark.sql.streaming.stateStore.sparkState.workersPerExecutor must be a whole number" in message
     assert "got 'abc'" in message and "NumberFormatException" not in message
 

@@ -101,6 +101,34 @@ def test_cleanup_keeps_exactly_what_retained_versions_need(tmp_path, backend):
         assert broken, f"{rel} is kept although no retained version needs it"
 
 
+def test_cleanup_removes_temp_files_a_crash_left_once_their_version_is_past_retention(tmp_path):
+    """A write killed midway leaves ``.<name>.<token>.tmp`` (listings skip it): retention must
+    delete it by the version of its target, or every such crash would leave a file for good."""
+    ckpt = str(tmp_path / "ckpt")
+    cfg = EngineConfig(backend="rocksdb", snapshot_interval=3, retained_versions=4, local_dir=str(tmp_path / "l"))
+    left = {"changelogs/.2-00ff00ff00ff00ff.arrow.0123456789abcdef.tmp": True,
+            "shared/.3-aaaaaaaaaaaaaaaa-000009.sst.fedcba9876543210.tmp": True,
+            "manifests/.4.r1.json.00000000000000aa.tmp": True,
+            "changelogs/.12-00ff00ff00ff00ff.arrow.0123456789abcdef.tmp": False,  # retained: may be in flight
+            "snapshots/.not-versioned.0123456789abcdef.tmp": False}
+    with VersionedStore(ckpt, cfg) as store:
+        run_epochs(store, 5, keys=30, writes_per_epoch=10)
+        for rel in left:
+            with open(os.path.join(ckpt, rel), "w") as f:
+                f.write("cut short")
+        _more_epochs(store, 9)  # versions 6..14: 11..14 retained
+        store.cleanup()
+    remaining = _files(ckpt)
+    for rel, doomed in left.items():
+        assert (rel not in remaining) == doomed, rel
+
+
+def _more_epochs(store, n: int) -> None:
+    for i in range(n):
+        store.put(f"x{i}".encode(), b"v")
+        store.commit()
+
+
 @pytest.fixture
 def committed(tmp_path):
     """A rocksdb checkpoint whose version 5 is a snapshot at 3 plus changelogs 4 and 5."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pyspark.sql import types as T
 import pytest
+from support import Mean
 
 from spark_state import EngineConfig, VersionedStore
 from spark_state.constants import SYSTEM_KEY_PREFIX
 from spark_state.state import (
-    AggregateFunction,
     AggregatingStateDescriptor,
     KeyedStateBackend,
     ListStateDescriptor,
@@ -18,20 +18,6 @@ from spark_state.state import (
     copy_key_groups,
 )
 from spark_state.state import keys as K
-
-
-class Average(AggregateFunction):
-    def create_accumulator(self):
-        return (0, 0)
-
-    def add(self, value, acc):
-        return (acc[0] + value, acc[1] + 1)
-
-    def get_result(self, acc):
-        return acc[0] / acc[1]
-
-    def merge(self, a, b):
-        return (a[0] + b[0], a[1] + b[1])
 
 
 ACC = T.StructType([T.StructField("sum", T.LongType()), T.StructField("n", T.LongType())])
@@ -50,7 +36,7 @@ def test_every_state_type_is_scoped_to_the_current_key(store) -> None:
     events = b.get_list_state(ListStateDescriptor("events", str))
     seen = b.get_map_state(MapStateDescriptor("seen", str, T.LongType()))
     total = b.get_reducing_state(ReducingStateDescriptor("total", lambda a, c: a + c, int))
-    avg = b.get_aggregating_state(AggregatingStateDescriptor("avg", Average(), ACC))
+    avg = b.get_aggregating_state(AggregatingStateDescriptor("avg", Mean(), ACC))
     for key, kg, items in [(b"a", 3, [1, 2, 3]), (b"b", 90, [10])]:
         b.set_current_key(key, kg)
         for item in items:

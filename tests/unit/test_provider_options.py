@@ -5,6 +5,7 @@ the wrong type fail at once, naming the problem."""
 from __future__ import annotations
 
 import pytest
+from support import RecordingBuilder
 
 import spark_state
 from spark_state import EngineConfig, VersionedStore
@@ -12,24 +13,15 @@ from spark_state.errors import ConfigError
 from spark_state.provider.service import engine_config
 
 
-class _Builder:
-    def __init__(self):
-        self._options = {}
-
-    def config(self, key, value):
-        self._options[key] = value
-        return self
-
-
 def test_configure_accepts_workers_per_executor_as_documented():
-    builder = spark_state.configure(_Builder(), options={"workersPerExecutor": 2, "snapshotInterval": "5"})
+    builder = spark_state.configure(RecordingBuilder(), options={"workersPerExecutor": 2, "snapshotInterval": "5"})
     assert builder._options["spark.sql.streaming.stateStore.sparkState.workersPerExecutor"] == "2"
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "1.5", "65"])
 def test_configure_rejects_a_bad_workers_per_executor_naming_the_conf(value):
     with pytest.raises(ConfigError, match=r"sparkState\.workersPerExecutor must be a whole number .*got"):
-        spark_state.configure(_Builder(), options={"workersPerExecutor": value})
+        spark_state.configure(RecordingBuilder(), options={"workersPerExecutor": value})
 
 
 def test_the_worker_ignores_provider_only_options_and_checks_them():

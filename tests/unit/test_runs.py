@@ -250,6 +250,29 @@ def test_registration_is_idempotent_under_races(tmp_path):
     assert set(seqs) == {1, 2, 3}
 
 
+def test_each_run_record_is_read_once_however_many_loads_list_the_registry(tmp_path):
+    """The registry gains a record per query restart; a load must not re-read them all."""
+    from spark_state.storage.local import LocalStorage
+
+    class CountingStorage(LocalStorage):  # the real local storage, counting record reads
+        reads: list[str] = []
+
+        def read_bytes(self, path):
+            self.reads.append(path)
+            return super().read_bytes(path)
+
+    storage = CountingStorage(str(tmp_path / "ckpt"))
+    writer = RunRegistry(open_storage(str(tmp_path / "ckpt")))
+    for i in range(5):
+        writer.register(f"run-{i}", i)
+    registry = RunRegistry(storage)
+    for _ in range(10):
+        assert len(registry.history().runs) == 5
+    writer.register("run-5", 5)
+    assert [r.run_id for r in registry.history().runs][-1] == "run-5"
+    assert sorted(storage.reads) == sorted(f"runs/{seq}.json" for seq in range(1, 7))
+
+
 def test_unranked_checkpoint_of_an_earlier_release_is_continued_by_a_run(tmp_path):
     root = tmp_path / "ckpt"
     with _plain(root, tmp_path) as old:

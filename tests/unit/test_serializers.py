@@ -7,11 +7,11 @@ import decimal
 
 import pyarrow as pa
 import pytest
+from support import Mean
 from pyspark.sql import Row
 from pyspark.sql import types as T
 
 from spark_state.state import (
-    AggregateFunction,
     AggregatingStateDescriptor,
     ListStateDescriptor,
     MapStateDescriptor,
@@ -123,17 +123,6 @@ def test_snapshots_of_pickle_and_custom_serializers() -> None:
         "codec": "custom", "class": f"{__name__}.Versioned", "version": 3}
 
 
-class _Avg(AggregateFunction):
-    def create_accumulator(self):
-        return (0, 0)
-
-    def add(self, value, acc):
-        return (acc[0] + value, acc[1] + 1)
-
-    def get_result(self, acc):
-        return acc[0] / acc[1]
-
-
 def _every_descriptor():
     ttl = TtlConfig.builder("5s").clock(ManualClock(42)).build()
     acc = T.StructType([T.StructField("s", T.LongType()), T.StructField("n", T.IntegerType(), False)])
@@ -145,7 +134,7 @@ def _every_descriptor():
         MapStateDescriptor("m", str, T.TimestampType(), ttl=ttl),
         MapStateDescriptor("m2", T.IntegerType(), "map<string,date>"),
         ReducingStateDescriptor("r", lambda a, b: a + b, int, ttl=ttl),
-        AggregatingStateDescriptor("a", _Avg(), acc, ttl=ttl),
+        AggregatingStateDescriptor("a", Mean(), acc, ttl=ttl),
         ValueStateDescriptor("custom", Versioned()),
         ValueStateDescriptor("arrow", pa.float32()),
     ]

@@ -1,0 +1,211 @@
+package org.apache.spark.sql.execution.streaming.state.sparkstate
+
+import java.io.{File, FileInputStream, FileOutputStream}
+import java.util.UUID
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.arrow.vector.{VarBinaryVector, VectorSchemaRoot}
+import org.apache.arrow.vector.ipc.{ArrowFileReader, ArrowFileWriter}
+import org.apache.arrow.vector.types.pojo.{ArrowType, Field, FieldType, Schema}
+import org.apache.hadoop.fs.Path
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow
+import org.apache.spark.sql.execution.streaming.state._
+import org.apache.spark.sql.types.{DataType, StructType}
+import org.apache.spark.sql.util.ArrowUtils
+
+/**
+ * What `spark_state.ops.migrate` needs from Spark's own state store providers, called from the
+ * driver through Py4J: Spark's providers read and write their own formats, so nothing here parses
+ * a `.delta`, `.snapshot` or RocksDB zip.
+ *
+ *  - [[exportStore]] reads one store at one version with any provider (`createAndInit`,
+ *    `getReadStore(version)`, `iterator`) and writes its rows in spark-state's stored layout
+ *    (`[key group u16][Spark hash i32][UnsafeRow]`, see [[KeyCodec]]; values as their UnsafeRow)
+ *    to an Arrow IPC file `(key binary, value binary)`, the savepoint's state file schema.
+ *  - [[importStore]] writes one store at one version with Spark's HDFS or RocksDB provider from such
+ *    a file: the header (and the 8-byte TTL stamp of stamped values) is dropped and system keys
+ *    (`0xFF...`: the TTL index and markers, which Spark's providers do not have) are skipped.
+ *    RocksDB: `getStore(version - 1, loadEmpty = true)`, puts, `commit()` -- the path Spark's offline
+ *    repartition uses. HDFS (no `loadEmpty`): version `version - 1` is made an empty snapshot, then
+ *    `getStore(version - 1)`, puts, `commit()` writes `<version>.delta` through the provider. The
+ *    empty snapshot is the bytes the provider itself writes for a commit without changes (a
+ *    delta of no records and a snapshot of no rows are the same stream: the end marker alone).
+ *
+ * The SQL confs of the checkpoint's offset log (compression codec, RocksDB format version, ...) are
+ * set on a clone of the session's conf, as the state data source does.
+ */
+object OpsBridge {
+  private val Schema_ = new Schema(java.util.Arrays.asList(
+    new Field("key", FieldType.notNullable(ArrowType.Binary.INSTANCE), null),
+    new Field("value", FieldType.notNullable(ArrowType.Binary.INSTANCE), null)))
+  private val BatchRows = 65536
+
+  private def storeConf(confs: java.util.Map[String, String]): StateStoreConf = {
+    val sqlConf = SparkSession.active.sessionState.conf.clone()
+    confs.asScala.foreach { case (k, v) => sqlConf.setConfString(k, v) }
+    StateStoreConf(sqlConf)
+  }
+
+  private def open(stateRoot: String, operatorId: Long, partition: Int, storeName: String, keySchemaJson: String,
+                   valueSchemaJson: String, numColsPrefixKey: Int, providerClass: String,
+                   confs: java.util.Map[String, String]): (StateStoreProvider, KeyCodec, StructType, StructType) = {
+    val keySchema = DataType.fromJson(keySchemaJson).asInstanceOf[StructType]
+    val valueSchema = DataType.fromJson(valueSchemaJson).asInstanceOf[StructType]
+    val spec =
+      if (numColsPrefixKey > 0) PrefixKeyScanStateEncoderSpec(keySchema, numColsPrefixKey)
+      else NoPrefixKeyStateEncoderSpec(keySchema)
+    val withProvider = new java.util.HashMap[String, String](confs)
+    withProvider.put("spark.sql.streaming.stateStore.providerClass", providerClass)
+    val conf = storeConf(withProvider)
+    val id = StateStoreId(stateRoot, operatorId, partition, storeName)
+    val hadoopConf = SparkSession.active.sessionState.newHadoopConf()
+    val provider = StateStoreProvider.createAndInit(StateStoreProviderId(id, UUID.randomUUID()), keySchema,
+      valueSchema, spec, false, conf, hadoopConf, false, None)
+    (provider, new KeyCodec(keySchema, spec, storeName), keySchema, valueSchema)
+  }
+
+  /** Read `version` of a store with `providerClass`; write its rows to `out`. Returns the row count. */
+  def exportStore(stateRoot: String, operatorId: Long, partition: Int, storeName: String, version: Long,
+                  keySchemaJson: String, valueSchemaJson: String, numColsPrefixKey: Int, providerClass: String,
+                  confs: java.util.Map[String, String], out: String): Long = {
+    val (provider, codec, _, _) =
+      open(stateRoot, operatorId, partition, storeName, keySchemaJson, valueSchemaJson, numColsPrefixKey,
+        providerClass, confs)
+    try {
+      val store = provider.getReadStore(version, None)
+      try {
+        writeArrow(new File(out), store.iterator().map(p => (codec.encode(p.key), KeyCodec.valueBytes(p.value))))
+      } finally {
+        store.release()
+      }
+    } finally {
+      provider.close()
+    }
+  }
+
+  /** Write `version` of a store with Spark's HDFS or RocksDB provider from the rows in `in`. */
+  def importStore(stateRoot: String, operatorId: Long, partition: Int, storeName: String, version: Long,
+                  keySchemaJson: String, valueSchemaJson: String, numColsPrefixKey: Int, providerClass: String,
+                  confs: java.util.Map[String, String], in: String, stamped: Boolean): Long = {
+    require(version >= 1, s"version must be at least 1, got $version")
+    val (provider, codec, keySchema, valueSchema) =
+      open(stateRoot, operatorId, partition, storeName, keySchemaJson, valueSchemaJson, numColsPrefixKey,
+        providerClass, confs)
+    try {
+      val store = provider match {
+        case _: HDFSBackedStateStoreProvider =>
+          if (version > 1) writeEmptySnapshot(provider, version - 1, stateRoot, operatorId, storeName, keySchema,
+            valueSchema, confs)
+          provider.getStore(version - 1)
+        case _ => provider.getStore(version - 1, None, forceSnapshotOnCommit = true, loadEmpty = true)
+      }
+      var rows = 0L
+      try {
+        val valueFields = valueSchema.length
+        readArrow(new File(in)) { (k, v) =>
+          if (k.length > 0 && k(0) != 0xff.toByte) {
+            val offset = if (stamped) 8 else 0
+            store.put(codec.decode(k).copy(), KeyCodec.valueRow(v, offset, valueFields).copy())
+            rows += 1
+          }
+        }
+        val committed = store.commit()
+        require(committed == version, s"the provider committed version $committed, expected $version")
+      } catch {
+        case e: Throwable =>
+          if (!store.hasCommitted) store.abort()
+          throw e
+      }
+      rows
+    } finally {
+      provider.close()
+    }
+  }
+
+  /** Make `version` of an HDFS-provider store an empty snapshot (see the class comment). */
+  private def writeEmptySnapshot(target: StateStoreProvider, version: Long, stateRoot: String, operatorId: Long,
+                                 storeName: String, keySchema: StructType, valueSchema: StructType,
+                                 confs: java.util.Map[String, String]): Unit = {
+    val hadoopConf = SparkSession.active.sessionState.newHadoopConf()
+    val tmpRoot = new Path(stateRoot, s"_spark_state_tmp_${UUID.randomUUID()}")
+    val fs = tmpRoot.getFileSystem(hadoopConf)
+    try {
+      val (tmp, _, _, _) = open(tmpRoot.toString, 0, 0, StateStoreId.DEFAULT_STORE_NAME, keySchema.json,
+        valueSchema.json, 0, classOf[HDFSBackedStateStoreProvider].getName, confs)
+      try {
+        val empty = tmp.getStore(0)
+        empty.commit()
+      } finally {
+        tmp.close()
+      }
+      val delta = new Path(tmpRoot, "0/0/1.delta")
+      val snapshot = new Path(target.stateStoreId.storeCheckpointLocation(), s"$version.snapshot")
+      org.apache.hadoop.io.IOUtils.copyBytes(fs.open(delta), fs.create(snapshot, true), 65536, true)
+    } finally {
+      fs.delete(tmpRoot, true)
+    }
+  }
+
+  private def writeArrow(file: File, rows: Iterator[(Array[Byte], Array[Byte])]): Long = {
+    val allocator = ArrowUtils.rootAllocator.newChildAllocator("spark-state-ops", 0, Long.MaxValue)
+    val root = VectorSchemaRoot.create(Schema_, allocator)
+    val out = new FileOutputStream(file)
+    var total = 0L
+    try {
+      val writer = new ArrowFileWriter(root, null, out.getChannel)
+      writer.start()
+      val key = root.getVector("key").asInstanceOf[VarBinaryVector]
+      val value = root.getVector("value").asInstanceOf[VarBinaryVector]
+      var wrote = false
+      while (rows.hasNext || !wrote) {
+        root.allocateNew()
+        var n = 0
+        while (n < BatchRows && rows.hasNext) {
+          val (k, v) = rows.next()
+          key.setSafe(n, k)
+          value.setSafe(n, v)
+          n += 1
+        }
+        root.setRowCount(n)
+        writer.writeBatch()
+        total += n
+        wrote = true
+      }
+      writer.end()
+      writer.close()
+    } finally {
+      root.close()
+      out.close()
+      allocator.close()
+    }
+    total
+  }
+
+  private def readArrow(file: File)(f: (Array[Byte], Array[Byte]) => Unit): Unit = {
+    val allocator = ArrowUtils.rootAllocator.newChildAllocator("spark-state-ops-read", 0, Long.MaxValue)
+    val in = new FileInputStream(file)
+    try {
+      val reader = new ArrowFileReader(in.getChannel, allocator)
+      try {
+        val root = reader.getVectorSchemaRoot
+        while (reader.loadNextBatch()) {
+          val key = root.getVector("key").asInstanceOf[VarBinaryVector]
+          val value = root.getVector("value").asInstanceOf[VarBinaryVector]
+          var i = 0
+          while (i < root.getRowCount) {
+            f(key.get(i), value.get(i))
+            i += 1
+          }
+        }
+      } finally {
+        reader.close()
+      }
+    } finally {
+      in.close()
+      allocator.close()
+    }
+  }
+}

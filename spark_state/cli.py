@@ -1,0 +1,244 @@
+"""The command line: ``python -m spark_state <command>`` or the ``spark-state`` script.
+
+Commands: ``inspect``, ``savepoint``, ``restore``, ``rescale``, ``migrate`` (the operations
+of :mod:`spark_state.ops`, the same functions as the Python API), ``demo`` and ``jar``.
+
+Conventions (every command follows them; keep them when adding one):
+
+* One entry point with subcommands (argparse); ``--help`` on each. This module only parses
+  arguments, calls one function of the API and prints its result: no logic of its own.
+* Output: a short human summary on stdout; ``--json`` prints the result as one JSON
+  document on stdout instead (for scripts). Progress bars and logs go to stderr, and bars
+  only when stderr is a terminal (``--no-progress`` turns them off).
+* Exit status: 0 on success only; 1 when the operation failed (``error: <message>`` on
+  stderr; with ``--json`` also ``{"error": ..., "message": ...}`` on stdout); 2 for bad
+  arguments (argparse's usage message).
+* Options with values: ``--partitions N``, ``--batch N``, ``--backend rocksdb|hashmap``,
+  ``--to spark-state|hdfs|rocksdb``; process state: ``--process-root DIR`` and
+  ``--process-location NAME=URL`` (repeatable); storage: ``--option KEY=VALUE`` (repeatable,
+  checkpoint storage options such as ``s3.endpoint_url``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+from .errors import SparkStateError
+
+
+def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m spark_state") -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["demo"]:  # the demo parses its own options
+        from .demo import main as demo_main
+
+        return demo_main(argv[1:])
+    parser = _parser(prog)
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help(sys.stderr)
+        return 2
+    return args.run(args)
+
+
+def main_entry() -> None:
+    """The ``spark-state`` console script."""
+    sys.exit(main(prog="spark-state"))
+
+
+# ------------------------------------------------------------------------------ parser
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="spark-state: operate stateful Spark Structured Streaming queries "
+                    "(inspect, savepoint, restore, rescale, migrate), and the demo.")
+    sub = parser.add_subparsers(dest="command", metavar="<command>")
+
+    p = _command(sub, "inspect", "show what a checkpoint holds (reads only; safe on a running query)", _inspect)
+    p.add_argument("checkpoint", help="the query's checkpointLocation")
+    p.add_argument("--no-load", action="store_true",
+                   help="do not load any state (faster on large state; no TTL or descriptor details)")
+    _process_options(p)
+
+    p = _command(sub, "savepoint", "copy a query's state at a committed batch into a self-contained savepoint "
+                                   "(the query may be running)", _savepoint)
+    p.add_argument("checkpoint", help="the query's checkpointLocation")
+    p.add_argument("savepoint", help="a new directory for the savepoint")
+    p.add_argument("--batch", type=int, help="the committed batch to take (default: the latest)")
+    _process_options(p)
+
+    p = _command(sub, "restore", "create a new checkpoint from a savepoint, optionally at another partition count",
+                 _restore)
+    p.add_argument("savepoint", help="a savepoint directory")
+    p.add_argument("checkpoint", help="the new checkpoint directory (must not be a checkpoint yet)")
+    p.add_argument("--partitions", type=int, help="partition count of the restored query (default: the savepoint's)")
+    p.add_argument("--backend", choices=("rocksdb", "hashmap"), default="rocksdb",
+                   help="engine backend of the restored state's snapshots (default rocksdb)")
+    p.add_argument("--keep-query-id", action="store_true",
+                   help="keep the savepoint's query id (default: a new one, like a new Flink job)")
+    _process_options(p)
+
+    p = _command(sub, "rescale", "change the partition count of a stopped query's checkpoint in place", _rescale)
+    p.add_argument("checkpoint", help="the query's checkpointLocation")
+    p.add_argument("--partitions", type=int, required=True, help="the new partition count")
+    p.add_argument("--force", action="store_true",
+                   help="skip the running-query checks (only when you know the query is stopped)")
+    _process_options(p)
+
+    p = _command(sub, "migrate", "copy a checkpoint to another state store provider "
+                                 "(Spark's HDFS or RocksDB provider <-> spark-state)", _migrate)
+    p.add_argument("checkpoint", help="the source checkpoint (never modified)")
+    p.add_argument("target", help="the new checkpoint directory")
+    p.add_argument("--to", required=True, choices=("spark-state", "hdfs", "rocksdb"), help="the target provider")
+    p.add_argument("--batch", type=int, help="the committed batch to migrate (default: the latest)")
+
+    sub.add_parser("demo", help="run the demo job (python -m spark_state demo --help)")
+
+    p = sub.add_parser("jar", help="print the path of the JVM shim jar (built on first use)",
+                       description="Print the shim jar's absolute path, building it if needed.")
+    p.set_defaults(run=_jar)
+    return parser
+
+
+def _command(sub, name: str, text: str, run: Callable[[argparse.Namespace], Any]) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+    p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="checkpoint storage option (e.g. s3.endpoint_url=...), repeatable")
+    p.set_defaults(run=lambda args: _run(args, run))
+    return p
+
+
+def _process_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--process-root", metavar="DIR",
+                   help="root of keyed_process/checkpointed_process state (default ./spark-state if it exists)")
+    p.add_argument("--process-location", action="append", default=[], metavar="NAME=URL",
+                   help="state location of a process operator given an explicit state_location, repeatable")
+
+
+def _pairs(items: list[str], option: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(_usage_error(f"{option} takes NAME=VALUE, got {item!r}"))
+        out[key] = value
+    return out
+
+
+def _usage_error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _common(args: argparse.Namespace) -> dict[str, Any]:
+    return {"process_root": args.process_root, "process_locations": _pairs(args.process_location, "--process-location"),
+            "storage_options": _pairs(args.option, "--option")}
+
+
+# ------------------------------------------------------------------------------ commands
+def _run(args: argparse.Namespace, fn: Callable[[argparse.Namespace], Any]) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    try:
+        result, summary = fn(args)
+    except (SparkStateError, ValueError, OSError) as exc:
+        if args.json:
+            print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
+    else:
+        print(summary)
+    return 0
+
+
+def _inspect(args):
+    from .ops import inspect
+
+    result = inspect(args.checkpoint, load_stores=not args.no_load, **_common(args))
+    return result, _describe_inspect(result)
+
+
+def _savepoint(args):
+    from .ops import savepoint
+
+    r = savepoint(args.checkpoint, args.savepoint, args.batch, progress=not args.no_progress, **_common(args))
+    return r.to_dict(), (f"savepoint of batch {r.batch_id} (query {r.query_id}) written to {r.savepoint}: "
+                         f"{len(r.operators)} operator(s), {len(r.process_states)} process state(s), {r.keys} keys, "
+                         f"{r.bytes} bytes in {r.files} files, {r.seconds:.1f} s")
+
+
+def _restore(args):
+    from .ops import restore
+
+    r = restore(args.savepoint, args.checkpoint, partitions=args.partitions, backend=args.backend,
+                keep_query_id=args.keep_query_id, progress=not args.no_progress, **_common(args))
+    locations = "".join(f"\n  process state {n}: {u}" for n, u in r.process_locations.items())
+    return r.to_dict(), (f"restored batch {r.batch_id} into {r.checkpoint} at {r.partitions} partitions "
+                         f"(query id {r.query_id}, {r.keys} keys, {r.seconds:.1f} s); start the unchanged query "
+                         f"with checkpointLocation={r.checkpoint}{locations}")
+
+
+def _rescale(args):
+    from .ops import rescale
+
+    r = rescale(args.checkpoint, args.partitions, force=args.force, progress=not args.no_progress, **_common(args))
+    return r.to_dict(), (f"{r.checkpoint}: {r.old_partitions} -> {r.new_partitions} partitions as batch {r.batch_id} "
+                         f"({r.keys} keys, {r.seconds:.1f} s); restart the query")
+
+
+def _migrate(args):
+    from .ops import migrate
+
+    r = migrate(args.checkpoint, args.target, to=args.to, batch=args.batch, progress=not args.no_progress,
+                storage_options=_pairs(args.option, "--option"))
+    d = r.to_dict()
+    return d, (f"migrated batch {d['batch_id']} of {d['checkpoint']} from {d['from_provider']} to {d['to_provider']}: "
+               f"{d['target']} ({d['keys']} keys, {d['seconds']:.1f} s); restart the unchanged query on it")
+
+
+def _describe_inspect(r: dict[str, Any]) -> str:
+    lines = [f"checkpoint {r['checkpoint']}", f"  query id {r['query_id']}",
+             f"  last committed batch {r['last_committed_batch']}"
+             + (f" (uncommitted: {r['uncommitted_batches']})" if r["uncommitted_batches"] else ""),
+             f"  provider {r['provider']}, {r['partitions']} partitions"]
+    for op in r["operators"]:
+        lines.append(f"  operator {op['id']} {op['name']}: {op['partitions']} partitions, rows {op['rows']}, "
+                     f"{op['bytes']} bytes")
+        for s in op["stores"]:
+            ttl = "" if s["ttl_stamped"] is None else (", TTL-stamped" if s["ttl_stamped"] else ", no TTL")
+            lines.append(f"    store {s['name']}: versions {s['retained_versions']}, rows {s['rows']}, {s['bytes']} "
+                         f"bytes, {s['snapshots']} snapshots, {s['changelogs']} changelogs{ttl}")
+    for p in r["process_states"]:
+        lines.append(f"  process state {p['name']} ({p['kind']}, max parallelism {p['max_parallelism']}): layout "
+                     f"{p['layout']}, rows {p['rows']}, at {p['location']}")
+        for s in p["states"]:
+            value = s.get("value", {})
+            ttl = s.get("ttl") or {}
+            lines.append(f"    state {s['name']}: {s.get('kind')} {value.get('type') or value.get('codec')}"
+                         + (f", TTL {ttl.get('ttl_ms')} ms" if ttl else ""))
+        for part in p["partitions"]:
+            kg = part.get("key_groups")
+            lines.append(f"    partition {part['partition']}: " + (f"key groups {kg[0]}..{kg[1]}, " if kg else "")
+                         + f"rows {part.get('rows')}")
+    return "\n".join(lines)
+
+
+def _jar(args) -> int:
+    """Print the shim jar's absolute path, building it if needed; errors go to stderr."""
+    from .jvm import jar_path
+
+    # Show the "building ..." line on stderr: a first build takes a while, stdout stays
+    # just the path so that scripts can use $(python -m spark_state jar).
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:
+        print(jar_path())
+    except (SparkStateError, OSError) as exc:  # OSError: e.g. an unwritable cache directory
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,38 @@
+"""Operating stateful queries: inspect, savepoint, restore, rescale and migrate.
+
+The Python API of the operations tools; ``python -m spark_state <command>`` (and the
+``spark-state`` console script) runs the same functions (:mod:`spark_state.cli`)::
+
+    from spark_state import ops
+    ops.inspect("/ckpt")                                  # -> dict (JSON-ready)
+    ops.savepoint("/ckpt", "/savepoints/sp1")             # stopped or running query
+    ops.restore("/savepoints/sp1", "/ckpt2", partitions=5)
+    ops.rescale("/ckpt2", partitions=2)                   # stopped query, in place
+    ops.migrate("/hdfs-ckpt", "/ckpt3", to="spark-state") # or to="hdfs" / "rocksdb"
+
+Layering: these modules sit over the engine (``store``, ``checkpoint``, ``process.location``)
+and never the other way round; nothing in the runtime imports them. Each result has
+``to_dict()`` for ``--json``. Errors are :class:`~spark_state.ops.errors.OpsError` subclasses
+(or the engine's ``SparkStateError``), with messages that name the file and the fix.
+
+Process state (``keyed_process`` / ``checkpointed_process``) is found under ``process_root``
+(default ``./spark-state``, the runtime's default root) as ``<root>/<query id>/<name>``, or
+named explicitly with ``process_locations={name: url}``.
+"""
+
+from __future__ import annotations
+
+from .errors import (NoCommittedBatchError, NotACheckpointError, OpsError, QueryRunningError, RetentionRaceError,
+                     SavepointError, TargetExistsError, UnsupportedCheckpointError)
+from .inspect import inspect
+from .migrate import MigrateResult, migrate
+from .rescale import RescaleResult, rescale
+from .restore import RestoreResult, restore
+from .savepoint import SavepointResult, savepoint
+
+__all__ = [
+    "inspect", "savepoint", "restore", "rescale", "migrate",
+    "SavepointResult", "RestoreResult", "RescaleResult", "MigrateResult",
+    "OpsError", "NotACheckpointError", "NoCommittedBatchError", "QueryRunningError", "SavepointError",
+    "TargetExistsError", "UnsupportedCheckpointError", "RetentionRaceError",
+]

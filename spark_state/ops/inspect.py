@@ -1,0 +1,181 @@
+"""What a checkpoint holds: reads only, safe on a running query.
+
+Reports the query (id, provider, partition count, last committed batch, offsets beyond it),
+every stateful operator (id, name, stores, partitions) and per store: the retained versions,
+the rows at the last committed batch (from the committed manifests, exact, without loading
+any state), the bytes and the snapshot and changelog counts in checkpoint storage, and
+whether its values carry TTL stamps (a spark-state store loaded once, partition 0). For
+``keyed_process`` / ``checkpointed_process`` state found for the query: the kind, max
+parallelism, the layout holding the batch, the key groups and rows of each partition, and
+each state's recorded descriptor (kind, type, TTL) from its schema record.
+
+Nothing is written: stores are opened with a reader run context (never registers or
+fences), and only versions of committed batches are read. The TTL *duration* is a conf of
+the running query, not part of the checkpoint (see README "TTL for built-in operators"), so
+it is not reported; the stamps are.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Optional
+
+from .. import constants as C
+from ..checkpoint.retention import list_copies, read_manifest
+from ..checkpoint.runs import RunContext, RunRegistry
+from ..keygroups import compute_key_group_range_for_operator_index
+from ..storage import CheckpointStorage
+from ..ttl import codec as ttl_codec
+from .checkpoint_reader import SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint, provider_short_name
+from .state_io import find_process_locations, open_committed, process_layout, reader_config
+
+
+#: snapshots/<version>-<id>.json: one per snapshot (private files are <version>-<id>-<name>)
+_DESCRIPTOR_RE = re.compile(r"^\d+-[0-9a-f]+\.json$")
+
+
+def inspect(checkpoint: str, *, process_root: Optional[str] = None, process_locations: Optional[dict[str, str]] = None,
+            storage_options: Optional[dict[str, str]] = None, load_stores: bool = True) -> dict[str, Any]:
+    """A JSON-ready description of ``checkpoint`` (see the module docstring).
+
+    ``load_stores=False`` skips loading state (no TTL and descriptor details; much faster
+    on large state)."""
+    ckpt = SparkCheckpoint(checkpoint, storage_options)
+    offsets = ckpt.batch_ids("offsets")
+    last = ckpt.last_committed()
+    out: dict[str, Any] = {
+        "checkpoint": ckpt.url,
+        "query_id": ckpt.query_id(),
+        "last_committed_batch": last,
+        "latest_offset_batch": offsets[-1] if offsets else None,
+        "uncommitted_batches": [b for b in offsets if last is None or b > last],
+    }
+    if last is None:
+        out |= {"provider": None, "partitions": None, "operators": [], "process_states": []}
+        return out
+    provider = ckpt.provider_class(last)
+    out["provider"] = provider_short_name(provider)
+    out["provider_class"] = provider
+    out["partitions"] = ckpt.partitions(last)
+    version = last + 1
+    ops = []
+    for op in ckpt.operators():
+        # the last committed batch's count (the offset log's), whatever the metadata says
+        op = op.with_partitions(out["partitions"])
+        stores = []
+        for info in op.stores:
+            if provider == SPARKSTATE_PROVIDER:
+                stores.append(_sparkstate_store(ckpt, op, info.name, version, load_stores))
+            else:
+                stores.append(_spark_store(ckpt, op, info.name))
+        ops.append({"id": op.id, "name": op.name, "partitions": op.partitions, "store_names": op.store_names,
+                    "rows": _sum(s.get("rows") for s in stores), "bytes": sum(s["bytes"] for s in stores),
+                    "stores": stores})
+    out["operators"] = ops
+    out["process_states"] = [
+        _process(loc, version, load_stores)
+        for loc in find_process_locations(out["query_id"], process_root, process_locations or {}, storage_options or {})
+    ]
+    return out
+
+
+def _sum(values) -> Optional[int]:
+    values = list(values)
+    return None if any(v is None for v in values) else sum(values)
+
+
+def _bytes_and_counts(storage: CheckpointStorage, dirs: tuple[str, ...]) -> tuple[int, dict[str, int]]:
+    total = 0
+    counts: dict[str, int] = {}
+    for d in dirs:
+        names = [n for n in storage.list_dir(d) if not n.startswith(".")]
+        counts[d or "files"] = len(names)
+        total += sum(storage.size(f"{d}/{n}" if d else n) for n in names)
+    return total, counts
+
+
+def _sparkstate_store(ckpt: SparkCheckpoint, op: OperatorInfo, store: str, version: int, load: bool) -> dict[str, Any]:
+    versions: set[int] = set()
+    rows = 0
+    total = 0
+    snapshots = changelogs = 0
+    stamped = None
+    for p in range(op.partitions):
+        storage = ckpt.store_storage(op, p, store)
+        copies = list_copies(storage)
+        versions.update(copies)
+        runs = RunContext(RunRegistry(storage), None)
+        runs.refresh()
+        rank = runs.choose(version, copies.get(version, []))
+        rows += read_manifest(storage, version, rank).num_keys if rank is not None else 0
+        size, counts = _bytes_and_counts(storage, (C.MANIFEST_DIR, C.CHANGELOG_DIR, C.SNAPSHOT_DIR, C.SHARED_DIR))
+        total += size
+        snapshots += sum(1 for n in storage.list_dir(C.SNAPSHOT_DIR) if _DESCRIPTOR_RE.match(n))
+        changelogs += counts[C.CHANGELOG_DIR]
+        if load and p == 0 and rank is not None:
+            s = open_committed(storage, version, reader_config())
+            try:
+                stamped = s.get(ttl_codec.marker_key(b"")) is not None
+            finally:
+                s.close()
+    ordered = sorted(versions)
+    return {"name": store, "retained_versions": _span(ordered), "rows": rows, "bytes": total,
+            "snapshots": snapshots, "changelogs": changelogs, "ttl_stamped": stamped}
+
+
+def _spark_store(ckpt: SparkCheckpoint, op: OperatorInfo, store: str) -> dict[str, Any]:
+    """A store of Spark's HDFS or RocksDB provider: files only (rows need the provider)."""
+    total = 0
+    versions: set[int] = set()
+    snapshots = changelogs = 0
+    for p in range(op.partitions):
+        storage = ckpt.store_storage(op, p, store)
+        size, _ = _bytes_and_counts(storage, ("", "SSTs"))
+        total += size
+        for name in storage.list_dir(""):
+            stem, _, ext = name.partition(".")
+            if stem.isdigit():
+                versions.add(int(stem))
+                snapshots += ext in ("snapshot", "zip")
+                changelogs += ext in ("delta", "changelog")
+    return {"name": store, "retained_versions": _span(sorted(versions)), "rows": None, "bytes": total,
+            "snapshots": snapshots, "changelogs": changelogs, "ttl_stamped": None}
+
+
+def _process(loc, version: int, load: bool) -> dict[str, Any]:
+    storage = loc.storage()
+    layout = process_layout(storage, version)
+    partitions = []
+    states: dict[str, Any] = {}
+    for i in range(layout.parallelism):
+        entry: dict[str, Any] = {"partition": i}
+        if loc.max_parallelism:
+            kg = compute_key_group_range_for_operator_index(loc.max_parallelism, layout.parallelism, i)
+            entry["key_groups"] = [kg.start, kg.end]
+        store_storage = storage.child(layout.store_path(i))
+        s = open_committed(store_storage, layout.store_version(version), reader_config(), layout.base,
+                           registry=storage) if load else None
+        try:
+            if s is not None:
+                entry["rows"] = s.num_keys()
+                for tag in (C.KEYED_SCHEMA_TAG, C.OPERATOR_SCHEMA_TAG):
+                    for key, value in s.prefix_scan(C.SYSTEM_KEY_PREFIX + tag):
+                        name = key[3:3 + key[2]].decode("utf-8", "replace")
+                        try:
+                            states.setdefault(name, json.loads(value))
+                        except ValueError:
+                            states.setdefault(name, {"unreadable": True})
+        finally:
+            if s is not None:
+                s.close()
+        partitions.append(entry)
+    return {"name": loc.name, "location": loc.url, "kind": loc.kind, "max_parallelism": loc.max_parallelism,
+            "parallelism": layout.parallelism, "layout": layout.name, "rows": _sum(p.get("rows") for p in partitions),
+            "states": [{"name": n, **d} for n, d in sorted(states.items())], "partitions": partitions}
+
+
+def _span(versions: list[int]) -> Optional[str]:
+    if not versions:
+        return None
+    return f"{versions[0]}..{versions[-1]}" if len(versions) > 1 else str(versions[0])

@@ -1,0 +1,314 @@
+"""Re-splitting provider state into another partition count, and in-place rescale.
+
+**The re-split** (shared by restore at another count and by in-place rescale). A provider
+data key is ``[key group u16][Spark hash i32][UnsafeRow]`` and the hash is Spark's own
+partitioning hash of the key's partitioning columns, so a row's partition at count ``n`` is
+``pmod(hash, n)`` -- exactly where Spark's ``HashPartitioning`` sends the row's input. System
+keys (first byte ``0xFF``) follow the data key they name (the TTL expiry index
+``[0xFF][0x01][len ns][ns][bucket u64][data key]``) or go to every partition (per-store records
+such as the TTL format marker ``[0xFF][0x02]...``). Routing is vectorised over Arrow record
+batches (numpy on the binary array's offset and data buffers), so it costs a few
+nanoseconds per row, and a partition's rows are kept as Arrow batches (compact) until they
+are written.
+
+**Process state** (``keyed_process`` / ``checkpointed_process``) is *not* re-split here. Its
+runtime already rescales by key group (and redistributes operator state) at the first
+batch run at another ``parallelism`` -- the same code path for a restart, a restore and an
+in-place rescale, so online and offline rescale of process state are one implementation
+(``spark_state/process/stores.py`` + ``state/rescale.py``). Its parallelism is an argument of
+``keyed_process``, not Spark's pinned partition count, so the tools keep its layout and the
+next run moves the state if the parallelism differs.
+
+**In-place rescale** (:func:`rescale`), like Spark's offline repartition but for every
+operator spark-state's provider runs and for process state:
+
+1. refuse a running query (see :func:`check_stopped`);
+2. from the last committed batch ``N`` write ``offsets/N+1``: the same source offsets and
+   metadata as ``N``, with ``spark.sql.shuffle.partitions`` set to the new count -- a batch
+   that reads no new input;
+3. write state version ``N+2`` of every store of every operator, re-split into the new
+   partitions, as a tool run (see :mod:`.state_io`); process state gets batch version
+   ``N+2`` as a copy of ``N+1`` in a new layout of the same parallelism;
+4. rewrite each operator's metadata (``numPartitions``);
+5. write ``commits/N+1`` last: the commit point.
+
+Interrupted anywhere before step 5, the checkpoint's last committed batch is still ``N`` and
+``offsets/N+1`` names the interrupted rescale (its marker file ``_spark_state_rescale/N+1.json``
+says so), so running the same command again redoes every step: state versions are rewritten
+by a new tool run, which supersedes the interrupted one's copies (run rules), and the Spark
+files are overwritten. Old batches stay readable: nothing below version ``N+2`` is touched,
+and partitions beyond a smaller new count keep their files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from ..checkpoint.runs import RunRegistry
+from ..checkpoint.retention import list_copies
+from ..config import EngineConfig
+from . import savepoint_format as F
+from .checkpoint_reader import SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint, provider_short_name
+from .errors import QueryRunningError, UnsupportedCheckpointError
+from .progress import Progress
+from .state_io import (find_process_locations, import_store, new_tool_run_id, process_entries, process_layout,
+                       reader_config, store_entries, write_process_layout)
+
+_LOG = logging.getLogger(__name__)
+
+MARKER_DIR = "_spark_state_rescale"
+#: Operators whose state lives in partition 0 whatever the partition count: streaming
+#: ``limit`` (``StreamingGlobalLimitExec``) runs its stateful step in one task after an
+#: exchange to a single partition, and its key (one null ``void`` column) hashes to the seed,
+#: not to partition 0. Their rows stay in partition 0.
+SINGLE_PARTITION_OPERATORS = frozenset({"globalLimit"})
+#: Fault injection for tests of an interrupted rescale: the process exits abruptly after
+#: writing this many partition stores. Never set it in production.
+CRASH_AFTER_STORES_ENV = "SPARK_STATE_TESTING_RESCALE_EXIT_AFTER_STORES"
+_SYS = 0xFF
+_INDEX_TAG = 0x01
+
+
+# ------------------------------------------------------------------------------ routing
+def partition_of_rows(keys: pa.BinaryArray, n: int) -> np.ndarray:
+    """Target partition of every key at count ``n``; ``-1`` for keys that go to every partition."""
+    count = len(keys)
+    if count == 0:
+        return np.zeros(0, dtype=np.int64)
+    keys = keys if isinstance(keys, pa.BinaryArray) else pa.array(keys, pa.binary())
+    buffers = keys.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=np.int32)[keys.offset:keys.offset + count + 1]
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(1, np.uint8)
+    last = len(data) - 1
+    starts = offsets[:-1].astype(np.int64)
+    lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
+    first = data[np.minimum(starts, last)]
+    is_sys = (first == _SYS) & (lengths > 0)
+    tag = data[np.minimum(starts + 1, last)]
+    ns_len = data[np.minimum(starts + 2, last)].astype(np.int64)
+    is_index = is_sys & (tag == _INDEX_TAG) & (lengths >= 2)
+    data_key = np.where(is_index, starts + 3 + ns_len + 8, starts)
+    data_len = np.where(is_index, lengths - (3 + ns_len + 8), lengths)
+    routable = (~is_sys | is_index) & (data_len >= 6)
+    if not np.all(routable | (is_sys & ~is_index)):
+        bad = int(np.argmin(routable | (is_sys & ~is_index)))
+        raise UnsupportedCheckpointError(
+            f"a stored key ({keys[bad].as_py()[:16]!r}...) is shorter than the provider's "
+            "[key group u16][hash i32] header: not a spark-state provider store")
+    h = np.zeros(count, dtype=np.uint32)
+    for i in range(4):
+        h = (h << 8) | data[np.minimum(data_key + 2 + i, last)].astype(np.uint32)
+    parts = np.mod(h.view(np.int32).astype(np.int64), n)
+    parts[is_sys & ~is_index] = -1
+    return parts
+
+
+def batches_of(entries: Iterable[tuple[bytes, bytes]], rows: int = F.BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    ks: list[bytes] = []
+    vs: list[bytes] = []
+    for k, v in entries:
+        ks.append(k)
+        vs.append(v)
+        if len(ks) >= rows:
+            yield pa.record_batch([pa.array(ks, pa.binary()), pa.array(vs, pa.binary())], schema=F.SCHEMA)
+            ks, vs = [], []
+    if ks:
+        yield pa.record_batch([pa.array(ks, pa.binary()), pa.array(vs, pa.binary())], schema=F.SCHEMA)
+
+
+@dataclass
+class Split:
+    """Rows of one store routed to ``n`` partitions (Arrow batches per partition)."""
+
+    n: int
+    #: every row to partition 0 (see ``SINGLE_PARTITION_OPERATORS``)
+    single_partition: bool = False
+    parts: list[list[pa.RecordBatch]] = field(default_factory=list)
+    rows: int = 0
+
+    def __post_init__(self) -> None:
+        self.parts = [[] for _ in range(self.n)]
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        self.rows += batch.num_rows
+        if self.single_partition:
+            self.parts[0].append(batch)
+            return
+        targets = partition_of_rows(batch.column(0), self.n)
+        everywhere = targets == -1
+        for p in range(self.n):
+            mask = (targets == p) | everywhere
+            if mask.any():
+                self.parts[p].append(batch.filter(pa.array(mask)))
+
+    def entries(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
+        for batch in self.parts[partition]:
+            yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
+
+
+def write_split(split: Split, store_storage: Callable[[int], Any], version: int, config: EngineConfig,
+                run_id: str, progress: Optional[Progress] = None) -> int:
+    """Write ``version`` of each of the split's partitions; returns the keys written."""
+    keys = 0
+    # A single-partition operator's other stores are never written by Spark either: a store
+    # at a version its partition never runs would break the next savepoint's reads.
+    for p in range(1 if split.single_partition else split.n):
+        keys += import_store(store_storage(p), version, split.entries(p), config, run_id)
+        _maybe_crash()
+        if progress is not None:
+            progress.update(sum(b.num_rows for b in split.parts[p]))
+    return keys
+
+
+# ------------------------------------------------------------------------------ in place
+@dataclass
+class RescaleResult:
+    checkpoint: str
+    batch_id: int
+    old_partitions: int
+    new_partitions: int
+    operators: list[dict[str, Any]]
+    process_states: list[str]
+    keys: int
+    #: entries moved (data and system keys)
+    rows: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def check_stopped(ckpt: SparkCheckpoint, last_committed: int, resume_marker: bool) -> None:
+    """Refuse a checkpoint a query is (or may be) running on.
+
+    Signs of a live query: (a) its newest offset log entry has no commit -- a batch is under
+    way -- unless that entry is an interrupted rescale of ours (``resume_marker``);
+    (b) any store holds a committed version past the last committed batch's (a batch being
+    committed). Limits, said plainly: a query idle between batches (all batches committed,
+    waiting for data) leaves no trace a reader can see; a query stopped by a crash in the
+    middle of a batch looks like (a). Stop the query first; after a crash, run it once to
+    finish its batch (or rescale anyway, knowing it was stopped: ``force=True``).
+    """
+    offsets = ckpt.batch_ids("offsets")
+    if offsets and offsets[-1] > last_committed and not resume_marker:
+        raise QueryRunningError(
+            f"{ckpt.url}: batch {offsets[-1]} has offsets but no commit: the query is running (or "
+            "stopped in the middle of a batch). Stop the query and let it finish its batch (restart "
+            "it once and stop it after a batch), then rescale; or pass --force if you know it is stopped")
+
+
+def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = None,
+            process_locations: Optional[dict[str, str]] = None, storage_options: Optional[dict[str, str]] = None,
+            force: bool = False, progress: bool = True) -> RescaleResult:
+    """Change the partition count of a stopped query's checkpoint in place (module docstring)."""
+    if not isinstance(partitions, int) or partitions < 1:
+        raise ValueError(f"--partitions must be a positive integer, got {partitions!r}")
+    started = time.perf_counter()
+    ckpt = SparkCheckpoint(checkpoint, storage_options)
+    last = ckpt.committed_batch()
+    offsets = ckpt.batch_ids("offsets")
+    resuming = bool(offsets) and offsets[-1] == last + 1 and ckpt.storage.exists(f"{MARKER_DIR}/{last + 1}.json")
+    if not force:
+        check_stopped(ckpt, last, resuming)
+    provider = ckpt.provider_class(last)
+    operators = ckpt.operators()
+    if provider != SPARKSTATE_PROVIDER and operators:
+        raise UnsupportedCheckpointError(
+            f"{ckpt.url} uses {provider_short_name(provider)}'s state store provider; in-place rescale works on "
+            "spark-state checkpoints. Migrate it first: python -m spark_state migrate <checkpoint> <new checkpoint> "
+            "--to spark-state, then rescale the new checkpoint")
+    old = ckpt.partitions(last)
+    if old == partitions:
+        raise ValueError(f"{ckpt.url} already has {partitions} partitions (spark.sql.shuffle.partitions of batch {last})")
+    state_version = last + 1
+    _check_live_stores(ckpt, operators, old, state_version, force)
+    new_batch = last + 1
+    config = reader_config()
+    run_id = new_tool_run_id(f"rescale-b{new_batch}")
+    # 1. the batch and a marker naming it ours (so that an interruption can be resumed)
+    entry = ckpt.offset(last)
+    ckpt.storage.write_bytes(f"{MARKER_DIR}/{new_batch}.json", json.dumps(
+        {"batch_id": new_batch, "from_partitions": old, "to_partitions": partitions,
+         "run_id": run_id, "started_ms": int(time.time() * 1000)}).encode())
+    ckpt.write_log_file(f"offsets/{new_batch}",
+                        entry.with_conf(**{SHUFFLE_PARTITIONS_CONF: str(partitions)}).encode())
+    # 2. the state, re-split
+    total_rows = 0
+    op_summaries = []
+    bar = Progress("rescale", unit="rows", enabled=progress)
+    try:
+        for op in operators:
+            keys = 0
+            for store in op.store_names:
+                split = Split(partitions, single_partition=op.name in SINGLE_PARTITION_OPERATORS)
+                for p in range(old):
+                    for batch in batches_of(store_entries(ckpt.store_storage(op, p, store), state_version, config)):
+                        split.add(batch)
+                        bar.update(batch.num_rows)
+                total_rows += split.rows
+                keys += write_split(split, lambda p, op=op, store=store: ckpt.store_storage(op, p, store),
+                                    state_version + 1, config, run_id)
+            op_summaries.append({"id": op.id, "name": op.name, "keys": keys})
+        processes = find_process_locations(ckpt.query_id(), process_root, process_locations or {}, storage_options or {})
+        for loc in processes:
+            storage = loc.storage()
+            layout = process_layout(storage, state_version)
+            parts = ((i, process_entries(storage, layout, i, state_version, config)) for i in range(layout.parallelism))
+            write_process_layout(storage, loc.kind, loc.max_parallelism, layout.parallelism, state_version + 1,
+                                 parts, config, run_id)
+        # 3. operator metadata, then the commit point
+        for op in operators:
+            ckpt.write_log_file(f"state/{op.id}/_metadata/metadata", op.with_partitions(partitions).encode_metadata())
+        ckpt.write_log_file(f"commits/{new_batch}", ckpt.read(f"commits/{last}"))
+    finally:
+        bar.close()
+    for name in ckpt.storage.list_dir(MARKER_DIR):  # ours, and any left by a rescale that committed
+        ckpt.storage.delete(f"{MARKER_DIR}/{name}")
+    return RescaleResult(ckpt.url, new_batch, old, partitions, op_summaries, [p.name for p in processes],
+                         sum(o["keys"] for o in op_summaries), total_rows, round(time.perf_counter() - started, 3))
+
+
+_stores_written = [0]
+
+
+def _maybe_crash() -> None:
+    import os
+
+    limit = os.environ.get(CRASH_AFTER_STORES_ENV)
+    if limit:
+        _stores_written[0] += 1
+        if _stores_written[0] >= int(limit):
+            _LOG.error("fault injection: exiting after %d stores", _stores_written[0])
+            os._exit(3)
+
+
+def _check_live_stores(ckpt: SparkCheckpoint, operators: list[OperatorInfo], partitions: int, state_version: int,
+                       force: bool) -> None:
+    """A store holding a version past the last committed batch's means a batch is being
+    committed now (a running query), unless it is our own interrupted rescale."""
+    if force:
+        return
+    for op in operators:
+        for store in op.store_names:
+            for p in range(partitions):
+                storage = ckpt.store_storage(op, p, store)
+                copies = list_copies(storage)
+                newer = [v for v in copies if v > state_version]
+                if not newer:
+                    continue
+                tool_runs = {r.seq for r in RunRegistry(storage).history().runs if r.run_id.startswith("spark-state-ops-")}
+                if all(set(copies[v]) <= tool_runs for v in newer):
+                    continue
+                raise QueryRunningError(
+                    f"{storage.url} holds version {max(newer)}, past the last committed batch's "
+                    f"({state_version}): a query is committing a batch on {ckpt.url}. Stop it first (or "
+                    "pass --force if you know it is stopped and the batch was abandoned)")

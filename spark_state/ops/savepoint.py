@@ -1,0 +1,189 @@
+"""Take a savepoint: a consistent, self-contained copy of a query at a committed batch.
+
+Consistency, from a stopped or a **running** query, without blocking it:
+
+* The batch ``N`` is read from Spark's commit log first (default: the newest). Spark writes
+  ``commits/N`` only after every state store of batch ``N`` committed, so version ``N + 1``
+  of every store is committed and final before we look at any state.
+* Each store is read at version ``N + 1`` through the engine with a *reader* run context
+  (:mod:`.state_io`): the copy the run history says was committed, never an abandoned
+  attempt, whatever the running query writes meanwhile. Process state likewise, from the
+  layout holding batch version ``N + 1``.
+* Spark's files are copied up to batch ``N`` only (offsets, commits, source log entries), so
+  the copy restarts exactly after batch ``N``.
+* Retention of the running query may delete version ``N + 1`` while we copy (after
+  ``retainedVersions`` more batches). A file that vanishes makes the savepoint start again at
+  the newest committed batch (up to ``RETRIES`` times); with an explicit ``batch`` it fails
+  with :class:`~.errors.RetentionRaceError` naming the file.
+
+The manifest is written last, so an interrupted savepoint has none and is refused by
+restore. Nothing ever deletes a savepoint: it lives outside every checkpoint, and the
+engine's retention only looks inside store directories.
+
+Checkpoints of Spark's HDFS and RocksDB providers are read by those providers in the JVM
+(:mod:`.jvm_bridge`), and their rows are given the spark-state key layout, so their
+savepoints are the same canonical format (this is how ``migrate`` imports them).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
+
+from ..errors import CheckpointFileMissingError, VersionNotFoundError
+from ..process.clock import time_files
+from ..storage import CheckpointStorage, open_storage
+from . import savepoint_format as F
+from .checkpoint_reader import SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint
+from .errors import RetentionRaceError, TargetExistsError
+from .progress import Progress
+from .state_io import find_process_locations, process_entries, process_layout, reader_config, store_entries
+
+#: How often a savepoint of a running query starts again at a newer batch when retention
+#: deleted a file it was copying.
+RETRIES = 3
+
+#: entries(op, store, partition, version) -> the store's rows in spark-state's layout
+StoreReader = Callable[[OperatorInfo, str, int, int], Iterator[tuple[bytes, bytes]]]
+
+
+@dataclass
+class SavepointResult:
+    savepoint: str
+    checkpoint: str
+    batch_id: int
+    query_id: str
+    partitions: int
+    operators: list[dict[str, Any]]
+    process_states: list[str]
+    keys: int
+    bytes: int
+    files: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def savepoint(checkpoint: str, savepoint_dir: str, batch: Optional[int] = None, *,
+              process_root: Optional[str] = None, process_locations: Optional[dict[str, str]] = None,
+              storage_options: Optional[dict[str, str]] = None,
+              savepoint_options: Optional[dict[str, str]] = None, progress: bool = True,
+              store_reader: Optional[StoreReader] = None) -> SavepointResult:
+    """Write a savepoint of ``checkpoint`` at committed ``batch`` (default: the latest) into
+    ``savepoint_dir``, which must not hold a savepoint yet. See the module docstring."""
+    started = time.perf_counter()
+    ckpt = SparkCheckpoint(checkpoint, storage_options)
+    target = open_storage(savepoint_dir, dict(savepoint_options or {}))
+    if target.exists(F.MANIFEST):
+        raise TargetExistsError(f"{target.full_url(F.MANIFEST)} exists: {savepoint_dir} already holds a savepoint; "
+                                "choose a new directory (savepoints are never overwritten)")
+    last_error: Optional[Exception] = None
+    for _attempt in range(RETRIES + 1):
+        n = ckpt.committed_batch(batch)
+        try:
+            manifest = _take(ckpt, target, n, process_root, process_locations or {}, storage_options or {},
+                             progress, store_reader)
+            break
+        except (CheckpointFileMissingError, VersionNotFoundError) as exc:
+            if batch is not None:
+                raise RetentionRaceError(
+                    f"batch {batch} of {ckpt.url} cannot be copied: {exc}. Retention of the running query "
+                    "deleted it; take the savepoint at a newer batch (omit --batch for the latest)") from None
+            last_error = exc
+    else:
+        raise RetentionRaceError(f"{ckpt.url}: files vanished while copying {RETRIES + 1} times in a row "
+                                 f"(retention of a running query too fast?); last: {last_error}")
+    target.write_bytes(F.MANIFEST, manifest.to_json())
+    return SavepointResult(
+        savepoint=target.url, checkpoint=ckpt.url, batch_id=manifest.batch_id, query_id=manifest.query_id,
+        partitions=manifest.partitions,
+        operators=[{"id": o.id, "name": o.name, "stores": [s.name for s in o.stores]} for o in manifest.operators],
+        process_states=[p.name for p in manifest.process], keys=manifest.total_keys,
+        bytes=manifest.total_bytes, files=len(manifest.files) + 1, seconds=round(time.perf_counter() - started, 3))
+
+
+def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root: Optional[str],
+          process_locations: dict[str, str], storage_options: dict[str, str], progress: bool,
+          store_reader: Optional[StoreReader]) -> F.SavepointManifest:
+    provider = ckpt.provider_class(n)
+    manifest = F.SavepointManifest(source=ckpt.url, query_id=ckpt.query_id(), batch_id=n, provider_class=provider,
+                                   partitions=ckpt.partitions(n))
+    operators = ckpt.operators()
+    # The partition count of batch n is its offset log entry's: operator metadata holds the
+    # current count, which differs for batches before an in-place rescale.
+    partitions = manifest.partitions
+    version = n + 1
+    config = reader_config()
+    if store_reader is None:
+        if provider != SPARKSTATE_PROVIDER and operators:
+            from .jvm_bridge import spark_provider_reader
+
+            store_reader = spark_provider_reader(ckpt, n)
+        else:
+            def store_reader(op: OperatorInfo, store: str, p: int, v: int) -> Iterator[tuple[bytes, bytes]]:
+                return store_entries(ckpt.store_storage(op, p, store), v, config)
+
+    bar = Progress(f"savepoint of batch {n}", unit="rows", enabled=progress)
+    try:
+        for op in operators:
+            entry = F.OperatorEntry(op.id, op.name, partitions)
+            for info in op.stores:
+                key_schema, value_schema = ckpt.store_schema(op, info.name)
+                entry.stores.append(F.StoreEntry(info.name, info.num_cols_prefix_key, key_schema, value_schema))
+                for p in range(partitions):
+                    _write_state(target, F.state_file(op.id, info.name, p), store_reader(op, info.name, p, version),
+                                 manifest, bar)
+            manifest.operators.append(entry)
+        for loc in find_process_locations(manifest.query_id, process_root, process_locations, storage_options):
+            storage = loc.storage()
+            layout = process_layout(storage, version)
+            for i in range(layout.parallelism):
+                _write_state(target, F.process_file(loc.name, i), process_entries(storage, layout, i, version, config),
+                             manifest, bar)
+            # The batch clock (event-time maxima, watermark) lives beside the stores: carry the
+            # files the next batch's time is computed from, so a restore never moves it back.
+            for rel in time_files(storage, n):
+                _copy(storage, target, rel, manifest, dest=F.process_time_file(loc.name, rel))
+            manifest.process.append(F.ProcessEntry(loc.name, loc.kind, loc.max_parallelism, layout.parallelism,
+                                                   loc.url, loc.under_root))
+        for path in _spark_files(ckpt, operators, n):
+            _copy(ckpt.storage, target, path, manifest)
+    finally:
+        bar.close()
+    return manifest
+
+
+def _write_state(target: CheckpointStorage, path: str, entries: Iterator[tuple[bytes, bytes]],
+                 manifest: F.SavepointManifest, bar: Progress) -> None:
+    def counted() -> Iterator[tuple[bytes, bytes]]:
+        for i, kv in enumerate(entries, 1):
+            if i % 10000 == 0:
+                bar.update(10000)
+            yield kv
+    data, rows, keys = F.encode_entries(counted())
+    bar.update(rows % 10000)
+    target.write_bytes(path, data)
+    manifest.files.append(F.FileEntry(path, len(data), F.crc32(data), rows, keys))
+
+
+def _copy(source: CheckpointStorage, target: CheckpointStorage, path: str, manifest: F.SavepointManifest,
+          dest: Optional[str] = None) -> None:
+    data = source.read_bytes(path)
+    dest = dest or f"{F.SPARK_DIR}/{path}"
+    target.write_bytes(dest, data)
+    manifest.files.append(F.FileEntry(dest, len(data), F.crc32(data)))
+
+
+def _spark_files(ckpt: SparkCheckpoint, operators: list[OperatorInfo], n: int) -> list[str]:
+    """Spark's files a restart after batch ``n`` needs (see the format's module docstring)."""
+    paths = ["metadata"]
+    paths += [f"offsets/{b}" for b in ckpt.batch_ids("offsets") if b <= n]
+    paths += [f"commits/{b}" for b in ckpt.batch_ids("commits") if b <= n]
+    for i in range(ckpt.source_count()):
+        paths += [f"sources/{i}/{name}" for name, b in ckpt.source_files(i) if b is None or b <= n]
+    for op in operators:
+        paths.append(f"state/{op.id}/_metadata/metadata")
+        paths += [op.schema_path(s) for s in op.store_names]
+    return paths

@@ -1,0 +1,264 @@
+"""The canonical savepoint format: a pure codec (no Spark, no engine), and its byte layout.
+
+A savepoint is a directory (local, ``s3://`` or ``hdfs://``), self-contained and
+backend-independent: it names no file outside itself, and its state files hold the logical
+content of each store, whichever backend (rocksdb, hashmap) or provider wrote it::
+
+    savepoint.json                    the manifest, written LAST: a savepoint without it is
+                                      partial and is refused
+    spark/metadata                    copies of Spark's checkpoint files needed to restart:
+    spark/offsets/<b>                   offset and commit log entries of batches <= the
+    spark/commits/<b>                   savepoint's batch, the sources' logs (entries of
+    spark/sources/<i>/<name>            batches <= it, and non-batch files), operator metadata
+    spark/state/<op>/_metadata/metadata and every store's schema file (partition 0)
+    spark/state/<op>/0[/<store>]/_metadata/schema
+    state/<op>/<store>/<p>.arrow      provider state: store <store> of operator <op>, partition p
+    process/<name>/<i>.arrow          keyed_process / checkpointed_process state: partition i of
+                                      the layout that held the batch
+
+**State files** are Arrow IPC *files* (random-access format, ``ARROW1`` magic) with schema
+``key: binary not null, value: binary not null`` and schema metadata
+``spark_state.savepoint = "1"``; record batches of at most 65,536 rows; rows in ascending
+unsigned-bytewise key order. Rows are the store's entries exactly as the engine holds them:
+
+* provider data keys ``[key group u16 BE][Spark hash i32 BE][key UnsafeRow]`` (session windows
+  and join ``keyWithIndexToValue`` stores: see ``jvm-shim/.../KeyCodec.scala``), values the
+  value ``UnsafeRow``, or ``[last access ms i64 BE][UnsafeRow]`` when the store's values are
+  TTL-stamped: TTL stamps are kept as stored;
+* keyed state keys ``[key group u16 BE][...]`` (``spark_state/state/keys.py``);
+* system keys ``[0xFF][tag]...`` (TTL expiry index, TTL format markers, schema records;
+  ``spark_state/constants.py``), which re-split by the data key they name or go to every
+  partition (see :mod:`.rescale`).
+
+Files are per partition, not per key group: the provider's key groups number 32,768 (its
+max parallelism), which would make tens of thousands of tiny files, and every row carries its
+Spark hash and key group anyway, so a restore re-splits rows from partition files at any
+count in one vectorised pass.
+
+**The manifest** (``savepoint.json``, UTF-8 JSON)::
+
+    {"kind": "spark-state/savepoint", "format_version": 1, "created_ms": ..., "spark_state": "0.1.0",
+     "source": "<checkpoint url>", "query_id": "...", "batch_id": N, "state_version": N + 1,
+     "provider_class": "...", "partitions": 3,
+     "operators": [{"id": 0, "name": "stateStoreSave", "partitions": 3,
+                    "stores": [{"name": "default", "num_cols_prefix_key": 0,
+                                "key_schema": {...}, "value_schema": {...}}]}],
+     "process": [{"name": "RunningCount", "kind": "keyed", "max_parallelism": 128,
+                  "parallelism": 4, "location": "<url>", "under_root": "<root>" | null}],
+     "files": [{"path": "state/0/default/0.arrow", "size": 1234, "crc32": 305419896, "rows": 10,
+                "keys": 9}, {"path": "spark/offsets/3", "size": ..., "crc32": ...}, ...]}
+
+``files`` lists every file with its size and CRC-32 (zlib polynomial); ``rows`` counts every
+entry of a state file and ``keys`` only the data entries (system keys excluded). A reader
+checks the size and CRC-32 of a file before it uses it and names the file if they differ.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Iterator, Optional
+
+import pyarrow as pa
+
+from .. import __version__
+from ..constants import SYSTEM_KEY_PREFIX
+from .errors import SavepointError
+
+KIND = "spark-state/savepoint"
+FORMAT_VERSION = 1
+MANIFEST = "savepoint.json"
+SPARK_DIR = "spark"
+STATE_DIR = "state"
+PROCESS_DIR = "process"
+BATCH_ROWS = 65536
+SCHEMA = pa.schema([pa.field("key", pa.binary(), nullable=False), pa.field("value", pa.binary(), nullable=False)],
+                   metadata={b"spark_state.savepoint": str(FORMAT_VERSION).encode()})
+
+
+def state_file(op: int, store: str, partition: int) -> str:
+    return f"{STATE_DIR}/{op}/{store}/{partition}.arrow"
+
+
+def process_file(name: str, partition: int) -> str:
+    return f"{PROCESS_DIR}/{name}/{partition}.arrow"
+
+
+def process_time_file(name: str, rel: str) -> str:
+    """Where a process state's batch-clock file ``rel`` (``time/...``) goes in a savepoint."""
+    return f"{PROCESS_DIR}/{name}/{rel}"
+
+
+def process_time_files(manifest: "SavepointManifest", name: str) -> list[tuple[str, str]]:
+    """``(savepoint path, path in the state location)`` of a process state's clock files."""
+    prefix = f"{PROCESS_DIR}/{name}/time/"
+    return [(f.path, f.path[len(prefix) - len("time/"):]) for f in manifest.files if f.path.startswith(prefix)]
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    path: str
+    size: int
+    crc32: int
+    rows: Optional[int] = None
+    keys: Optional[int] = None
+
+
+@dataclass
+class StoreEntry:
+    name: str
+    num_cols_prefix_key: int
+    key_schema: dict
+    value_schema: dict
+
+
+@dataclass
+class OperatorEntry:
+    id: int
+    name: str
+    partitions: int
+    stores: list[StoreEntry] = field(default_factory=list)
+
+
+@dataclass
+class ProcessEntry:
+    name: str
+    kind: str
+    max_parallelism: Optional[int]
+    parallelism: int
+    location: str
+    #: the state root the location was derived from (``<root>/<query id>/<name>``), or None
+    #: when the query gave an explicit ``state_location``
+    under_root: Optional[str]
+
+
+@dataclass
+class SavepointManifest:
+    source: str
+    query_id: str
+    batch_id: int
+    provider_class: str
+    partitions: int
+    operators: list[OperatorEntry] = field(default_factory=list)
+    process: list[ProcessEntry] = field(default_factory=list)
+    files: list[FileEntry] = field(default_factory=list)
+    created_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    spark_state: str = __version__
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def state_version(self) -> int:
+        return self.batch_id + 1
+
+    def file(self, path: str) -> FileEntry:
+        for entry in self.files:
+            if entry.path == path:
+                return entry
+        raise SavepointError(f"the savepoint manifest lists no file {path}: the savepoint is incomplete")
+
+    def spark_files(self) -> list[FileEntry]:
+        return [f for f in self.files if f.path.startswith(SPARK_DIR + "/")]
+
+    @property
+    def total_keys(self) -> int:
+        return sum(f.keys or 0 for f in self.files)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_json(self) -> bytes:
+        doc = {"kind": KIND, **asdict(self), "state_version": self.state_version}
+        return json.dumps(doc, indent=1).encode("utf-8")
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> "SavepointManifest":
+        try:
+            doc = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SavepointError(f"{where} is not valid JSON ({exc}): the savepoint is damaged") from None
+        if not isinstance(doc, dict) or doc.get("kind") != KIND:
+            raise SavepointError(f"{where} is not a spark-state savepoint manifest")
+        if doc.get("format_version") != FORMAT_VERSION:
+            raise SavepointError(f"{where} has savepoint format {doc.get('format_version')!r}; this release "
+                                 f"reads format {FORMAT_VERSION}")
+        try:
+            return cls(
+                source=str(doc["source"]), query_id=str(doc["query_id"]), batch_id=int(doc["batch_id"]),
+                provider_class=str(doc["provider_class"]), partitions=int(doc["partitions"]),
+                operators=[OperatorEntry(int(o["id"]), str(o["name"]), int(o["partitions"]),
+                                         [StoreEntry(**s) for s in o["stores"]]) for o in doc["operators"]],
+                process=[ProcessEntry(**p) for p in doc["process"]],
+                files=[FileEntry(**f) for f in doc["files"]],
+                created_ms=int(doc["created_ms"]), spark_state=str(doc["spark_state"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SavepointError(f"{where}: malformed savepoint manifest ({exc!r})") from None
+
+
+# ---------------------------------------------------------------------------- state files
+def encode_entries(entries: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, int, int]:
+    """An Arrow IPC file of ``entries`` (already in key order): (bytes, rows, data keys)."""
+    sink = io.BytesIO()
+    rows = keys = 0
+    with pa.ipc.new_file(sink, SCHEMA) as writer:
+        for ks, vs in _chunks(entries):
+            rows += len(ks)
+            keys += sum(1 for k in ks if k[:1] != SYSTEM_KEY_PREFIX)
+            writer.write_batch(pa.record_batch([pa.array(ks, pa.binary()), pa.array(vs, pa.binary())], schema=SCHEMA))
+    return sink.getvalue(), rows, keys
+
+
+def decode_batches(data: bytes, where: str) -> Iterator[pa.RecordBatch]:
+    """The record batches of a state file (call :func:`verify` first)."""
+    try:
+        reader = pa.ipc.open_file(pa.BufferReader(data))
+        if not reader.schema.equals(SCHEMA, check_metadata=False):
+            raise SavepointError(f"{where} has schema {reader.schema}, not (key binary, value binary)")
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+    except pa.ArrowInvalid as exc:
+        raise SavepointError(f"{where} is not a readable Arrow IPC file ({exc}): the savepoint is damaged") from None
+
+
+def decode_entries(data: bytes, where: str) -> Iterator[tuple[bytes, bytes]]:
+    for batch in decode_batches(data, where):
+        yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
+
+
+def crc32(data: bytes) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def verify(data: bytes, entry: FileEntry, where: str) -> None:
+    """Raise :class:`SavepointError` naming ``where`` unless size and CRC-32 match the manifest."""
+    if len(data) != entry.size:
+        raise SavepointError(f"{where} is {len(data)} bytes, the savepoint manifest says {entry.size}: "
+                             "the savepoint is damaged (truncated or changed); take a new one")
+    crc = crc32(data)
+    if crc != entry.crc32:
+        raise SavepointError(f"{where} has CRC-32 {crc:#010x}, the savepoint manifest says {entry.crc32:#010x}: "
+                             "the savepoint is damaged; take a new one")
+
+
+def _chunks(entries: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[list[bytes], list[bytes]]]:
+    ks: list[bytes] = []
+    vs: list[bytes] = []
+    for k, v in entries:
+        ks.append(k)
+        vs.append(v)
+        if len(ks) >= BATCH_ROWS:
+            yield ks, vs
+            ks, vs = [], []
+    if ks or not vs:
+        yield ks, vs
+
+
+def describe(manifest: SavepointManifest) -> dict[str, Any]:
+    """A short summary (for ``--json`` output and logs)."""
+    return {"batch_id": manifest.batch_id, "query_id": manifest.query_id, "partitions": manifest.partitions,
+            "operators": len(manifest.operators), "process_states": len(manifest.process),
+            "keys": manifest.total_keys, "bytes": manifest.total_bytes, "files": len(manifest.files)}

@@ -1,0 +1,56 @@
+"""Helpers of the ops tests: run an operator case at a partition count, compare outputs."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import test_operator_equivalence as E
+from streaming_harness import HDFS_PROVIDER, SPARKSTATE_PROVIDER, RunResult, run_query
+
+PARTITIONS_CONF = "spark.sql.shuffle.partitions"
+
+
+def run(spark, case: E.Case, checkpoint, dirs, provider: str = SPARKSTATE_PROVIDER,
+        partitions: int | None = None, **kwargs) -> RunResult:
+    """Run ``case`` on ``checkpoint``; ``partitions`` only matters for a new checkpoint (Spark
+    pins the count of an existing one in its offset log)."""
+    confs = dict(case.extra_confs)
+    if partitions is not None:
+        confs[PARTITIONS_CONF] = str(partitions)
+    return run_query(spark, case.build, provider_class=provider, input_dir=dirs, schema=[s() for s in case.schemas],
+                     checkpoint_dir=str(checkpoint), output_mode=case.output_mode, extra_confs=confs, **kwargs)
+
+
+_references: dict[tuple[str, str], RunResult] = {}
+
+
+def reference(spark, case: E.Case, tmp_path_factory, provider: str = HDFS_PROVIDER) -> RunResult:
+    """The uninterrupted run of ``case`` on ``provider`` (default Spark's HDFS provider), once
+    per test session and provider."""
+    key = (case.name, provider)
+    if key not in _references:
+        root = tmp_path_factory.mktemp(f"ref-{case.name}")
+        dirs = E.write_inputs(case, root)
+        result = run(spark, case, root / "ckpt", dirs, provider=provider)
+        case.check(case, result)
+        _references[key] = result
+    return _references[key]
+
+
+def assert_equal_to_uninterrupted(case: E.Case, runs: list[RunResult], want: RunResult, what: str,
+                                  renumbered: bool = False) -> None:
+    """Per batch when the case's batch ids survive restarts, else as a multiset of rows (a run
+    that ends with a watermark adds a no-data batch the uninterrupted run does not have).
+    ``renumbered``: an in-place rescale inserted batches without input (as Spark's offline
+    repartition does), so batches compare in order rather than by id."""
+    merged: dict[int, list] = {}
+    for r in runs:
+        merged.update(r.batches)
+    if case.restart_per_batch and renumbered:
+        got = [rows for _, rows in sorted(merged.items())]
+        assert got == [rows for _, rows in sorted(want.batches.items())], f"{what}: per-batch outputs differ"
+    elif case.restart_per_batch:
+        E.assert_same_batches(dict(sorted(merged.items())), want.batches, what)
+    else:
+        got = Counter(row for rows in merged.values() for row in rows)
+        assert got == want.row_counts(), f"{what}: rows differ from the uninterrupted run"

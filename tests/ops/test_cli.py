@@ -1,0 +1,154 @@
+"""The command line: --help on every command, --json, exit codes, clear errors; corrupt and
+partial savepoints are refused with a message naming the file; a savepoint taken while the
+query runs is consistent."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import test_operator_equivalence as E
+from ops_support import assert_equal_to_uninterrupted, reference, run
+from spark_state import ops
+
+pytestmark = pytest.mark.spark
+
+COMMANDS = ["inspect", "savepoint", "restore", "rescale", "migrate", "jar"]
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "spark_state", *args], capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(spark, tmp_path_factory):
+    case = E.CASES_BY_NAME["dedup"]
+    root = tmp_path_factory.mktemp("cli")
+    run(spark, case, root / "ck", E.write_inputs(case, root, upto=3), partitions=2)
+    return root / "ck"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command):
+    out = cli(command, "--help")
+    assert out.returncode == 0 and "usage:" in out.stdout and command in out.stdout
+
+
+def test_top_level_help_and_bad_arguments():
+    out = cli("--help")
+    assert out.returncode == 0 and all(c in out.stdout for c in COMMANDS)
+    assert cli().returncode == 2
+    bad = cli("rescale", "/nowhere")  # --partitions is required
+    assert bad.returncode == 2 and "--partitions" in bad.stderr
+    assert cli("restore", "a", "b", "--backend", "nope").returncode == 2
+
+
+def test_inspect_json_and_text(checkpoint):
+    out = cli("inspect", str(checkpoint), "--json")
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info["last_committed_batch"] == 2 and info["provider"] == "spark-state" and info["partitions"] == 2
+    [op] = info["operators"]
+    assert op["name"] == "dedupe" and op["partitions"] == 2 and op["store_names"] == ["default"]
+    rows = len({i for b in E.CASES_BY_NAME["dedup"].batches[0][:3] for i, _ in b})
+    assert op["rows"] == rows and op["stores"][0]["retained_versions"] == "1..3"
+    assert op["stores"][0]["ttl_stamped"] is False
+    text = cli("inspect", str(checkpoint))
+    assert text.returncode == 0 and "operator 0 dedupe" in text.stdout and f"rows {rows}" in text.stdout
+
+
+def test_missing_checkpoint_is_exit_1_with_the_path(tmp_path):
+    out = cli("inspect", str(tmp_path / "nope"), "--json")
+    assert out.returncode == 1
+    assert "is not a Spark streaming checkpoint" in out.stderr and str(tmp_path / "nope") in out.stderr
+    assert json.loads(out.stdout)["error"] == "NotACheckpointError"
+
+
+def test_savepoint_restore_by_cli_and_refused_savepoints(checkpoint, tmp_path):
+    sp = tmp_path / "sp"
+    out = cli("savepoint", str(checkpoint), str(sp), "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["batch_id"] == 2 and result["keys"] > 0
+    again = cli("savepoint", str(checkpoint), str(sp))
+    assert again.returncode == 1 and "already holds a savepoint" in again.stderr
+    assert cli("savepoint", str(checkpoint), str(tmp_path / "sp0"), "--batch", "7").returncode == 1
+
+    ok = cli("restore", str(sp), str(tmp_path / "r1"), "--partitions", "3", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["partitions"] == 3
+    assert cli("restore", str(sp), str(tmp_path / "r1")).returncode == 1  # target is a checkpoint now
+
+    # a damaged state file: refused, naming the file
+    state = sp / "state" / "0" / "default" / "1.arrow"
+    data = bytearray(state.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    state.write_bytes(bytes(data))
+    bad = cli("restore", str(sp), str(tmp_path / "r2"))
+    assert bad.returncode == 1 and str(state) in bad.stderr and "CRC-32" in bad.stderr
+    # a missing Spark file
+    os.remove(sp / "spark" / "commits" / "2")
+    bad = cli("restore", str(sp), str(tmp_path / "r3"))
+    assert bad.returncode == 1 and str(sp / "spark" / "commits" / "2") in bad.stderr
+    # partial: no manifest (an interrupted savepoint)
+    os.remove(sp / "savepoint.json")
+    bad = cli("restore", str(sp), str(tmp_path / "r4"), "--json")
+    assert bad.returncode == 1 and str(sp / "savepoint.json") in bad.stderr and "interrupted" in bad.stderr
+    assert json.loads(bad.stdout)["error"] == "SavepointError"
+    assert not os.path.exists(tmp_path / "r4" / "metadata")
+
+
+def test_savepoint_of_a_running_query_is_consistent(spark, tmp_path, tmp_path_factory):
+    """Savepoints are taken in a loop while the query runs (slow batches); each one restores
+    to a query whose continuation equals the uninterrupted run."""
+    case = E.CASES_BY_NAME["agg_update"]
+    want = reference(spark, case, tmp_path_factory)
+    dirs = E.write_inputs(case, tmp_path)
+    ck = tmp_path / "ck"
+    taken: list = []
+    errors: list = []
+    done = threading.Event()
+
+    def take() -> None:
+        i = 0
+        while not done.is_set():
+            try:
+                if os.path.exists(ck / "commits" / "0"):
+                    taken.append(ops.savepoint(str(ck), str(tmp_path / f"sp{i}"), progress=False))
+                    i += 1
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+            time.sleep(0.2)
+
+    def slow(df):
+        from pyspark.sql import functions as F
+
+        slow_udf = F.udf(lambda k: (time.sleep(0.3), k)[1], "string")
+        return case.build(df).withColumn("k", slow_udf("k"))
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    try:
+        from streaming_harness import SPARKSTATE_PROVIDER, run_query
+
+        full = run_query(spark, slow, provider_class=SPARKSTATE_PROVIDER, input_dir=dirs,
+                         schema=[s() for s in case.schemas], checkpoint_dir=str(ck), output_mode="update",
+                         extra_confs={"spark.sql.shuffle.partitions": "3"})
+    finally:
+        done.set()
+        thread.join()
+    assert not errors, errors
+    running = [s for s in taken if s.batch_id < max(full.batch_ids)]
+    assert running, "no savepoint was taken while the query ran"
+    sp = running[len(running) // 2]
+    restored = tmp_path / "restored"
+    ops.restore(sp.savepoint, str(restored), partitions=2, progress=False)
+    cont = run(spark, case, restored, dirs)
+    before = type(full)(full.provider_class, {b: r for b, r in full.batches.items() if b <= sp.batch_id})
+    assert_equal_to_uninterrupted(case, [before, cont], want, f"savepoint of batch {sp.batch_id} of a running query")
