@@ -45,7 +45,11 @@ private[sparkstate] final class HeapViews(options: ViewOptions, describe: => Str
     if (path.nonEmpty) {
       replace(load(new File(path), version, id))
     } else if (version == 0 && id.isEmpty && (current == null || current.idOf(0) != "")) {
-      replace(new HeapState(HeapMap(options.prefixScans, 1024), 0, ""))
+      // A state releases what it holds when it is freed, so the empty map is charged too: without
+      // this, every store that started from version 0 drove the executor-wide count below zero.
+      val empty = HeapMap(options.prefixScans, 1024)
+      HeapBudget.force(empty.bytes)
+      replace(new HeapState(empty, 0, ""))
     } else if (current == null || current.idOf(version) != id) {
       throw new SparkStateException(s"spark-state: the worker did not ship version $version ($id) of $describe " +
         "although the JVM does not hold it; this is a bug")
@@ -119,7 +123,11 @@ private[sparkstate] object HeapViews {
   val Absent: Array[Byte] = new Array[Byte](0)
 }
 
-/** One map and what it can serve: `top`, and `top - 1` through the undo of the last commit applied. */
+/**
+ * One map and what it can serve: `top`, and `top - 1` through the undo of the last commit applied.
+ * Invariant: `charged` (initially `map.bytes`) is what this state has charged to [[HeapBudget]] --
+ * its creator charges the map before constructing it -- and is released exactly once, when freed.
+ */
 private[sparkstate] final class HeapState(val map: HeapMap, initialTop: Long, initialId: String) {
   @volatile var top: Long = initialTop
   @volatile var topId: String = initialId
