@@ -46,7 +46,8 @@ def test_a_full_local_disk_fails_the_tasks_clearly_and_a_restart_after_freeing_s
 
     first = _run(spark, SPARKSTATE_PROVIDER, agg_input, ckpt, extra_confs=confs, stop_after_batches=2)
     assert first.batch_ids == [0, 1]
-    assert any(name.startswith("store-") for name in os.listdir(disk.path))  # the worker works there
+    # The worker works there, in its own per-process directory (spark_state.localdirs).
+    assert any(name.startswith("store-") for _, dirs, _ in os.walk(disk.path) for name in dirs)
 
     disk.fill()
     with pytest.raises(Exception) as info:
