@@ -10,8 +10,11 @@ Workloads (both ``outputMode("update")``, ``spark.sql.shuffle.partitions=4``, ``
   ``rows-per-batch / 2`` keys per batch.
 
 Providers: ``hdfs``, ``rocksdb`` (Spark's built-ins) and ``sparkstate`` (this project's
-provider, set up with ``spark_state.configure(builder)``; skipped with a message if that does
-not import). Any other value is taken as a provider class name. TTL variants of ours:
+provider with its default ``backend=rocksdb``, set up with ``spark_state.configure(builder)``;
+skipped with a message if that does not import), ``sparkstate-hashmap`` (ours with
+``backend=hashmap``: the state in the executor's heap). Any other value is taken as a provider
+class name. Ratios are printed against Spark's RocksDB provider and against its HDFS
+(in-memory) provider, the two baselines of issue 14's targets. TTL variants of ours:
 
 * ``sparkstate-ttl`` -- TTL on for every operator (``--ttl``, default 1h: long enough that
   nothing expires mid-run, so it measures what stamping values and keeping the expiry index
@@ -37,7 +40,8 @@ their order. With ``--rounds N`` the providers run N times, in rotated order, an
 figures are over all measured batches of all rounds.
 
 Usage:
-    python bench/provider_bench.py --providers hdfs,rocksdb[,sparkstate[,sparkstate-ttl]] [--batches 6]
+    python bench/provider_bench.py --providers hdfs,rocksdb[,sparkstate[,sparkstate-hashmap[,sparkstate-ttl]]] [--batches 6]
+        [--rounds 2: every provider twice, in rotated order (interleaved)]
         [--rows-per-batch 500000] [--workloads agg,dedup] [--json out.json]
 """
 
@@ -63,6 +67,10 @@ BASELINE = "rocksdb"
 TTL_CONF = "spark.sql.streaming.stateStore.sparkState.ttl"
 #: variant name -> (provider it runs, Spark confs it adds; a value None is filled from the CLI)
 VARIANTS = {"sparkstate-ttl": ("sparkstate", "ttl"), "sparkstate-ttl-expiring": ("sparkstate", "ttl_expiring")}
+#: backend variants of ours: name -> Spark confs it adds
+BACKEND_VARIANTS = {"sparkstate-hashmap": {"spark.sql.streaming.stateStore.sparkState.backend": "hashmap"}}
+#: the second baseline of the ratios: Spark's in-memory provider
+MEMORY_BASELINE = "hdfs"
 WORKLOADS = ("agg", "dedup")
 
 
@@ -193,6 +201,13 @@ def summarize(batches: list[dict], warmup: int) -> dict:
     }
 
 
+def _base(name: str) -> str:
+    """The provider a run name stands for (variants of ours run ``sparkstate``)."""
+    if name in VARIANTS:
+        return VARIANTS[name][0]
+    return "sparkstate" if name in BACKEND_VARIANTS else name
+
+
 def sparkstate_available() -> tuple[bool, str]:
     try:
         from spark_state import configure  # noqa: F401
@@ -237,7 +252,7 @@ def main(argv=None) -> int:
     confs = dict(c.split("=", 1) for c in args.conf)
     providers = []
     for name in names:
-        if name == "sparkstate" or VARIANTS.get(name, ("",))[0] == "sparkstate":
+        if name == "sparkstate" or VARIANTS.get(name, ("",))[0] == "sparkstate" or name in BACKEND_VARIANTS:
             ok, why = sparkstate_available()
             if not ok:
                 print(f"skipping sparkstate: `from spark_state import configure` failed ({why})")
@@ -267,10 +282,11 @@ def main(argv=None) -> int:
             for w in workloads:
                 for name in order:
                     tag = f"{w}-{name}-r{rnd}"
-                    base = VARIANTS[name][0] if name in VARIANTS else name
+                    base = _base(name)
                     run_confs = dict(confs)
                     if name in VARIANTS:
                         run_confs[TTL_CONF] = getattr(args, VARIANTS[name][1])
+                    run_confs.update(BACKEND_VARIANTS.get(name, {}))
                     spec = {
                         "workload": w,
                         "provider": name,
@@ -317,21 +333,25 @@ def main(argv=None) -> int:
         for name, runs in results.get(w, {}).items():
             batches = [b for run in runs for b in run["batches"]]
             summary[name] = summarize(batches, args.warmup)
-            base = VARIANTS[name][0] if name in VARIANTS else name
+            base = _base(name)
             summary[name]["provider_class"] = PROVIDERS.get(base, base)
             if name in VARIANTS:
                 summary[name]["ttl"] = getattr(args, VARIANTS[name][1])
             summary[name]["per_batch"] = [run["batches"] for run in runs]
         base = summary.get(BASELINE, {})
+        memory = summary.get(MEMORY_BASELINE, {})
         for name, s in summary.items():
             if base.get("measured_batches") and s.get("measured_batches"):
                 s["throughput_vs_rocksdb"] = s["rows_per_s"] / base["rows_per_s"]
                 s["latency_vs_rocksdb"] = s["median_trigger_ms"] / base["median_trigger_ms"]
+            if memory.get("measured_batches") and s.get("measured_batches"):
+                s["throughput_vs_hdfs"] = s["rows_per_s"] / memory["rows_per_s"]
         report["workloads"][w] = summary
 
-        print(f"\n{w}: rows/s and per-batch medians over measured batches (ratios vs {BASELINE})")
+        print(f"\n{w}: rows/s and per-batch medians over measured batches (thru x / lat x: vs {BASELINE}; "
+              f"vs hdfs: throughput vs {MEMORY_BASELINE})")
         header = (f"  {'provider':<24}{'batches':>8}{'rows/s':>12}{'trigger ms':>12}{'addBatch ms':>13}"
-                  f"{'commit ms':>11}{'state rows':>12}{'thru x':>8}{'lat x':>8}")
+                  f"{'commit ms':>11}{'state rows':>12}{'thru x':>8}{'lat x':>8}{'vs hdfs':>9}")
         print(header)
         for name, s in summary.items():
             if not s.get("measured_batches"):
@@ -339,9 +359,10 @@ def main(argv=None) -> int:
                 continue
             thr = f"{s['throughput_vs_rocksdb']:.2f}" if "throughput_vs_rocksdb" in s else "-"
             lat = f"{s['latency_vs_rocksdb']:.2f}" if "latency_vs_rocksdb" in s else "-"
+            mem = f"{s['throughput_vs_hdfs']:.2f}" if "throughput_vs_hdfs" in s else "-"
             print(f"  {name:<24}{s['measured_batches']:>8}{s['rows_per_s']:>12,.0f}{s['median_trigger_ms']:>12,.0f}"
                   f"{s['median_add_batch_ms']:>13,.0f}{s['median_commit_ms']:>11,.0f}{s['final_state_rows']:>12,}"
-                  f"{thr:>8}{lat:>8}")
+                  f"{thr:>8}{lat:>8}{mem:>9}")
         plain = summary.get("sparkstate", {})
         for name in VARIANTS:
             s = summary.get(name, {})

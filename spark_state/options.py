@@ -199,6 +199,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("workersPerExecutor", "provider", default="task slots, at most 4", meaning=(
         "Python workers per executor (1 to 64); read by the shim (`PythonWorker.scala`) from the Spark "
         "conf when the executor starts its first worker")),
+    OptionSpec("heap.maxBytes", "provider", default="half the executor JVM's max heap", meaning=(
+        "`backend=hashmap`: the executor-wide budget of heap state (`512m`, `2g` or bytes); a store "
+        "that would grow past it fails its task naming this conf (see provider-backends.md)")),
+    OptionSpec("rocksdb.viewLayers.maxEpochs", "provider", default="`16`", meaning=(
+        "`backend=rocksdb`: committed epochs the JVM layers over its exported RocksDB view before the "
+        "next load asks the worker for a fresh export")),
+    OptionSpec("rocksdb.viewLayers.maxBytes", "provider", default="`64m`", meaning=(
+        "`backend=rocksdb`: bytes of layered epochs per store before a fresh export")),
     OptionSpec("testing.crashOnCommit", "provider", testing_only=True, meaning=(
         "`<version>:<dir>:once|always` makes a worker exit while committing `<version>`")),
     # --- Python API -----------------------------------------------------------------------------

@@ -13,6 +13,10 @@ Durability and atomicity of a commit, in order:
 3. every ``snapshot_interval`` commits, a snapshot is uploaded (incrementally);
 4. the version's manifest is written, atomically replacing any earlier one.
 
+With ``background_snapshots=True`` (the Spark provider) step 3 only captures the version
+locally; the upload runs in the background and then re-points the version's manifest at
+the snapshot, and later commits rebase on it (:mod:`spark_state.checkpoint.background`).
+
 The manifest is the commit point. A crash before step 4 leaves the previous version in
 force. (The steps carry crash points, ``spark_state.testing.crashpoints``, where crash tests
 SIGKILL the process; they do nothing unless a test enables them.) A retried or speculative commit
@@ -49,6 +53,7 @@ from . import constants as C
 from .backends import KVBackend, backend_factory
 from .backends.base import BackendFactory
 from .checkpoint import changelog, layout
+from .checkpoint.background import BackgroundSnapshots, Capture
 from .checkpoint.checksum import crc32_bytes
 from .checkpoint.metadata import ChangelogRef, Manifest, SnapshotRef
 from .checkpoint.retention import CleanupResult, cleanup, list_copies, list_versions, read_manifest
@@ -108,10 +113,12 @@ class VersionedStore:
         runs: the query run this store works for (ranked commits, first committer wins,
             copies of abandoned attempts never loaded, fencing of a second writer); None for
             the plain engine API, whose commits are unranked.
+        background_snapshots: commits only capture snapshots locally and upload them in
+            the background (see :mod:`spark_state.checkpoint.background`).
     """
 
     def __init__(self, checkpoint: Union[str, CheckpointStorage], config: Optional[EngineConfig] = None,
-                 runs: Optional[RunContext] = None) -> None:
+                 runs: Optional[RunContext] = None, background_snapshots: bool = False) -> None:
         self._config = config or EngineConfig()
         self._runs = runs
         # Rule 5 found, at the last load, that an earlier run committed past this one; raised at
@@ -141,6 +148,12 @@ class VersionedStore:
         self._closed = False
         self.last_commit = CommitMetrics()
         self.last_restore = RestoreMetrics()
+        # --- background snapshots (None: snapshots are uploaded inside the commit)
+        self._background = BackgroundSnapshots(self._storage, self._lock) if background_snapshots else None
+        #: snapshot path -> the changelog whose state it captured: the same local state
+        self._snapshot_aliases: dict[str, str] = {}
+        #: (loaded version, whether its commit snapshots), decided once per epoch
+        self._snapshot_decision: Optional[tuple[int, bool]] = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -193,6 +206,7 @@ class VersionedStore:
             self._require_open()
             started = time.perf_counter()
             self._overlay.clear()
+            self._snapshot_decision = None
             # A local copy at this version is the valid one: this run made it or chose it,
             # and runs registered later never change what an earlier reader loads.
             cached = self._backend is not None and self._version == version
@@ -285,7 +299,7 @@ class VersionedStore:
         base = manifest.base_snapshot
         if origin == "" and base is None:
             return 0
-        if base is not None and origin == base.path:
+        if base is not None and (origin == base.path or self._snapshot_aliases.get(base.path) == origin):
             return 0
         for i, ref in enumerate(manifest.replay):
             if ref.path == origin:
@@ -455,9 +469,25 @@ class VersionedStore:
         """Whether the next ``commit()`` will also take a snapshot (TTL's full-snapshot
         cleanup removes every expired entry first, so snapshots hold none)."""
         self._require_loaded()
+        return self._snapshot_due()
+
+    def _snapshot_due(self) -> bool:
+        """Whether the commit on the loaded version snapshots: its chain (rebased on the newest
+        background snapshot) reaches ``snapshot_interval``, and no upload is in flight. Decided
+        once per loaded version, so that TTL's full-snapshot cleanup and the commit agree."""
+        decided = self._snapshot_decision
+        if decided is not None and decided[0] == self._version:
+            return decided[1]
         interval = self._config.snapshot_interval
-        replayed = len(self._manifest.replay) if self._manifest else 0
-        return bool(interval) and replayed + 1 >= interval
+        previous = self._manifest
+        chain = previous.replay if previous else ()
+        if self._background is not None:
+            chain = self._background.rebase(previous.base_snapshot if previous else None, chain)[1]
+        due = bool(interval) and len(chain) + 1 >= interval
+        if due and self._background is not None and self._background.in_flight:
+            due = False  # one upload at a time; a later commit takes the snapshot
+        self._snapshot_decision = (self._version, due)  # type: ignore[assignment]
+        return due
 
     def commit(self) -> int:
         """Persist the pending writes as version ``loaded + 1`` and return that number."""
@@ -476,6 +506,8 @@ class VersionedStore:
                     raise self._behind
                 rank = runs.commit_rank(self._version)
                 runs.before_commit()
+            # Set before anything can raise: the handler below removes a capture that never committed.
+            capture: Optional[Capture] = None
             try:
                 crashpoints.reached("commit.before-changelog")
                 data = changelog.encode(new_version, changes)
@@ -492,12 +524,19 @@ class VersionedStore:
                 user_puts = num_puts - sum(
                     1 for k, v in changes.items() if v is not None and k[:1] == C.SYSTEM_KEY_PREFIX)
                 num_keys = self._num_keys + user_puts - self._overlay.count_committed(self._backend.count_existing)
+                snapshot_due = self._snapshot_due()
+                self._snapshot_decision = None
                 self._backend.apply(changes.items())
                 crashpoints.reached("commit.after-apply")
                 previous = self._manifest
                 chain = (previous.replay if previous else ()) + (ref,)
                 base = previous.base_snapshot if previous else None
-                if self._config.snapshot_interval and len(chain) >= self._config.snapshot_interval:
+                if self._background is not None:
+                    base, chain = self._background.rebase(base, chain)
+                    _record_background_stats(metrics, self._background.take_stats())
+                    if snapshot_due and not self._background.in_flight:
+                        capture = self._capture_snapshot(new_version)
+                elif snapshot_due:
                     base, stats = self._upload_snapshot(new_version)
                     chain = ()
                     _record_snapshot(metrics, stats)
@@ -512,21 +551,31 @@ class VersionedStore:
                     self._storage.write_bytes(layout.manifest_path(new_version, rank), manifest.to_json(),
                                               overwrite=rank == C.UNRANKED)
                 except FileExistsError:
+                    if capture is not None:  # ours lost: the capture is not the committed version
+                        shutil.rmtree(capture.directory, ignore_errors=True)
                     return self._adopt_earlier_commit(new_version, rank, ref, metrics, started)
                 crashpoints.reached("commit.after-manifest")
             except BaseException:
+                if capture is not None:
+                    shutil.rmtree(capture.directory, ignore_errors=True)
                 self._invalidate()
                 raise
+            if capture is not None:
+                assert self._background is not None
+                self._background.submit(capture, manifest, self._shared_index, self._snapshot_uploaded,
+                                        self._cleanup_quietly)
+                metrics.snapshot_taken = True
             self._overlay.clear()
             self._version = new_version
             self._manifest = manifest
             self._num_keys = num_keys
-            self._state_origin = base.path if metrics.snapshot_taken and base else ref.path
+            self._state_origin = base.path if metrics.snapshot_taken and capture is None and base else ref.path
             metrics.num_deletes = num_deletes
             metrics.num_updates = num_puts
             metrics.changelog_bytes = len(data)
-            if metrics.snapshot_taken:
-                # New snapshots are what make old files obsolete: clean up right after.
+            if metrics.snapshot_taken and capture is None:
+                # New snapshots are what make old files obsolete: clean up right after
+                # (background snapshots clean up when their upload completes).
                 self._cleanup_quietly()
             metrics.duration_ms = (time.perf_counter() - started) * 1000
             self.last_commit = metrics
@@ -650,6 +699,36 @@ class VersionedStore:
         self.last_commit = metrics
         return version
 
+    def _capture_snapshot(self, version: int) -> Capture:
+        """A local copy of the version just applied, for the background upload. It lives beside
+        the working directory (same file system: RocksDB hard-links its SSTs), not in it, because
+        a restore replaces the working directory while the upload may still run."""
+        assert self._backend is not None
+        local = os.path.join(process_root(self._config.local_dir), f"snapshot-{layout.new_id()}")
+        try:
+            files = self._backend.write_snapshot(local)
+        except BaseException:
+            shutil.rmtree(local, ignore_errors=True)
+            raise
+        return Capture(version, local, files, self._factory.name)
+
+    def _snapshot_uploaded(self, manifest: Manifest, ref: SnapshotRef) -> None:
+        """A background snapshot of ``manifest``'s version is complete (called under the lock):
+        point the version's manifest at it, unless that manifest was replaced or removed since."""
+        self._snapshot_aliases[ref.path] = manifest.changelog.path
+        try:
+            current = read_manifest(self._storage, manifest.version, manifest.rank)
+        except CheckpointFileMissingError:
+            current = None  # retention removed the version meanwhile: later commits still rebase
+        if current is not None and current.commit_id == manifest.commit_id:
+            crashpoints.reached("snapshot.background.before-manifest")
+            rewritten = Manifest(
+                version=manifest.version, commit_id=manifest.commit_id, backend=manifest.backend,
+                changelog=manifest.changelog, base_snapshot=ref, replay=(), num_keys=manifest.num_keys,
+                rank=manifest.rank, run_id=manifest.run_id,
+            )
+            self._storage.write_bytes(layout.manifest_path(manifest.version, manifest.rank), rewritten.to_json())
+
     def _upload_snapshot(self, version: int) -> tuple[SnapshotRef, SnapshotStats]:
         assert self._backend is not None
         local = os.path.join(self._work_dir, f"snapshot-{layout.new_id()}")
@@ -667,6 +746,8 @@ class VersionedStore:
         commit attempt has replaced the manifest since. Returns None if there is nothing
         to snapshot (version 0, or the version is already a snapshot).
         """
+        if self._background is not None:
+            self._background.wait()  # one upload at a time, and the shared-file index is not shared
         with self._lock, self._local_errors(f"snapshotting version {self._version}"):
             self._require_loaded()
             manifest = self._manifest
@@ -715,16 +796,23 @@ class VersionedStore:
     def cleanup(self) -> CleanupResult:
         """Delete checkpoint files no retained version needs (see ``checkpoint.retention``)."""
         with self._lock:
-            return cleanup(self._storage, self._config.retained_versions)
+            return cleanup(self._storage, self._config.retained_versions, *self._cleanup_protection())
+
+    def _cleanup_protection(self) -> tuple[frozenset[str], Optional[int]]:
+        """What a background snapshot needs kept that no retained manifest names yet."""
+        return self._background.protection() if self._background is not None else (frozenset(), None)
 
     def _cleanup_quietly(self) -> None:
         # Cleanup failing must not fail a commit that is already durable.
         try:
-            cleanup(self._storage, self._config.retained_versions)
+            cleanup(self._storage, self._config.retained_versions, *self._cleanup_protection())
         except Exception:
             _LOG.warning("checkpoint cleanup failed; it will be retried after the next snapshot", exc_info=True)
 
     def close(self) -> None:
+        if self._background is not None:
+            # Let a stopping query's last snapshot land (bounded: uploads retry for ~30 s at most).
+            self._background.wait(timeout=120)
         with self._lock:
             if self._closed:
                 return
@@ -808,6 +896,13 @@ def prefix_upper_bound(prefix: bytes) -> Optional[bytes]:
     if not stripped:
         return None
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _record_background_stats(metrics: CommitMetrics, stats: SnapshotStats) -> None:
+    """Background uploads completed since the previous commit count in this commit's metrics."""
+    metrics.snapshot_files_uploaded = stats.files_uploaded
+    metrics.snapshot_files_reused = stats.files_reused
+    metrics.snapshot_bytes_uploaded = stats.bytes_uploaded
 
 
 def _record_snapshot(metrics: CommitMetrics, stats: SnapshotStats) -> None:

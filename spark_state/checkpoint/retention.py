@@ -20,11 +20,16 @@ Deletes remove obsolete manifests before the files they named, so a crash during
 leaves only unreferenced files (deleted by the next cleanup), never a dangling manifest.
 Temp files of writes that a crash interrupted (``.<name>.<token>.tmp``) are deleted by the
 same rule, by the version of the file they were being written for.
+
+A store that uploads snapshots in the background (:mod:`.background`) also passes what its
+upload in flight and its newest completed snapshot need (``keep``, ``keep_from_version``):
+files no retained manifest names yet, which a later manifest will.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 from .. import constants as C
 from ..storage import CheckpointStorage
@@ -80,7 +85,10 @@ def needed_files(storage: CheckpointStorage, manifests: list[Manifest]) -> set[s
     return needed
 
 
-def cleanup(storage: CheckpointStorage, retained_versions: int) -> CleanupResult:
+def cleanup(storage: CheckpointStorage, retained_versions: int, keep: frozenset[str] = frozenset(),
+            keep_from_version: Optional[int] = None) -> CleanupResult:
+    """Delete files the newest ``retained_versions`` versions do not need; never the paths in
+    ``keep``, nor unreferenced files of version ``keep_from_version`` or later."""
     copies = list_copies(storage)
     versions = sorted(copies)
     result = CleanupResult()
@@ -89,8 +97,8 @@ def cleanup(storage: CheckpointStorage, retained_versions: int) -> CleanupResult
     retained = versions[-retained_versions:]
     result.retained_versions = retained
     manifests = [read_manifest(storage, v, r) for v in retained for r in copies[v]]
-    needed = needed_files(storage, manifests)
-    oldest_retained = retained[0]
+    needed = needed_files(storage, manifests) | keep
+    oldest_retained = retained[0] if keep_from_version is None else min(retained[0], keep_from_version)
     doomed: list[str] = []
     for directory in (C.MANIFEST_DIR, C.CHANGELOG_DIR, C.SNAPSHOT_DIR, C.SHARED_DIR):
         for name in storage.list_dir(directory):

@@ -33,6 +33,8 @@ class SnapshotStats:
     files_uploaded: int = 0
     files_reused: int = 0
     bytes_uploaded: int = 0
+    #: every file of the snapshot in checkpoint storage (uploaded or reused), descriptor excluded
+    paths: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -69,6 +71,7 @@ def upload_snapshot(
         if known is not None and known.size == f.size:
             refs.append(known)
             stats.files_reused += 1
+            stats.paths.append(known.path)
             continue
         if f.shared:
             path = layout.shared_file_path(version, index.instance_id, f.name)
@@ -79,6 +82,7 @@ def upload_snapshot(
         refs.append(SnapshotFileRef(path=path, size=f.size, crc32=crc, name=f.name))
         stats.files_uploaded += 1
         stats.bytes_uploaded += f.size
+        stats.paths.append(path)
         crashpoints.reached("snapshot.mid-upload")
     descriptor = SnapshotDescriptor(
         version=version, id=snapshot_id, backend=backend_name,

@@ -7,6 +7,14 @@ worker's fault injection, never by :class:`~spark_state.config.EngineConfig`:
 ``workersPerExecutor``
     Python workers per executor JVM (default: the executor's task slots, at most 4). Read by
     ``PythonWorker.scala`` when the executor starts its first worker.
+``heap.maxBytes``
+    ``backend=hashmap``: the executor-wide budget of heap state (a size: ``512m``, ``2g``, or
+    bytes); default half of the executor JVM's maximum heap. A store that would grow past it
+    fails its task naming this conf (``HeapBudget`` in the shim).
+``rocksdb.viewLayers.maxEpochs`` / ``rocksdb.viewLayers.maxBytes``
+    ``backend=rocksdb``: how many committed epochs (default 16), and how many bytes of them per
+    store (default ``64m``), the JVM layers over its exported RocksDB view before the next load
+    asks the worker for a fresh export (``RocksViews`` in the shim).
 ``testing.crashOnCommit``
     Fault injection for tests, ``<version>:<marker dir>:once|always``: a worker exits abruptly
     while committing ``<version>``. Never set it in production.
@@ -22,11 +30,27 @@ from ..errors import ConfigError
 
 WORKERS_PER_EXECUTOR = "workersPerExecutor"
 CRASH_ON_COMMIT = "testing.crashOnCommit"
-PROVIDER_ONLY = (WORKERS_PER_EXECUTOR, CRASH_ON_COMMIT)
+HEAP_MAX_BYTES = "heap.maxBytes"
+VIEW_LAYER_EPOCHS = "rocksdb.viewLayers.maxEpochs"
+VIEW_LAYER_BYTES = "rocksdb.viewLayers.maxBytes"
+PROVIDER_ONLY = (WORKERS_PER_EXECUTOR, CRASH_ON_COMMIT, HEAP_MAX_BYTES, VIEW_LAYER_EPOCHS, VIEW_LAYER_BYTES)
 #: Upper bound of workersPerExecutor: more workers than that only cost memory.
 MAX_WORKERS_PER_EXECUTOR = 64
 
 _CRASH_SPEC = re.compile(r"^\d+:.+:(once|always)$")
+#: Sizes as Spark's byte confs take them (``JavaUtils.byteStringAsBytes``): a number, optionally
+#: followed by b, k, kb, m, mb, g, gb, t, tb, p or pb (case-insensitive; no suffix: bytes).
+_SIZE = re.compile(r"^(\d+)\s*([kmgtp]?b?)$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def parse_size(raw: str) -> int:
+    """Bytes of a size such as ``512m``, ``2g`` or ``1048576``; ValueError if it is not one."""
+    match = _SIZE.match(str(raw).strip())
+    if not match:
+        raise ValueError(raw)
+    unit = match.group(2).lower()
+    return int(match.group(1)) * _UNITS[unit[:1] if unit not in ("", "b") else unit]
 
 
 def split_provider_options(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -44,6 +68,20 @@ def validate_provider_options(options: Mapping[str, str]) -> None:
             raise ConfigError(
                 f"option {CONF_PREFIX}{WORKERS_PER_EXECUTOR} must be a whole number of Python workers "
                 f"per executor, 1 to {MAX_WORKERS_PER_EXECUTOR}, got {options[WORKERS_PER_EXECUTOR]!r}")
+    for key in (HEAP_MAX_BYTES, VIEW_LAYER_BYTES):
+        if key in options:
+            try:
+                ok = parse_size(options[key]) >= 1
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ConfigError(f"option {CONF_PREFIX}{key} must be a size such as 512m, 2g or a number of "
+                                  f"bytes, got {options[key]!r}")
+    if VIEW_LAYER_EPOCHS in options:
+        raw = str(options[VIEW_LAYER_EPOCHS]).strip()
+        if not raw.isdigit() or int(raw) < 1:
+            raise ConfigError(f"option {CONF_PREFIX}{VIEW_LAYER_EPOCHS} must be a whole number of 1 or more, "
+                              f"got {options[VIEW_LAYER_EPOCHS]!r}")
     if CRASH_ON_COMMIT in options and not _CRASH_SPEC.match(str(options[CRASH_ON_COMMIT]).strip()):
         raise ConfigError(
             f"option {CONF_PREFIX}{CRASH_ON_COMMIT} (testing only) must be <version>:<marker dir>:once|always, "

@@ -5,27 +5,30 @@ JSON string. Stores are opened lazily from the arguments of ``load``, so a worke
 restarted (after a crash) serves the same instance ids without any extra handshake: it
 restores from checkpoint storage.
 
-After every load and commit the service exports a *read view* of the version: a RocksDB
-checkpoint of the store's database (hard-linked immutable SSTs, no write-ahead log) that
-the shim opens read-only (``viewPath`` in the replies). Reads therefore never cross the
-process boundary, and a view cannot change under its reader.
+The JVM reads state without crossing the process boundary, from its own views
+(:mod:`.views`): for ``backend=rocksdb`` an exported RocksDB checkpoint (hard-linked immutable
+SSTs, no write-ahead log) with the later epochs layered over it, for ``backend=hashmap`` the
+state in a JVM hash map. A load exports (or ships) the version only when the JVM does not
+hold it already, named by commit id; a commit tells the JVM how to apply the epoch itself.
+The worker's store is RocksDB-backed for both, with snapshots taken and uploaded in the
+background (``VersionedStore(background_snapshots=True)``): a commit waits for its changelog
+and manifest only.
 
 Why not a RocksDB secondary that tails the live database: after the primary flushes, a
 secondary keeps the memtable it replayed from the old log, which shadows the newer values
 in the flushed SST, so reads go stale (reproduced with rocksdict 0.3.29 / RocksDB 9.8.4,
-and by this project's SIGKILL test). A view per version has no such failure mode.
+and by this project's SIGKILL test). Immutable exports plus immutable layers cannot.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
-import shutil
 import threading
 import time
 import traceback
-import uuid
 from dataclasses import asdict
 from typing import Any, Callable, Mapping, Optional
 
@@ -43,6 +46,7 @@ from . import ttl_policy
 from .protocol import SERVICE_INTERFACE
 from .ttl_commit import NAMESPACE, collect_background, read_changes, stage_epoch
 from .ttl_policy import StoreTtl
+from .views import ViewExporter, commit_id, commit_view
 
 _LOG = logging.getLogger(__name__)
 
@@ -52,15 +56,10 @@ _LOG = logging.getLogger(__name__)
 CRASH_ON_COMMIT_OPTION = provider_options.CRASH_ON_COMMIT
 
 
-#: Read views kept per store: the newest, and the one before it (a reader may still be
-#: opening it). Older ones are deleted; an open reader keeps its files through its handles.
-VIEWS_KEPT = 2
-
-
 class _Instance:
-    __slots__ = ("store", "lock", "crash_on_commit", "views", "views_dir", "ttl", "expired_candidates", "where")
+    __slots__ = ("store", "lock", "crash_on_commit", "views", "ttl", "expired_candidates", "where")
 
-    def __init__(self, store: VersionedStore, crash_on_commit: Optional[str], views_dir: str,
+    def __init__(self, store: VersionedStore, crash_on_commit: Optional[str], views: ViewExporter,
                  ttl: StoreTtl, where: str) -> None:
         self.store = store
         self.crash_on_commit = crash_on_commit
@@ -69,27 +68,7 @@ class _Instance:
         #: (version, [(key, index bucket)]): expired rows background cleanup found in that version
         self.expired_candidates: Optional[tuple[int, list[tuple[bytes, int]]]] = None
         self.lock = threading.Lock()
-        #: (version, path) of exported read views, oldest first
-        self.views: list[tuple[int, str]] = []
-        self.views_dir = views_dir
-
-    def view(self) -> str:
-        """The read view of the loaded version, exported if there is none yet."""
-        version = self.store.version
-        if self.views and self.views[-1][0] == version:
-            return self.views[-1][1]
-        path = os.path.join(self.views_dir, f"v{version}-{uuid.uuid4().hex[:12]}")
-        self.store.export_view(path)
-        self.views.append((version, path))
-        while len(self.views) > VIEWS_KEPT:
-            _, old = self.views.pop(0)
-            shutil.rmtree(old, ignore_errors=True)
-        return path
-
-    def drop_views(self) -> None:
-        for _, path in self.views:
-            shutil.rmtree(path, ignore_errors=True)
-        self.views = []
+        self.views = views
 
 
 def _maybe_crash(spec: Optional[str], version: int) -> None:
@@ -130,13 +109,14 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
         if not str(exc).startswith("unknown spark-state option"):
             raise
         raise ConfigError(f"{exc}; TTL options: {C.CONF_PREFIX}ttl and {C.CONF_PREFIX}ttl.*") from None
-    if config.backend != C.BACKEND_ROCKSDB:
-        raise ConfigError(
-            f"the Spark provider serves reads from the executor JVM through RocksDB, so it needs "
-            f"backend 'rocksdb'; got {config.backend!r}. Set "
-            f"{C.CONF_PREFIX}backend=rocksdb (the hashmap backend is available to the Python API)"
-        )
     return config
+
+
+def worker_config(config: EngineConfig) -> EngineConfig:
+    """The worker's own store for a provider instance is RocksDB-backed whatever ``backend``
+    says (that chooses the JVM's views, see :mod:`.views`): checkpoints do not depend on the
+    provider backend, so a query can switch it at a restart."""
+    return dataclasses.replace(config, backend=C.BACKEND_ROCKSDB)
 
 
 def store_ttl(options: dict[str, Any], storage_options: Optional[Mapping[str, str]] = None) -> StoreTtl:
@@ -198,13 +178,21 @@ class StoreService:
     def ping(self) -> str:
         return _reply(lambda: {"pid": os.getpid(), "stores": len(self._instances)})
 
-    def load(self, instance_id: str, checkpoint: str, options_json: str, version: int) -> str:
+    def load(self, instance_id: str, checkpoint: str, options_json: str, version: int,
+             view_json: str = "{}") -> str:
+        """Make the instance hold ``version``. ``view_json`` is what the JVM holds of it
+        (``{"held": <commit id or null>, "refresh": bool}``): the version is exported for the
+        JVM's views only if the loaded version's commit id differs, or on a refresh."""
         def run() -> dict[str, Any]:
             instance = self._instance(instance_id, checkpoint, options_json)
+            request = json.loads(view_json or "{}")
             with instance.lock:
                 store = instance.store.load(int(version))
-                return _state(store) | {"viewPath": instance.view(), "restore": asdict(store.last_restore),
-                                        "ttl": ttl_state(instance)}
+                reply = _state(store) | {"commitId": commit_id(store), "restore": asdict(store.last_restore),
+                                         "ttl": ttl_state(instance)}
+                if request.get("held") != reply["commitId"] or request.get("refresh"):
+                    reply |= instance.views.export(store)
+                return reply
         return _reply(run)
 
     def commit(self, instance_id: str, checkpoint: str, options_json: str, version: int, changes_path: str,
@@ -222,10 +210,14 @@ class StoreService:
                 now = int(now_ms) if int(now_ms) >= 0 else ttl.now_ms(store.version)
                 background, instance.expired_candidates = instance.expired_candidates, None
                 candidates = background[1] if background and background[0] == store.version else None
-                epoch = stage_epoch(store, ttl, changes, now, candidates, instance.where)
+                expired_keys: list[bytes] = []
+                epoch = stage_epoch(store, ttl, changes, now, candidates, instance.where, expired_keys)
                 store.commit()
-                return _state(store) | {"viewPath": instance.view(), "commit": asdict(store.last_commit),
-                                        "ttl": ttl_state(instance) | asdict(epoch)}
+                view = commit_view(store, instance.views, stamped=ttl.enabled, stamp_ms=now,
+                                   layout_changed=epoch.layout_changed and epoch.migrated > 0,
+                                   expired_keys=expired_keys)
+                return _state(store) | {"commitId": commit_id(store), "commit": asdict(store.last_commit),
+                                        "ttl": ttl_state(instance) | asdict(epoch), "view": view}
         return _reply(run)
 
     def maintenance(self, instance_id: str, kind: str) -> str:
@@ -255,7 +247,7 @@ class StoreService:
                 instance = self._instances.pop(instance_id, None)
             if instance is not None:
                 with instance.lock:
-                    instance.drop_views()
+                    instance.views.close()
                     instance.store.close()
             return {"closed": instance is not None}
         return _reply(run)
@@ -272,12 +264,13 @@ class StoreService:
                 # abandoned attempts never read, a second writer fenced (checkpoint.runs).
                 storage = open_storage(checkpoint, config.storage_options)
                 runs = RunContext(RunRegistry(storage), options.get("runId"))
-                store = VersionedStore(storage, config, runs=runs)
+                store = VersionedStore(storage, worker_config(config), runs=runs, background_snapshots=True)
                 crash = (options.get("engine") or {}).get(CRASH_ON_COMMIT_OPTION)
                 # Views live in the worker's own local directory: if the worker is killed, its
                 # successor removes them with the dead worker's store copies (localdirs).
-                views_dir = os.path.join(process_root(config.local_dir), f"views-{instance_id}")
-                instance = self._instances[instance_id] = _Instance(store, crash, views_dir, ttl, checkpoint)
+                views = ViewExporter(config.backend, os.path.join(process_root(config.local_dir),
+                                                                  f"views-{instance_id}"))
+                instance = self._instances[instance_id] = _Instance(store, crash, views, ttl, checkpoint)
                 _LOG.info("opened store %s for %s (%s)", instance_id, checkpoint,
                           ttl.config.describe() if ttl.config else ttl.exempt_reason or "no TTL")
             return instance

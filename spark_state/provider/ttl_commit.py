@@ -100,15 +100,20 @@ class EpochTtl:
     expired: int = 0
     #: rows rewritten by a layout migration (TTL turned on or off)
     migrated: int = 0
+    #: the stored layout changed in this commit (TTL turned on or off): values are (un)stamped now
+    layout_changed: bool = False
 
 
 def stage_epoch(store: VersionedStore, ttl: StoreTtl, changes: Changes, now: int,
-                background: Optional[Sequence[tuple[bytes, int]]] = None, where: str = "") -> EpochTtl:
+                background: Optional[Sequence[tuple[bytes, int]]] = None, where: str = "",
+                expired_keys: Optional[list[bytes]] = None) -> EpochTtl:
     """Stage ``changes`` in ``store`` (loaded, nothing staged yet) with ``ttl``'s layout;
-    ``where`` names the store in logs."""
+    ``where`` names the store in logs. The data keys expiry removes are appended to
+    ``expired_keys`` if given (the JVM's views apply them)."""
     result = EpochTtl()
     stamped = is_stamped(store, NAMESPACE)
     if stamped != ttl.enabled:
+        result.layout_changed = True
         result.migrated = migrate_layout(
             store, NAMESPACE, ttl.enabled, lambda: store.iterate(None, C.SYSTEM_KEY_PREFIX), now,
             ttl.config.ttl_ms if ttl.config is not None else None)
@@ -134,7 +139,7 @@ def stage_epoch(store: VersionedStore, ttl: StoreTtl, changes: Changes, now: int
     priors = [PRIOR_STAMP_ABSENT if e == 0 else s for e, s in zip(changes.existed, changes.prior_stamps)]
     kv.stage_raw_changes(changes.keys, changes.values, priors, now)
     if candidates:
-        result.expired = kv.expire(candidates, now)
+        result.expired = kv.expire(candidates, now, expired_keys)
     return result
 
 

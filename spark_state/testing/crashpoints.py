@@ -58,10 +58,13 @@ POINTS: dict[str, str] = {
     "commit.after-changelog": "the changelog is durable; the local copy is unchanged, no manifest",
     "commit.after-apply": "the changes are applied to the local copy; no snapshot, no manifest",
     "snapshot.mid-upload": "after each file of a snapshot upload, before its descriptor",
-    "commit.before-manifest": "changelog (and snapshot, if one is due) written; no manifest yet",
+    "commit.before-manifest": "changelog (and snapshot, if one is due) written; no manifest yet (a background "
+                              "snapshot is only captured locally by then)",
     "commit.after-manifest": "the version is committed; the caller has not been told",
     "cleanup.mid-delete": "retention deleted obsolete manifests, not yet the files they named",
     "maintenance.snapshot.before-manifest": "VersionedStore.snapshot() uploaded; the manifest is not rewritten",
+    "snapshot.background.before-manifest": "a background snapshot is uploaded (descriptor written); the "
+                                           "version's manifest is not re-pointed at it yet",
     "provider.maintenance": "the provider's maintenance call (Spark's maintenance thread) starts its cleanup",
 }
 ROLES = ("provider", "process", "engine")

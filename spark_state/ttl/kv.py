@@ -233,9 +233,11 @@ class TtlKeyValue:
                 break
         return found
 
-    def expire(self, candidates: Iterable[tuple[bytes, int]], now: int) -> int:
+    def expire(self, candidates: Iterable[tuple[bytes, int]], now: int,
+               removed_keys: Optional[list[bytes]] = None) -> int:
         """Remove each candidate whose entry has expired; drop stale index entries (the
-        entry is gone, or lives in a later bucket). Returns how many entries were removed."""
+        entry is gone, or lives in a later bucket). Returns how many entries were removed;
+        their keys are appended to ``removed_keys`` if given."""
         candidates = list(candidates)
         if not candidates:
             return 0
@@ -255,6 +257,8 @@ class TtlKeyValue:
                 self._remove(key, stamp)  # type: ignore[arg-type]
                 gone.add(key)
                 removed += 1
+                if removed_keys is not None:
+                    removed_keys.append(key)
         self.stats.expired_by_sweep += removed
         return removed
 

@@ -53,7 +53,7 @@ NUM_KEYS = 30
 #: here: Spark never calls ``VersionedStore.snapshot()`` (the engine test covers it).
 PROVIDER_POINTS = ("commit.before-changelog", "commit.after-changelog", "commit.after-apply",
                    "snapshot.mid-upload", "commit.before-manifest", "commit.after-manifest",
-                   "cleanup.mid-delete", "provider.maintenance")
+                   "snapshot.background.before-manifest", "cleanup.mid-delete", "provider.maintenance")
 PROCESS_POINTS = ("commit.before-changelog", "commit.after-changelog", "commit.after-apply",
                   "snapshot.mid-upload", "commit.before-manifest", "commit.after-manifest",
                   "cleanup.mid-delete")
@@ -64,6 +64,8 @@ ORDINALS = {
     "commit.before-changelog": (2, 16), "commit.after-changelog": (2, 16), "commit.after-apply": (2, 16),
     "commit.before-manifest": (2, 16), "commit.after-manifest": (2, 16), "snapshot.mid-upload": (1, 24),
     "cleanup.mid-delete": (1, 6), "provider.maintenance": (2, 8),
+    # The provider's worker uploads snapshots in the background: >= 3 per partition complete.
+    "snapshot.background.before-manifest": (1, 6),
 }
 
 

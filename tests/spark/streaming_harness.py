@@ -42,7 +42,13 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 SPARKSTATE_PROVIDER = "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider"
+#: spark-state's provider with ``backend=hashmap`` (state in the executor's JVM heap). A provider id
+#: ``<class>#<backend>`` makes :func:`run_query` set ``spark.sql.streaming.stateStore.sparkState.backend``.
+SPARKSTATE_HASHMAP = SPARKSTATE_PROVIDER + "#hashmap"
+#: spark-state's provider on each of its backends, for tests parametrized by backend.
+SPARKSTATE_BACKENDS = [SPARKSTATE_PROVIDER, SPARKSTATE_HASHMAP]
 PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
+BACKEND_CONF = "spark.sql.streaming.stateStore.sparkState.backend"
 
 #: Modification time of batch file 0; batch i gets ``BASE_MTIME + i * MTIME_STEP``. Fixed (not
 #: "now") so that restarts and late additions keep the order; the file source's ``maxFileAge``
@@ -54,8 +60,15 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 
 def short_name(provider_class: str) -> str:
-    """``org.apache...RocksDBStateStoreProvider`` -> ``RocksDBStateStoreProvider`` (for ids)."""
+    """``org.apache...RocksDBStateStoreProvider`` -> ``RocksDBStateStoreProvider`` (for ids);
+    ``...SparkStateProvider#hashmap`` -> ``SparkStateProvider#hashmap``."""
     return provider_class.rsplit(".", 1)[-1]
+
+
+def split_provider(provider: str) -> tuple[str, dict[str, str]]:
+    """``(provider class, confs)`` of a provider id: ``<class>`` or ``<class>#<spark-state backend>``."""
+    cls, _, backend = provider.partition("#")
+    return cls, ({BACKEND_CONF: backend} if backend else {})
 
 
 # --------------------------------------------------------------------------------------------
@@ -231,6 +244,7 @@ def run_query(
 ) -> RunResult:
     """Run ``build_query`` over the batch files in ``input_dir`` until they are all consumed.
 
+    ``provider_class`` may carry a spark-state backend: ``<class>#hashmap`` (see :func:`split_provider`).
     ``input_dir``/``schema`` may be lists (one entry per source); ``build_query`` then gets
     one streaming DataFrame per source, positionally. Each source is read with
     ``maxFilesPerTrigger=1``, so each micro-batch takes the next file of every source.
@@ -251,7 +265,8 @@ def run_query(
     if len(schemas) != len(dirs):
         raise ValueError("one schema per input dir")
 
-    confs = {PROVIDER_CLASS_CONF: provider_class}
+    provider, backend_confs = split_provider(provider_class)
+    confs = {PROVIDER_CLASS_CONF: provider, **backend_confs}
     confs.update({k: str(v) for k, v in (extra_confs or {}).items()})
     before = _explicit_confs(spark)
     outputs: dict[int, list] = {}

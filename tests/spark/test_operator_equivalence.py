@@ -13,7 +13,8 @@ Further tests: restart from a checkpoint in the middle of the input (new provide
 must restore the committed state), and a task that fails *after* the state store committed,
 so the retried attempt re-commits an already committed version.
 
-Add spark-state's provider by appending its class to ``PROVIDERS_UNDER_TEST``.
+Providers under test are ids of ``streaming_harness``: a class, or ``<class>#<backend>`` for
+spark-state's provider on one of its backends.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pytest
 from streaming_harness import (
     HDFS_PROVIDER,
     ROCKSDB_PROVIDER,
+    SPARKSTATE_HASHMAP,
     SPARKSTATE_PROVIDER,
     RunResult,
     merge_runs,
@@ -44,8 +46,8 @@ from streaming_harness import (
 
 pytestmark = pytest.mark.spark
 
-#: Compared against the HDFS provider: Spark's RocksDB provider and spark-state's.
-PROVIDERS_UNDER_TEST = [ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER]
+#: Compared against the HDFS provider: Spark's RocksDB provider and spark-state's on both backends.
+PROVIDERS_UNDER_TEST = [ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER, SPARKSTATE_HASHMAP]
 
 REFERENCE_PROVIDER = HDFS_PROVIDER
 
@@ -679,7 +681,7 @@ def _version_files(part_dir: str, version: int) -> list:
 
 
 #: Providers whose files show a committed version (see _version_files).
-KNOWN_LAYOUT_PROVIDERS = (HDFS_PROVIDER, ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER)
+KNOWN_LAYOUT_PROVIDERS = (HDFS_PROVIDER, ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER, SPARKSTATE_HASHMAP)
 
 
 def fail_once_after_commit(marker_dir: str, state_dir: str, fail_batches: frozenset):

@@ -1,5 +1,6 @@
 """spark-state's provider inside Spark: metrics, the state data source, key layout, clear errors,
-and a Python worker that dies in the middle of a commit."""
+and a Python worker that dies in the middle of a commit -- on both backends (``rocksdb``: layered
+RocksDB views; ``hashmap``: state in the JVM heap), and a query that switches between them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import LongType, StructField, StructType
 
 from spark_state import keygroups
-from streaming_harness import HDFS_PROVIDER, SPARKSTATE_PROVIDER, run_query, write_batches
+from spark_state.checkpoint.metadata import Manifest
+from streaming_harness import (HDFS_PROVIDER, SPARKSTATE_BACKENDS, SPARKSTATE_HASHMAP, SPARKSTATE_PROVIDER,
+                               run_query, split_provider, write_batches)
 
 pytestmark = pytest.mark.spark
 
@@ -39,8 +42,14 @@ def _run(spark, provider, input_dir, checkpoint, **kwargs):
                      checkpoint_dir=checkpoint, output_mode="update", **kwargs)
 
 
-def test_custom_metrics_show_in_query_progress(spark, agg_input, tmp_path):
-    ours = _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours")
+@pytest.fixture(params=SPARKSTATE_BACKENDS, ids=["rocksdb", "hashmap"])
+def ours_provider(request) -> str:
+    """spark-state's provider id on each backend (see streaming_harness.split_provider)."""
+    return request.param
+
+
+def test_custom_metrics_show_in_query_progress(spark, agg_input, tmp_path, ours_provider):
+    ours = _run(spark, ours_provider, agg_input, tmp_path / "ours")
     reference = _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs")
     assert ours.batches == reference.batches
     for batch_id in ours.batch_ids:
@@ -51,30 +60,47 @@ def test_custom_metrics_show_in_query_progress(spark, agg_input, tmp_path):
         assert metrics["sparkStateChangelogBytes"] > 0
         assert metrics["sparkStateCommitTimeMs"] >= 0 and metrics["sparkStateLoadTimeMs"] >= 0
         assert op["memoryUsedBytes"] > 0
+        # The JVM follows every commit itself: no RocksDB export (flush) or heap ship per epoch.
+        assert metrics["sparkStateViewExports"] == 0
     assert ours.state_operators(0)[0]["customMetrics"]["sparkStateRestoresFromCheckpoint"] == 0
 
 
-def test_reads_stay_exact_when_every_commit_snapshots(spark, agg_input, tmp_path):
+def test_reads_stay_exact_when_every_commit_snapshots(spark, agg_input, tmp_path, ours_provider):
     """A snapshot flushes the worker's database. Reads must still see every committed value:
     a RocksDB secondary tailing the live database did not (a flushed memtable shadowed newer
-    values), which is why the JVM reads an immutable view per version."""
+    values), which is why the JVM reads immutable exports with immutable layers over them.
+    Snapshots are uploaded in the background and then become the base of the versions' manifests."""
     reference = _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs")
-    ours = _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours",
+    ours = _run(spark, ours_provider, agg_input, tmp_path / "ours",
                 extra_confs={"spark.sql.streaming.stateStore.sparkState.snapshotInterval": "1"})
     assert ours.batches == reference.batches
-    assert all(op["customMetrics"]["sparkStateSnapshotFilesUploaded"] > 0
-               for b in ours.batch_ids for op in ours.state_operators(b))
+    # Uploads finish in the background: each commit reports those completed since the one before.
+    assert sum(op["customMetrics"]["sparkStateSnapshotFilesUploaded"]
+               for b in ours.batch_ids for op in ours.state_operators(b)) > 0
+    for part in range(PARTITIONS):
+        manifests = [Manifest.from_json(p.read_bytes(), str(p))
+                     for p in (tmp_path / "ours" / "state" / "0" / str(part) / "manifests").glob("*.json")]
+        assert any(m.base_snapshot is not None and m.base_snapshot.version == m.version for m in manifests), \
+            f"partition {part}: no version was re-pointed at its own background snapshot"
 
 
-def test_state_data_source_reads_our_state(spark, agg_input, tmp_path):
-    _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours")
+def test_state_data_source_reads_our_state(spark, agg_input, tmp_path, ours_provider):
+    _run(spark, ours_provider, agg_input, tmp_path / "ours")
     _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs")
 
     def state(path, batch_id=None):
         reader = spark.read.format("statestore")
         if batch_id is not None:
             reader = reader.option("batchId", batch_id)
-        rows = reader.load(str(path)).collect()
+        # The reader's provider uses the reading session's backend: read with the one that wrote.
+        _, confs = split_provider(ours_provider)
+        for key, value in confs.items():
+            spark.conf.set(key, value)
+        try:
+            rows = reader.load(str(path)).collect()
+        finally:
+            for key in confs:
+                spark.conf.unset(key)
         return sorted((r.key.k, tuple(r.value), r.partition_id) for r in rows)
 
     ours, reference = state(tmp_path / "ours"), state(tmp_path / "hdfs")
@@ -169,13 +195,14 @@ def _run_killing(spark, provider, agg_input, checkpoint, markers, every_attempt)
                      input_dir=agg_input, schema=SCHEMA, checkpoint_dir=checkpoint, output_mode="update")
 
 
-def test_worker_killed_between_load_and_commit_is_replaced_transparently(spark, agg_input, tmp_path):
+def test_worker_killed_between_load_and_commit_is_replaced_transparently(spark, agg_input, tmp_path,
+                                                                          ours_provider):
     """The commit finds the worker gone, starts a new one, which restores the loaded version from
     checkpoint storage and applies the epoch's writes: no task fails, nothing is lost."""
     (tmp_path / "m-ref").mkdir()
     (tmp_path / "m").mkdir()
     reference = _run_killing(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs", tmp_path / "m-ref", False)
-    ours = _run_killing(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours", tmp_path / "m", False)
+    ours = _run_killing(spark, ours_provider, agg_input, tmp_path / "ours", tmp_path / "m", False)
     assert os.listdir(tmp_path / "m") == ["attempt-0"]  # the worker really was killed, once
     assert ours.batches == reference.batches
     assert max(r[1] for r in ours.rows()) > 2  # counts span batches: state was carried over
@@ -188,11 +215,12 @@ def _crash_conf(markers, mode: str) -> dict:
     return {"spark.sql.streaming.stateStore.sparkState.testing.crashOnCommit": f"3:{markers}:{mode}"}
 
 
-def test_worker_crash_during_commit_fails_the_task_and_the_retry_recovers(spark, agg_input, tmp_path):
+def test_worker_crash_during_commit_fails_the_task_and_the_retry_recovers(spark, agg_input, tmp_path,
+                                                                           ours_provider):
     markers = tmp_path / "m"
     markers.mkdir()
     reference = _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs")
-    ours = _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours", extra_confs=_crash_conf(markers, "once"))
+    ours = _run(spark, ours_provider, agg_input, tmp_path / "ours", extra_confs=_crash_conf(markers, "once"))
     assert len(os.listdir(markers)) == 1  # the worker crashed in the middle of committing version 3
     assert ours.batches == reference.batches
 
@@ -206,3 +234,36 @@ def test_a_worker_that_keeps_crashing_fails_the_query_with_a_clear_message(spark
     assert "spark-state Python worker" in message and "died during committing version 3" in message
     assert "restores the state from the checkpoint" in message
     assert len(os.listdir(markers)) >= 4  # every attempt (local[2,4]) crashed its worker
+
+
+# --- switching backend between two runs of one query ----------------------------------------
+@pytest.mark.parametrize("first,second", [(SPARKSTATE_PROVIDER, SPARKSTATE_HASHMAP),
+                                          (SPARKSTATE_HASHMAP, SPARKSTATE_PROVIDER)],
+                         ids=["rocksdb-then-hashmap", "hashmap-then-rocksdb"])
+def test_switching_backend_at_a_restart_keeps_the_state(spark, tmp_path, first, second):
+    """Both backends write the same checkpoints (the worker's store is RocksDB-backed either way):
+    a query stopped on one and restarted on the other continues with every count exact."""
+    batches = [[{"k": (b * 7 + i) % 40, "v": i} for i in range(60)] for b in range(6)]
+    write_batches(tmp_path / "in", batches[:3], SCHEMA)
+    reference_in = tmp_path / "ref-in"
+    write_batches(reference_in, batches, SCHEMA)
+    reference = _run(spark, HDFS_PROVIDER, str(reference_in), tmp_path / "hdfs")
+    one = _run(spark, first, str(tmp_path / "in"), tmp_path / "ours")
+    write_batches(tmp_path / "in", batches[3:], SCHEMA, start=3)
+    two = _run(spark, second, str(tmp_path / "in"), tmp_path / "ours")
+    assert one.batch_ids == [0, 1, 2] and two.batch_ids == [3, 4, 5]
+    assert {**one.batches, **two.batches} == reference.batches
+    assert [op["numRowsTotal"] for b in two.batch_ids for op in two.state_operators(b)] == \
+        [op["numRowsTotal"] for b in two.batch_ids for op in reference.state_operators(b)]
+
+
+def test_heap_state_past_its_budget_fails_the_query_naming_the_conf(spark, agg_input, tmp_path):
+    """The hashmap backend keeps state in the executor's heap: past heap.maxBytes a task fails with
+    a message that names the conf and the ways out, instead of the JVM running out of memory."""
+    with pytest.raises(Exception) as excinfo:
+        _run(spark, SPARKSTATE_HASHMAP, agg_input, tmp_path / "ours",
+             extra_confs={"spark.sql.streaming.stateStore.sparkState.heap.maxBytes": "2k"})
+    message = _failure_message(excinfo)
+    assert "the heap state of this executor would grow to" in message
+    assert "spark.sql.streaming.stateStore.sparkState.heap.maxBytes (0.0 MB)" in message
+    assert "backend=rocksdb" in message

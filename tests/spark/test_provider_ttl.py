@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from streaming_harness import HDFS_PROVIDER, SPARKSTATE_PROVIDER, run_query, write_batches
+from streaming_harness import HDFS_PROVIDER, SPARKSTATE_BACKENDS, SPARKSTATE_PROVIDER, run_query, write_batches
 
 pytestmark = pytest.mark.spark
 
@@ -30,6 +30,13 @@ def ttl_confs(ttl: str, **more: str) -> dict:
     confs[P + "ttl"] = ttl
     confs.update({P + k: v for k, v in more.items()})
     return confs
+
+
+@pytest.fixture(params=SPARKSTATE_BACKENDS, ids=["rocksdb", "hashmap"])
+def ours(request) -> str:
+    """spark-state's provider on each backend: the JVM's views must hold what the worker stamped,
+    expired and migrated (CommitDelta), on layered RocksDB views and in the heap map alike."""
+    return request.param
 
 
 def _dedup(df):
@@ -66,9 +73,9 @@ def _dedup_batches():
     return batches
 
 
-def test_dedup_with_ttl_keeps_state_bounded_while_hdfs_grows(spark, tmp_path):
+def test_dedup_with_ttl_keeps_state_bounded_while_hdfs_grows(spark, tmp_path, ours):
     write_batches(tmp_path / "in", _dedup_batches(), SCHEMA)
-    ours = run_query(spark, _dedup, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in",
+    ours = run_query(spark, _dedup, provider_class=ours, input_dir=tmp_path / "in",
                      schema=SCHEMA, checkpoint_dir=tmp_path / "ours", output_mode="append",
                      extra_confs=ttl_confs("2500ms"))
     hdfs = run_query(spark, _dedup, provider_class=HDFS_PROVIDER, input_dir=tmp_path / "in",
@@ -113,7 +120,7 @@ def _state_rows(spark, checkpoint, batch_id=None, confs=None):
             spark.conf.unset(key)
 
 
-def test_aggregation_count_restarts_after_expiry_and_expired_keys_leave_the_state(spark, tmp_path):
+def test_aggregation_count_restarts_after_expiry_and_expired_keys_leave_the_state(spark, tmp_path, ours):
     batches = [
         [(1, 0), (2, 0), (3, 0)],  # batch 0, now 0 ms
         [(1, 1)],                  # batch 1, now 1000: key 1 refreshed
@@ -121,7 +128,7 @@ def test_aggregation_count_restarts_after_expiry_and_expired_keys_leave_the_stat
         [(1, 3), (2, 3)],          # batch 3, now 3000: 2 and 3 (stamped 0) expired, 1 (1000) live
     ]
     write_batches(tmp_path / "in", batches, SCHEMA)
-    run = run_query(spark, _count, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
+    run = run_query(spark, _count, provider_class=ours, input_dir=tmp_path / "in", schema=SCHEMA,
                     checkpoint_dir=tmp_path / "ours", extra_confs=ttl_confs("2500ms"))
     assert run.batches == {0: [(1, 1), (2, 1), (3, 1)], 1: [(1, 2)], 2: [(4, 1)], 3: [(1, 3), (2, 1)]}
     assert [_rows_total(run, b) for b in run.batch_ids] == [3, 3, 4, 3]
@@ -139,13 +146,13 @@ def test_aggregation_count_restarts_after_expiry_and_expired_keys_leave_the_stat
     assert _state_rows(spark, tmp_path / "ours", confs=ttl_confs("1500ms")) == {1: 3, 2: 1}
 
 
-def test_return_expired_if_not_cleaned_up_returns_rows_still_stored(spark, tmp_path):
+def test_return_expired_if_not_cleaned_up_returns_rows_still_stored(spark, tmp_path, ours):
     """With incremental and background cleanup off, expired rows stay stored, and under
     ReturnExpiredIfNotCleanedUp the operator still gets them."""
     write_batches(tmp_path / "in", [[(1, 0), (2, 0)], [], [], [(1, 3)]], SCHEMA)
     confs = ttl_confs("2500ms", **{"ttl.visibility": "ReturnExpiredIfNotCleanedUp", "ttl.cleanupSize": "0",
                                    "ttl.backgroundCleanup": "false"})
-    run = run_query(spark, _count, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
+    run = run_query(spark, _count, provider_class=ours, input_dir=tmp_path / "in", schema=SCHEMA,
                     checkpoint_dir=tmp_path / "ours", extra_confs=confs)
     assert run.nonempty_batches() == {0: [(1, 1), (2, 1)], 3: [(1, 2)]}  # not (1, 1): returned, not hidden
     assert _rows_total(run, 3) == 2 and _metric(run, 3, "sparkStateTtlExpiredRows") == 0
@@ -153,26 +160,26 @@ def test_return_expired_if_not_cleaned_up_returns_rows_still_stored(spark, tmp_p
     assert _state_rows(spark, tmp_path / "ours", confs=ttl_confs("2500ms")) == {1: 2}  # NeverReturnExpired
 
 
-def test_restart_with_a_different_ttl_applies_it_to_existing_state(spark, tmp_path):
+def test_restart_with_a_different_ttl_applies_it_to_existing_state(spark, tmp_path, ours):
     """As in Flink, TTL is not part of the checkpoint: rows carry their last-access time, and
     the TTL of the running query decides."""
     write_batches(tmp_path / "in", [[(1, 0), (2, 0)], [(3, 1)]], SCHEMA)
-    first = run_query(spark, _count, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
+    first = run_query(spark, _count, provider_class=ours, input_dir=tmp_path / "in", schema=SCHEMA,
                       checkpoint_dir=tmp_path / "ours", extra_confs=ttl_confs("10s"))
     assert first.batches == {0: [(1, 1), (2, 1)], 1: [(3, 1)]}
     write_batches(tmp_path / "in", [[(2, 2)], [(1, 3)]], SCHEMA, start=2)
     # With 10 s, key 1 (written at 0 ms) would count 2 at 3000 ms; with 2.5 s it has expired.
-    second = run_query(spark, _count, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
+    second = run_query(spark, _count, provider_class=ours, input_dir=tmp_path / "in", schema=SCHEMA,
                        checkpoint_dir=tmp_path / "ours", extra_confs=ttl_confs("2500ms"))
     assert second.batches == {2: [(2, 2)], 3: [(1, 1)]}
     assert _metric(second, 2, "sparkStateTtlMigratedRows") == 0  # no migration: same layout
 
 
-def test_turning_ttl_on_migrates_existing_state_and_off_again(spark, tmp_path):
+def test_turning_ttl_on_migrates_existing_state_and_off_again(spark, tmp_path, ours):
     ckpt = tmp_path / "ours"
 
     def run(confs):
-        return run_query(spark, _count, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in",
+        return run_query(spark, _count, provider_class=ours, input_dir=tmp_path / "in",
                          schema=SCHEMA, checkpoint_dir=ckpt, extra_confs=confs)
 
     write_batches(tmp_path / "in", [[(1, 0), (2, 0)], [(1, 1)]], SCHEMA)
@@ -199,12 +206,12 @@ def _dedup_then_count(df):
     return df.dropDuplicates(["k", "v"]).groupBy("k").agg(F.count("*").alias("n"))
 
 
-def test_per_operator_override_exempts_one_operator(spark, tmp_path):
+def test_per_operator_override_exempts_one_operator(spark, tmp_path, ours):
     """The global TTL applies to every operator but the one whose id an override sets to none.
     Operator ids come from the state-metadata source, as the README tells users."""
     ckpt = tmp_path / "ours"
     write_batches(tmp_path / "in", [[(1, 0), (1, 0), (2, 0)]], SCHEMA)
-    first = run_query(spark, _dedup_then_count, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in",
+    first = run_query(spark, _dedup_then_count, provider_class=ours, input_dir=tmp_path / "in",
                       schema=SCHEMA, checkpoint_dir=ckpt, extra_confs=BATCH_CLOCK)
     assert first.batches == {0: [(1, 1), (2, 1)]}
     ids = {r.operatorName: r.operatorId for r in spark.read.format("state-metadata").load(str(ckpt)).collect()}
@@ -214,7 +221,7 @@ def test_per_operator_override_exempts_one_operator(spark, tmp_path):
     write_batches(tmp_path / "in", [[(1, 1)], [(3, 2)], [], [(1, 0), (2, 4)]], SCHEMA, start=1)
     confs = ttl_confs("2500ms")
     confs[P + f"ttl.operator.{agg}"] = "none"
-    second = run_query(spark, _dedup_then_count, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in",
+    second = run_query(spark, _dedup_then_count, provider_class=ours, input_dir=tmp_path / "in",
                        schema=SCHEMA, checkpoint_dir=ckpt, extra_confs=confs)
     # Batch 1 turns TTL on for the dedup only: its rows (1, 0) and (2, 0) get stamped 1000 ms.
     # Batch 4 (4000 ms): (1, 0) has expired, so it passes the dedup again; the counts have no
@@ -237,19 +244,19 @@ def _join(left, right):
     return left.join(right.withColumnRenamed("v", "w"), "k")
 
 
-def test_join_state_gets_no_ttl_by_default_and_an_override_fails_clearly(spark, tmp_path):
+def test_join_state_gets_no_ttl_by_default_and_an_override_fails_clearly(spark, tmp_path, ours):
     left = [[(1, 10), (2, 20)], [(3, 30)], [(1, 11)]]
     right = [[(1, 100)], [(2, 200)], [(3, 300)]]
     write_batches(tmp_path / "l", left, SCHEMA)
     write_batches(tmp_path / "r", right, SCHEMA)
     # The global default skips the join's four stores: join results stay exact.
-    run = run_query(spark, _join, provider_class=SPARKSTATE_PROVIDER, input_dir=[tmp_path / "l", tmp_path / "r"],
+    run = run_query(spark, _join, provider_class=ours, input_dir=[tmp_path / "l", tmp_path / "r"],
                     schema=[SCHEMA, SCHEMA], checkpoint_dir=tmp_path / "ok", output_mode="append",
                     extra_confs=ttl_confs("1500ms"))
     assert run.rows() == [(1, 10, 100), (2, 20, 200), (1, 11, 100), (3, 30, 300)]
     assert _metric(run, 2, "sparkStateTtlExpiredRows") == 0
     with pytest.raises(Exception) as excinfo:
-        run_query(spark, _join, provider_class=SPARKSTATE_PROVIDER, input_dir=[tmp_path / "l", tmp_path / "r"],
+        run_query(spark, _join, provider_class=ours, input_dir=[tmp_path / "l", tmp_path / "r"],
                   schema=[SCHEMA, SCHEMA], checkpoint_dir=tmp_path / "bad", output_mode="append",
                   extra_confs={P + "ttl.operator.0": "1h"})
     message = str(excinfo.value)
@@ -269,7 +276,7 @@ def test_an_override_for_an_operator_the_query_does_not_have_fails_clearly(spark
 
 
 # --- OnReadAndWrite, bad confs, the real clock ----------------------------------------------
-def test_on_read_and_write_dedup_duplicates_refresh_the_ttl(spark, tmp_path):
+def test_on_read_and_write_dedup_duplicates_refresh_the_ttl(spark, tmp_path, ours):
     batches = [
         [(1, 0), (2, 0)],  # 0 ms
         [],                # 1000
@@ -278,7 +285,7 @@ def test_on_read_and_write_dedup_duplicates_refresh_the_ttl(spark, tmp_path):
         [(1, 4), (2, 4)],  # 4000: 1 (refreshed at 2000) is live, 2 (0 ms) expired: new again
     ]
     write_batches(tmp_path / "in", batches, SCHEMA)
-    run = run_query(spark, _dedup, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
+    run = run_query(spark, _dedup, provider_class=ours, input_dir=tmp_path / "in", schema=SCHEMA,
                     checkpoint_dir=tmp_path / "ours", output_mode="append",
                     extra_confs=ttl_confs("2500ms", **{"ttl.updateType": "OnReadAndWrite"}))
     assert run.nonempty_batches() == {0: [(1, 0), (2, 0)], 4: [(2, 4)]}
@@ -293,18 +300,18 @@ def test_bad_ttl_conf_fails_the_query_naming_it(spark, tmp_path):
     assert f"option '{P}ttl' '10 parsecs' is not a duration" in message
 
 
-def test_real_clock_expires_rows_between_runs(spark, tmp_path):
+def test_real_clock_expires_rows_between_runs(spark, tmp_path, ours):
     """Wall-clock TTL: loose but meaningful. Rows of a run expire after a pause longer than the
     TTL; within a run (batches well under the TTL apart) duplicates are still dropped."""
     ckpt, confs = tmp_path / "ours", {P + "ttl": "3s"}
     write_batches(tmp_path / "in", [[(k, 0) for k in range(20)]], SCHEMA)
-    first = run_query(spark, _dedup, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
+    first = run_query(spark, _dedup, provider_class=ours, input_dir=tmp_path / "in", schema=SCHEMA,
                       checkpoint_dir=ckpt, output_mode="append", extra_confs=confs)
     assert len(first.batches[0]) == 20
     time.sleep(3.5)
     write_batches(tmp_path / "in", [[(k, 1) for k in range(10)] + [(k, 1) for k in range(100, 110)],
                                     [(k, 2) for k in range(100, 105)]], SCHEMA, start=1)
-    second = run_query(spark, _dedup, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
+    second = run_query(spark, _dedup, provider_class=ours, input_dir=tmp_path / "in", schema=SCHEMA,
                        checkpoint_dir=ckpt, output_mode="append", extra_confs=confs)
     # Keys 0-9 expired during the pause: new again. Keys 10-19 expired and were removed.
     assert second.batches[1] == sorted([(k, 1) for k in range(10)] + [(k, 1) for k in range(100, 110)])

@@ -1,10 +1,11 @@
 """Child process of ``test_crash_points.py``: one *run* of a writer on a VersionedStore.
 
-Usage: engine_crash_child.py CHECKPOINT BACKEND RUN_ID UNTIL [--maintenance-snapshots]
+Usage: engine_crash_child.py CHECKPOINT BACKEND RUN_ID UNTIL [--maintenance-snapshots] [--background-snapshots]
 
 Loads the newest committed version (a restarted writer picks up where the last one
 stopped), then commits versions until ``UNTIL`` with the deterministic epochs of
-:func:`epoch_changes`, running ``snapshot()`` after each commit when asked (maintenance).
+:func:`epoch_changes`, running ``snapshot()`` after each commit when asked (maintenance), or
+with snapshots uploaded in the background as the Spark provider's worker does.
 Crash points come from ``SPARK_STATE_TESTING_CRASH_POINTS`` in the environment; a crash
 kills this process with SIGKILL. Prints ``DONE <version>`` when it gets to ``UNTIL``.
 """
@@ -35,14 +36,16 @@ def model(version: int) -> dict[bytes, bytes]:
     return state
 
 
-def main(checkpoint: str, backend: str, run_id: str, until: int, maintenance_snapshots: bool) -> None:
+def main(checkpoint: str, backend: str, run_id: str, until: int, maintenance_snapshots: bool,
+         background_snapshots: bool = False) -> None:
     from spark_state import EngineConfig, VersionedStore
     from spark_state.checkpoint.runs import RunContext, RunRegistry
     from spark_state.storage import open_storage
 
     config = EngineConfig(backend=backend, snapshot_interval=2, retained_versions=2)
     storage = open_storage(checkpoint)
-    store = VersionedStore(storage, config, runs=RunContext(RunRegistry(storage), run_id))
+    store = VersionedStore(storage, config, runs=RunContext(RunRegistry(storage), run_id),
+                           background_snapshots=background_snapshots)
     version = store.latest_version()
     store.load(version)
     while version < until:
@@ -57,4 +60,5 @@ def main(checkpoint: str, backend: str, run_id: str, until: int, maintenance_sna
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), "--maintenance-snapshots" in sys.argv[5:])
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), "--maintenance-snapshots" in sys.argv[5:],
+         "--background-snapshots" in sys.argv[5:])

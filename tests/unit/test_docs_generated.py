@@ -80,18 +80,12 @@ def test_docs_links_resolve():
             path, _, anchor = target.partition("#")
             dest = (page.parent / path).resolve() if path else page
             if not dest.exists():
-                if page.name == "README.md" and page.parent == DOCS and path in PENDING_PAGES:
-                    continue
                 problems.append(f"{page.relative_to(root)}: {target} (no such file)")
                 continue
             if anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text(encoding="utf-8")):
                 problems.append(f"{page.relative_to(root)}: {target} (no such heading)")
     assert not problems, "broken links:\n" + "\n".join(problems)
 
-
-#: Pages of docs/ that other work adds (linked from docs/README.md before they exist).
-PENDING_PAGES = {"performance.md", "performance-keyed.md", "keyed-functions-performance.md", "provider-backends.md",
-                 "install.md", "spark-connect.md"}
 
 
 def _anchors(markdown: str) -> set[str]:

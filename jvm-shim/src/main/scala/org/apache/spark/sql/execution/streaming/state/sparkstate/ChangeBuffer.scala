@@ -60,6 +60,21 @@ private[sparkstate] final class ChangeBuffer {
 
   def size: Int = writes.size
 
+  /** The pending writes in key order: value, or [[Tombstone]] for a delete. */
+  def writesInOrder: java.util.Iterator[java.util.Map.Entry[Array[Byte], Array[Byte]]] = writes.entrySet().iterator()
+
+  /** OnReadAndWrite touches of keys not written this epoch: (key, stored value read, stamp included). */
+  def touchesNotWritten: Seq[(Array[Byte], Array[Byte])] = touched.synchronized {
+    val out = scala.collection.mutable.ArrayBuffer.empty[(Array[Byte], Array[Byte])]
+    val it = touched.entrySet().iterator()
+    while (it.hasNext) {
+      val e = it.next()
+      val k = e.getKey.array()
+      if (!writes.containsKey(k)) out += ((k, e.getValue))
+    }
+    out.toSeq
+  }
+
   def memoryBytes: Long = bytes
 
   /** Entries with `from <= key < until` (null bounds: open), for merging with a scan. */

@@ -12,12 +12,17 @@ package org.apache.spark.sql.execution.streaming.state.sparkstate
 trait PythonStoreService {
   def ping(): String
 
-  /** Make the instance hold `version`; replies `version`, `numKeys`, `viewPath`, `memoryBytes`, `restore`, `ttl`. */
-  def load(instanceId: String, checkpoint: String, optionsJson: String, version: Long): String
+  /**
+   * Make the instance hold `version`; replies `version`, `commitId`, `numKeys`, `memoryBytes`, `restore`, `ttl`,
+   * and, when `viewJson` ([[ViewRequest]]) says the JVM lacks that version or wants a refresh, `viewPath`
+   * (rocksdb: an exported checkpoint) or `heapPath` (hashmap: an Arrow file of every data entry).
+   */
+  def load(instanceId: String, checkpoint: String, optionsJson: String, version: Long, viewJson: String): String
 
   /**
-   * Commit the changes file on top of `version`; replies as `load`, plus `commit` metrics. `nowMs` is
-   * the processing time the load reply gave for this batch (TTL), or -1.
+   * Commit the changes file on top of `version`; replies `version`, `commitId`, `numKeys`, `memoryBytes`,
+   * `ttl`, `commit` metrics, and `view`: what the commit changed, for the JVM's views ([[CommitDelta]]).
+   * `nowMs` is the processing time the load reply gave for this batch (TTL), or -1.
    */
   def commit(instanceId: String, checkpoint: String, optionsJson: String, version: Long, changesPath: String,
       nowMs: Long): String

@@ -18,7 +18,8 @@ import org.apache.spark.sql.types.StructType
  *
  * A thin shim: versions, changelogs, snapshots, key groups and cleanup live in the executor's Python
  * worker (`spark_state.provider`). This class adapts Spark's contract: it loads a version through the
- * worker, reads it through a read-only view of that version ([[ReadView]]), buffers writes, and
+ * worker, reads it through the backend's view of that version ([[StoreViews]]: a RocksDB checkpoint
+ * with the later epochs layered over it, or the state itself in a JVM hash map), buffers writes, and
  * commits them as one Arrow file. Options are the SQL confs under `spark.sql.streaming.stateStore.sparkState.`.
  */
 class SparkStateProvider extends StateStoreProvider with Logging {
@@ -31,7 +32,8 @@ class SparkStateProvider extends StateStoreProvider with Logging {
   private var checkpointUrl: String = _
   private var optionsJson: String = _
   private var hadoopConf: Configuration = _
-  private var view: ReadView = _
+  /** The versions of this store the JVM can serve (per backend); created in `init`. */
+  @volatile private[sparkstate] var views: StoreViews = _
   /** The worker this store is pinned to (chosen lazily: the pool size needs SparkEnv). */
   private lazy val slot: Int = java.lang.Math.floorMod(storeId.partitionId, PythonWorker.slots)
 
@@ -70,6 +72,18 @@ class SparkStateProvider extends StateStoreProvider with Logging {
     this.checkpointUrl = stateStoreId.storeCheckpointLocation().toString
     this.optionsJson = buildOptions(storeConfs, hadoopConf, stateStoreId)
     this.hadoopConf = hadoopConf
+    val confs = storeConfs.sqlConfs
+    this.views = StoreViews.forBackend(conf(confs, "backend").getOrElse(StoreViews.RocksDB).trim.toLowerCase,
+      ViewOptions(
+        prefixScans = codec.prefixColumns > 0,
+        layerEpochs = conf(confs, ViewOptions.LayerEpochsConf).map(positiveInt(ViewOptions.LayerEpochsConf, _))
+          .getOrElse(ViewOptions.DefaultLayerEpochs),
+        layerBytes = conf(confs, ViewOptions.LayerBytesConf).map(bytes(ViewOptions.LayerBytesConf, _))
+          .getOrElse(ViewOptions.DefaultLayerBytes)),
+      describe)
+    if (this.views.isInstanceOf[HeapViews]) {
+      HeapBudget.configure(conf(confs, ViewOptions.HeapMaxBytesConf).map(bytes(ViewOptions.HeapMaxBytesConf, _)))
+    }
   }
 
   override def stateStoreId: StateStoreId = storeId
@@ -111,14 +125,13 @@ class SparkStateProvider extends StateStoreProvider with Logging {
   private def open(version: Long): SparkStateStore = synchronized {
     val started = System.nanoTime()
     val worker = PythonWorker.get(slot)
+    // Tell the worker what the JVM already holds of this version: it exports (rocksdb) or ships
+    // (hashmap) the version only if the JVM lacks it, or a layered view asks for a refresh.
+    val request = views.request(version)
     val reply = PythonWorker.callOn(worker, s"loading version $version of $checkpointUrl") {
-      _.load(instanceId, checkpointUrl, optionsJson, version)
+      _.load(instanceId, checkpointUrl, optionsJson, version, request.toJson)
     }
-    val viewPath = Json.text(reply, "viewPath")
-    if (view == null || view.path != viewPath) {
-      if (view != null) view.close() // deferred while a store still reads it
-      view = new ReadView(viewPath)
-    }
+    val view = views.open(version, reply)
     val loadMs = (System.nanoTime() - started) / 1000000
     new SparkStateStore(this, version, view, codec, valueFields, reply, loadMs, TtlView.fromReply(reply))
   }
@@ -154,10 +167,7 @@ class SparkStateProvider extends StateStoreProvider with Logging {
   }
 
   override def close(): Unit = synchronized {
-    if (view != null) {
-      view.close()
-      view = null
-    }
+    if (views != null) views.close() // what readers still hold goes when they release it
     if (instanceId != null) {
       PythonWorker.running(slot).foreach { w =>
         try PythonWorker.callOn(w, s"closing $checkpointUrl")(_.close(instanceId))
@@ -183,10 +193,13 @@ object SparkStateProvider {
   val RestoresMetric = StateStoreCustomSumMetric("sparkStateRestoresFromCheckpoint", "spark-state: stores restored from checkpoint storage")
   val TtlExpiredMetric = StateStoreCustomSumMetric("sparkStateTtlExpiredRows", "spark-state: rows removed by TTL expiry")
   val TtlMigratedMetric = StateStoreCustomSumMetric("sparkStateTtlMigratedRows", "spark-state: rows rewritten because TTL was turned on or off")
+  val ViewExportsMetric = StateStoreCustomSumMetric("sparkStateViewExports",
+    "spark-state: loads for which the worker exported (rocksdb) or shipped (hashmap) the version to the JVM")
 
   val CustomMetrics: Seq[StateStoreCustomMetric] = Seq(
     CommitTimeMetric, LoadTimeMetric, ChangelogBytesMetric, SnapshotBytesMetric,
-    SnapshotFilesUploadedMetric, SnapshotFilesReusedMetric, RestoresMetric, TtlExpiredMetric, TtlMigratedMetric)
+    SnapshotFilesUploadedMetric, SnapshotFilesReusedMetric, RestoresMetric, TtlExpiredMetric, TtlMigratedMetric,
+    ViewExportsMetric)
 
   /** Hadoop S3A settings reused as checkpoint storage options, so credentials are configured once. */
   private val S3aOptions = Seq(
@@ -225,6 +238,24 @@ object SparkStateProvider {
     root.put("minDeltasForSnapshot", storeConfs.minDeltasForSnapshot)
     root.put("localDir", new File(PythonWorker.baseDir, "stores").getAbsolutePath)
     Json.write(root)
+  }
+
+  private def conf(confs: Map[String, String], key: String): Option[String] = confs.get(ConfPrefix + key)
+
+  private def positiveInt(key: String, raw: String): Int = {
+    val n = try raw.trim.toInt catch { case _: NumberFormatException => -1 }
+    if (n < 1) throw new IllegalArgumentException(s"$ConfPrefix$key must be a whole number of 1 or more, got '$raw'")
+    n
+  }
+
+  /** A size such as `512m`, `2g` or `1048576` (bytes), as Spark's own byte confs take it. */
+  private def bytes(key: String, raw: String): Long = {
+    val n = try org.apache.spark.network.util.JavaUtils.byteStringAsBytes(raw.trim) catch {
+      case _: NumberFormatException => -1L
+    }
+    if (n < 1) throw new IllegalArgumentException(s"$ConfPrefix$key must be a size such as 512m, 2g or a number of " +
+      s"bytes, got '$raw'")
+    n
   }
 
   private def storeConfsMentionS3(storeConfs: StateStoreConf, hadoopConf: Configuration): Boolean =

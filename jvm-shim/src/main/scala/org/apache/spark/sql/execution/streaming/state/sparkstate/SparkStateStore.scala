@@ -9,21 +9,22 @@ import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.StructType
 
 /**
- * One task's view of a store version: reads from the version's [[ReadView]], writes into a
- * [[ChangeBuffer]], `commit()` ships the buffer to the Python worker. Serves as both the read store
+ * One task's view of a store version: reads from the version's [[StateView]] (the backend's: a
+ * layered RocksDB view or the heap map), writes into a [[ChangeBuffer]], `commit()` ships the buffer
+ * to the Python worker and then brings the provider's views up to date. Serves as both the read store
  * and, upgraded in place, the write store of aggregation-style operators (Spark never releases the
  * read store it upgrades, so there is only ever one object to finish).
  *
  * TTL ([[TtlView]]): values of a stamped version carry an 8-byte last-access stamp that reads strip;
  * expired entries read as absent (NeverReturnExpired) or are returned (ReturnExpiredIfNotCleanedUp);
  * scans skip them and never reach the system keyspace (keys from 0xFF on: the expiry index and
- * format markers; [[ReadView.newIterator]] bounds every scan). Buffered writes are bare rows: the
- * worker stamps them at commit.
+ * format markers, which no view returns). Buffered writes are bare rows: the worker stamps them at
+ * commit, and the views apply what the worker stored ([[CommitDelta]]).
  */
 private[sparkstate] final class SparkStateStore(
     provider: SparkStateProvider,
     override val version: Long,
-    db: ReadView,
+    db: StateView,
     codec: KeyCodec,
     valueFields: Int,
     loadReply: JsonNode,
@@ -38,7 +39,6 @@ private[sparkstate] final class SparkStateStore(
   private var commitReply: JsonNode = _
   private var commitMs = 0L
   private var newVersion = -1L
-  db.acquire()
 
   override def id: StateStoreId = provider.stateStoreId
 
@@ -93,6 +93,7 @@ private[sparkstate] final class SparkStateStore(
   override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit = {
     checkFamily(colFamilyName)
     checkUpdating("put")
+    provider.views.checkWrite(buffer)
     buffer.put(codec.encode(key), KeyCodec.valueBytes(value))
   }
 
@@ -106,7 +107,11 @@ private[sparkstate] final class SparkStateStore(
     checkUpdating("commit")
     val started = System.nanoTime()
     try {
+      provider.views.checkWrite(buffer) // nothing is durable yet: fail now rather than after the commit
       commitReply = provider.commitChanges(this, buffer, ttl.nowMs)
+      closeScans()
+      // While this store still holds its view: a heap view may then apply the commit in place.
+      provider.views.committed(db, buffer, commitReply)
     } catch {
       case e: Throwable =>
         finish(Aborted)
@@ -130,11 +135,13 @@ private[sparkstate] final class SparkStateStore(
 
   override def hasCommitted: Boolean = status == Committed
 
+  private def closeScans(): Unit = openScans.synchronized {
+    openScans.foreach(_.close())
+    openScans.clear()
+  }
+
   private def finish(next: Status): Unit = {
-    openScans.synchronized {
-      openScans.foreach(_.close())
-      openScans.clear()
-    }
+    closeScans()
     if (status == Updating) db.release()
     status = next
     buffer.clear()
@@ -152,8 +159,11 @@ private[sparkstate] final class SparkStateStore(
       SparkStateProvider.SnapshotFilesReusedMetric -> Json.long(reply, "commit", "snapshot_files_reused"),
       SparkStateProvider.RestoresMetric -> (if (Json.text(loadReply.path("restore"), "mode") == "restore") 1L else 0L),
       SparkStateProvider.TtlExpiredMetric -> Json.long(commitReply, "ttl", "expired"),
-      SparkStateProvider.TtlMigratedMetric -> Json.long(commitReply, "ttl", "migrated"))
-    StateStoreMetrics(Json.long(reply, "numKeys"), Json.long(reply, "memoryBytes") + buffer.memoryBytes, custom)
+      SparkStateProvider.TtlMigratedMetric -> Json.long(commitReply, "ttl", "migrated"),
+      SparkStateProvider.ViewExportsMetric ->
+        (if (Json.text(loadReply, "viewPath").nonEmpty || Json.text(loadReply, "heapPath").nonEmpty) 1L else 0L))
+    val worker = if (provider.views.reportsWorkerMemory) Json.long(reply, "memoryBytes") else 0L
+    StateStoreMetrics(Json.long(reply, "numKeys"), worker + db.memoryBytes + buffer.memoryBytes, custom)
   }
 
   override def getStateStoreCheckpointInfo(): StateStoreCheckpointInfo =
@@ -215,32 +225,34 @@ private[sparkstate] object SparkStateStore {
 }
 
 /**
- * Entries of `from <= key < until` from the local database merged with the pending writes (pending
- * wins; tombstones hide). Tolerates puts and removes during iteration: the database side is an
- * immutable view, and the buffer side is a weakly consistent skip-list iterator. Database values are
- * read through `ttl`: stamps stripped, expired entries skipped unless ReturnExpiredIfNotCleanedUp.
- * Scans do not count as reads for OnReadAndWrite (eviction and complete-mode scans visit every key).
+ * Entries of `from <= key < until` of the view merged with the pending writes (pending wins;
+ * tombstones hide). Tolerates puts and removes during iteration: the view is immutable while held,
+ * and the buffer side is a weakly consistent skip-list iterator. An ordered view is merged in one
+ * pass; an unordered one (the heap map) yields its entries whose keys the buffer does not hold, then
+ * the buffer's. Operators never rely on the order (Spark's HDFS provider scans a hash map too).
+ * Values are read through `ttl`: stamps stripped, expired entries skipped unless
+ * ReturnExpiredIfNotCleanedUp. Scans do not count as reads for OnReadAndWrite (eviction and
+ * complete-mode scans visit every key).
  */
 private[sparkstate] final class MergedScan(
-    db: ReadView,
+    db: StateView,
     buffer: ChangeBuffer,
     from: Array[Byte],
     until: Array[Byte],
     codec: KeyCodec,
     valueFields: Int,
     ttl: TtlView) extends Iterator[UnsafeRowPair] {
-  private val it = db.newIterator()
+  private val it = db.scan(from, until)
+  private val ordered = db.ordered
   private val pending = buffer.range(from, until)
   private var pendingEntry = nextPending()
   private var nextPair: UnsafeRowPair = _
   private var closed = false
-  if (from == null) it.seekToFirst() else it.seek(from)
 
   private def nextPending(): java.util.Map.Entry[Array[Byte], Array[Byte]] =
     if (pending.hasNext) pending.next() else null
 
-  private def dbValid: Boolean =
-    !closed && it.isValid && (until == null || JArrays.compareUnsigned(it.key(), until) < 0)
+  private def dbValid: Boolean = !closed && it.valid
 
   override def hasNext: Boolean = {
     if (nextPair == null && !closed) advance()
@@ -264,14 +276,15 @@ private[sparkstate] final class MergedScan(
       }
       val order =
         if (!dbHas) 1
+        else if (!ordered) (if (buffer.lookup(it.key) != null) 2 else -1) // unordered: the buffer's turn comes last
         else if (!pendingHas) -1
-        else JArrays.compareUnsigned(it.key(), pendingEntry.getKey)
-      if (order < 0) {
-        val v = it.value()
-        if (ttl.hidesExpired && ttl.expiredValue(v)) it.next()
-        else {
-          val k = it.key()
-          it.next()
+        else JArrays.compareUnsigned(it.key, pendingEntry.getKey)
+      if (order == 2) it.next() // the buffer holds this key: its entry comes from the buffer
+      else if (order < 0) {
+        val v = it.value
+        val k = it.key
+        it.next()
+        if (!(ttl.hidesExpired && ttl.expiredValue(v))) {
           nextPair = new UnsafeRowPair(codec.decode(k), KeyCodec.valueRow(v, ttl.valueOffset, valueFields))
         }
       } else {

@@ -1,0 +1,136 @@
+package org.apache.spark.sql.execution.streaming.state.sparkstate
+
+import java.io.{File, FileInputStream}
+
+import scala.collection.mutable.ArrayBuffer
+
+import com.fasterxml.jackson.databind.JsonNode
+import org.apache.arrow.vector.VarBinaryVector
+import org.apache.arrow.vector.ipc.ArrowFileReader
+
+import org.apache.spark.sql.util.ArrowUtils
+
+/**
+ * The data-keyspace changes one commit made in the worker's store, rebuilt in the JVM from the
+ * epoch's [[ChangeBuffer]] and the `view` object of the worker's commit reply
+ * (`spark_state/provider/protocol.py`), so that the JVM's views equal what the worker committed:
+ *
+ *  - `"apply": "buffer"`: the buffer's writes as they are (no TTL: values are stored bare);
+ *  - `"apply": "stamped"`: puts and OnReadAndWrite touches are stored as `[stampMs int64 BE][row]`,
+ *    and the keys in `expiredPath` (an Arrow file, column `key`) were deleted by TTL expiry;
+ *  - `"apply": "reload"`: the JVM cannot rebuild the change (TTL turned on or off rewrote every row; the
+ *    commit lost to an earlier attempt whose content differs): views forget, the next load exports.
+ *
+ * Keys are sorted (unsigned bytes, RocksDB's order) and distinct; deletes carry [[ChangeBuffer.Tombstone]].
+ * Value arrays of the buffer are shared, not copied (the buffer is cleared after the commit).
+ */
+private[sparkstate] final class CommitDelta(val keys: Array[Array[Byte]], val values: Array[Array[Byte]]) {
+  def size: Int = keys.length
+}
+
+private[sparkstate] object CommitDelta {
+  /** The delta of a commit, or None when the views must reload (`"apply": "reload"`, or no `view` at all). */
+  def fromCommit(buffer: ChangeBuffer, reply: JsonNode): Option[CommitDelta] = {
+    val view = reply.get("view")
+    val mode = if (view == null) "reload" else Json.text(view, "apply")
+    mode match {
+      case "buffer" => Some(build(buffer, stampMs = -1L, expired = Array.empty))
+      case "stamped" =>
+        val path = Json.text(view, "expiredPath")
+        val expired = if (path.isEmpty) Array.empty[Array[Byte]] else readKeys(new File(path))
+        Some(build(buffer, Json.long(view, "stampMs"), expired))
+      case _ => None
+    }
+  }
+
+  private def build(buffer: ChangeBuffer, stampMs: Long, expired: Array[Array[Byte]]): CommitDelta = {
+    val stamped = stampMs >= 0
+    // Touches and expiries never share a key with the writes (the worker rewrites touched keys, and a
+    // key written this epoch is not expired): merge two disjoint sorted runs.
+    val extras = ArrayBuffer.empty[(Array[Byte], Array[Byte])]
+    if (stamped) {
+      buffer.touchesNotWritten.foreach { case (k, stored) => extras += ((k, restamp(stored, stampMs))) }
+      expired.foreach(k => extras += ((k, ChangeBuffer.Tombstone)))
+    }
+    val sortedExtras = extras.sortWith((a, b) => ChangeBuffer.UnsignedOrder.compare(a._1, b._1) < 0)
+    val keys = ArrayBuffer.empty[Array[Byte]]
+    val values = ArrayBuffer.empty[Array[Byte]]
+    var x = 0
+    def takeExtra(): Unit = {
+      keys += sortedExtras(x)._1
+      values += sortedExtras(x)._2
+      x += 1
+    }
+    val it = buffer.writesInOrder
+    while (it.hasNext) {
+      val e = it.next()
+      while (x < sortedExtras.length && ChangeBuffer.UnsignedOrder.compare(sortedExtras(x)._1, e.getKey) < 0) takeExtra()
+      keys += e.getKey
+      val v = e.getValue
+      values += (if ((v eq ChangeBuffer.Tombstone) || !stamped) v else stamp(v, stampMs))
+    }
+    while (x < sortedExtras.length) takeExtra()
+    new CommitDelta(keys.toArray, values.toArray)
+  }
+
+  /** `[stampMs int64 BE][row]`: the TTL layout of a stored value (`spark_state/ttl/codec.py`). */
+  def stamp(row: Array[Byte], stampMs: Long): Array[Byte] = {
+    val out = new Array[Byte](TtlView.StampBytes + row.length)
+    writeStamp(out, stampMs)
+    System.arraycopy(row, 0, out, TtlView.StampBytes, row.length)
+    out
+  }
+
+  private def restamp(stored: Array[Byte], stampMs: Long): Array[Byte] = {
+    val out = stored.clone()
+    writeStamp(out, stampMs)
+    out
+  }
+
+  private def writeStamp(out: Array[Byte], stampMs: Long): Unit = {
+    var i = 0
+    while (i < TtlView.StampBytes) {
+      out(i) = (stampMs >>> (8 * (TtlView.StampBytes - 1 - i))).toByte
+      i += 1
+    }
+  }
+
+  /** The `key` column of an Arrow IPC file the worker wrote; the file is deleted after reading. */
+  def readKeys(file: File): Array[Array[Byte]] = {
+    val out = ArrayBuffer.empty[Array[Byte]]
+    ArrowRows.foreach(file, withValues = false) { (k, _) => out += k }
+    out.toArray
+  }
+}
+
+/** Reading the Arrow IPC files the worker writes for the JVM (`key` binary [, `value` binary]). */
+private[sparkstate] object ArrowRows {
+  /** Call `f(key, value)` for every row (value null without `withValues`), then delete the file. */
+  def foreach(file: File, withValues: Boolean)(f: (Array[Byte], Array[Byte]) => Unit): Long = {
+    val allocator = ArrowUtils.rootAllocator.newChildAllocator(s"spark-state-read-${file.getName}", 0, Long.MaxValue)
+    val in = new FileInputStream(file)
+    var rows = 0L
+    try {
+      val reader = new ArrowFileReader(in.getChannel, allocator)
+      try {
+        val root = reader.getVectorSchemaRoot
+        while (reader.loadNextBatch()) {
+          val key = root.getVector("key").asInstanceOf[VarBinaryVector]
+          val value = if (withValues) root.getVector("value").asInstanceOf[VarBinaryVector] else null
+          var i = 0
+          val n = root.getRowCount
+          while (i < n) {
+            f(key.get(i), if (value == null) null else value.get(i))
+            i += 1
+          }
+          rows += n
+        }
+      } finally reader.close()
+    } finally {
+      in.close()
+      allocator.close()
+      file.delete()
+    }
+    rows
+  }
+}

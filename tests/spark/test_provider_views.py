@@ -1,0 +1,199 @@
+"""The provider's read views, driven store by store through Py4J on the test session's JVM: a reader
+of version v never sees v+1 -- neither while v+1 commits beside it (a speculative or zombie
+attempt of the same batch on this executor) nor when a task is retried after its commit -- on both
+backends; and the heap backend's budget fails a task with a message naming the conf.
+
+Real parts only: the shim's SparkStateProvider, its Python worker, checkpoints on local disk.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+P = "spark.sql.streaming.stateStore.sparkState."
+KEY = json.dumps({"type": "struct", "fields": [{"name": "k", "type": "integer", "nullable": True, "metadata": {}}]})
+VALUE = json.dumps({"type": "struct", "fields": [{"name": "n", "type": "integer", "nullable": True, "metadata": {}}]})
+DEFAULT = "default"
+
+
+class Shim:
+    """One SparkStateProvider instance (one store, one run) and helpers for int rows."""
+
+    def __init__(self, spark, root: str, confs: dict[str, str]) -> None:
+        self.spark = spark
+        jvm = spark._jvm
+        self.jvm = jvm
+        state = jvm.org.apache.spark.sql.execution.streaming.state
+        self.key_schema = jvm.org.apache.spark.sql.types.DataType.fromJson(KEY)
+        self.value_schema = jvm.org.apache.spark.sql.types.DataType.fromJson(VALUE)
+        expressions = jvm.org.apache.spark.sql.catalyst.expressions
+        self._key_proj = expressions.UnsafeProjection.create(self.key_schema)
+        self._value_proj = expressions.UnsafeProjection.create(self.value_schema)
+        spark._jsparkSession.streams()  # the driver's state store coordinator, which commits report to
+        for key, value in confs.items():
+            spark.conf.set(key, value)
+        try:
+            store_conf = state.StateStoreConf.apply(spark._jsparkSession.sessionState().conf())
+        finally:
+            for key in confs:
+                spark.conf.unset(key)
+        hadoop = jvm.org.apache.hadoop.conf.Configuration(spark._jsc.hadoopConfiguration())
+        hadoop.set("sql.streaming.runId", str(uuid.uuid4()))
+        self.provider = state.sparkstate.SparkStateProvider()
+        self.provider.init(state.StateStoreId(root, 0, 0, DEFAULT), self.key_schema, self.value_schema,
+                           state.NoPrefixKeyStateEncoderSpec(self.key_schema), False, store_conf, hadoop, False,
+                           jvm.scala.Option.empty())
+
+    def _row(self, proj, value: int):
+        values = self.spark.sparkContext._gateway.new_array(self.jvm.java.lang.Object, 1)
+        values[0] = value
+        return proj.apply(self.jvm.org.apache.spark.sql.catalyst.expressions.GenericInternalRow(values)).copy()
+
+    def store(self, version: int):
+        return self.provider.getStore(version, self.jvm.scala.Option.empty(), False, False)
+
+    def put(self, store, k: int, n: int) -> None:
+        store.put(self._row(self._key_proj, k), self._row(self._value_proj, n), DEFAULT)
+
+    def remove(self, store, k: int) -> None:
+        store.remove(self._row(self._key_proj, k), DEFAULT)
+
+    def get(self, store, k: int):
+        row = store.get(self._row(self._key_proj, k), DEFAULT)
+        return None if row is None else row.getInt(0)
+
+    def exported(self, store) -> int:
+        """1 if the worker exported or shipped the version for this store's load, else 0."""
+        metric = self.jvm.org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider.ViewExportsMetric()
+        return store.metrics().customMetrics().apply(metric)
+
+    def scan(self, store) -> dict[int, int]:
+        it = store.iterator(DEFAULT)
+        out = {}
+        while it.hasNext():
+            pair = it.next()
+            out[pair.key().getInt(0)] = pair.value().getInt(0)
+        return out
+
+    def commit(self, store, writes: dict[int, int | None]) -> int:
+        for k, n in writes.items():
+            if n is None:
+                self.remove(store, k)
+            else:
+                self.put(store, k, n)
+        return store.commit()
+
+    def close(self) -> None:
+        self.provider.close()
+
+
+BACKENDS = {"rocksdb": {}, "hashmap": {P + "backend": "hashmap"}}
+
+
+@pytest.fixture(params=list(BACKENDS), ids=list(BACKENDS))
+def shim(request, spark, tmp_path):
+    shim = Shim(spark, str(tmp_path / "state"), BACKENDS[request.param])
+    yield shim
+    shim.close()
+
+
+def test_a_reader_of_v_never_sees_v_plus_1_committed_beside_it(shim):
+    v1 = {1: 10, 2: 20, 3: 30}
+    assert shim.commit(shim.store(0), v1) == 1
+
+    reader = shim.store(1)  # e.g. a zombie attempt of batch 1, still reading
+    assert shim.scan(reader) == v1
+    writer = shim.store(1)  # the attempt that commits batch 1
+    assert shim.commit(writer, {1: 11, 2: None, 4: 40}) == 2
+    # The reader still sees version 1, by point reads and by scans, after v2 was committed.
+    assert [shim.get(reader, k) for k in (1, 2, 3, 4)] == [10, 20, 30, None]
+    assert shim.scan(reader) == v1
+    reader.abort()
+
+    v2 = shim.store(2)
+    assert shim.scan(v2) == {1: 11, 3: 30, 4: 40}
+    assert shim.get(v2, 2) is None
+    v2.abort()
+
+
+def test_a_task_retried_after_its_commit_reads_v_again(shim):
+    shim.commit(shim.store(0), {1: 1, 2: 2})
+    first = shim.store(1)
+    assert shim.get(first, 1) == 1
+    assert shim.commit(first, {1: 100, 3: 300}) == 2  # the task then fails after its commit
+
+    retry = shim.store(1)  # Spark's retry of batch 1 loads version 1 again
+    assert shim.exported(retry) == 0  # served by the JVM's views (layers; the heap map's undo)
+    assert shim.scan(retry) == {1: 1, 2: 2}
+    assert [shim.get(retry, k) for k in (1, 2, 3)] == [1, 2, None]
+    # The retry computes something else (not deterministic): the first commit stays (first
+    # committer wins within a run) and version 2 still reads as it did.
+    assert shim.commit(retry, {1: 999}) == 2
+    v2 = shim.store(2)
+    assert shim.exported(v2) == 0
+    assert shim.scan(v2) == {1: 100, 2: 2, 3: 300}
+    assert shim.commit(v2, {2: None}) == 3
+    v3 = shim.store(3)
+    assert shim.scan(v3) == {1: 100, 3: 300}
+    v3.abort()
+
+
+def test_many_epochs_read_exactly_through_layers_and_refreshes(spark, tmp_path):
+    """RocksDB views layered over an export and refreshed every 3 epochs, and the heap map, follow
+    60 epochs of puts and deletes exactly (checked against a dict after every commit)."""
+    for confs in ({P + "rocksdb.viewLayers.maxEpochs": "3"}, BACKENDS["hashmap"]):
+        shim = Shim(spark, str(tmp_path / f"state-{len(confs)}-{uuid.uuid4().hex[:6]}"), confs)
+        try:
+            model: dict[int, int] = {}
+            for version in range(60):
+                store = shim.store(version)
+                writes = {(version * 7 + i) % 50: version * 100 + i for i in range(5)}
+                writes[(version * 11) % 50] = None  # a delete
+                assert shim.scan(store) == model, f"version {version} ({confs})"
+                shim.commit(store, writes)
+                for k, n in writes.items():
+                    if n is None:
+                        model.pop(k, None)
+                    else:
+                        model[k] = n
+        finally:
+            shim.close()
+
+
+def test_heap_budget_is_released_exactly_as_charged(spark, tmp_path):
+    """Stores that open, commit, read and close leave the executor-wide count where it was (it
+    once drifted below zero by an empty map's size per store started at version 0, until a small
+    budget no longer bound)."""
+    budget = spark._jvm.org.apache.spark.sql.execution.streaming.state.sparkstate.HeapBudget
+    before = budget.usedBytes()
+    for i in range(5):
+        shim = Shim(spark, str(tmp_path / f"state-{i}"), BACKENDS["hashmap"])
+        shim.store(0).abort()
+        shim.commit(shim.store(0), {1: 1, 2: 2})
+        reader = shim.store(1)
+        shim.commit(shim.store(1), {2: None, 3: 3})
+        reader.abort()
+        shim.close()
+    assert budget.usedBytes() == before
+
+
+def test_heap_state_over_its_budget_fails_the_task_naming_the_conf(spark, tmp_path):
+    shim = Shim(spark, str(tmp_path / "state"), {P + "backend": "hashmap", P + "heap.maxBytes": "4k"})
+    try:
+        store = shim.store(0)
+        with pytest.raises(Exception) as excinfo:
+            for k in range(1000):
+                shim.put(store, k, k)
+        message = str(excinfo.value)
+        assert "spark.sql.streaming.stateStore.sparkState.heap.maxBytes" in message
+        assert "backend=rocksdb" in message and "OutOfMemoryError" not in message
+        store.abort()
+    finally:
+        shim.close()
+        # The budget is executor-wide: give the rest of the session the default back.
+        Shim(spark, str(tmp_path / "other"), BACKENDS["hashmap"]).close()
