@@ -19,6 +19,14 @@ class StateLocationError(SparkStateError):
     another kind of operator."""
 
 
+def misrouted_row(key: object, key_group: int, partition: int, first: int, last: int) -> StateLocationError:
+    """The error for a row whose key group ``key_group`` is outside ``first..last``, the key
+    groups partition ``partition`` owns (the runners keep the range check inline: per key)."""
+    return StateLocationError(
+        f"row with key {key!r} (key group {key_group}) reached partition {partition}, which "
+        f"owns key groups {first}..{last}: the query's routing does not match its state")
+
+
 class MaxParallelismMismatchError(StateLocationError):
     """The state was created with another max parallelism (number of key groups)."""
 

@@ -33,7 +33,7 @@ from ..keygroups import KeyGroupRange
 from ..state import KeyedStateBackend
 from .arrow_io import OutputWriter, row_class
 from .clock import record_max_event_time, resolve
-from .errors import StateLocationError
+from .errors import misrouted_row
 from .functions import BroadcastContext, KeyedContext, OperatorContext, defines
 from .inputs import BROADCAST_SIDE, HEARTBEAT, LEFT, RIGHT, InputSide
 from .keycodec import key_decoder, key_encoder
@@ -258,9 +258,7 @@ def _process_keyed(part: pa.RecordBatch, layout: _SideLayout, ts_all: Optional[p
         for key, idxs in groups.items():
             kg = kgs[idxs[0]]
             if not lo <= kg <= hi:
-                raise StateLocationError(
-                    f"row with key {key!r} (key group {kg}) reached partition {partition}, which "
-                    f"owns key groups {lo}..{hi}: the query's routing does not match its state")
+                raise misrouted_row(key, kg, partition, lo, hi)
             set_key(encode(key), kg)
             ctx.current_key = key
             ctx.current_key_group = kg

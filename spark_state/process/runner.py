@@ -36,7 +36,7 @@ from ..keygroups import KeyGroupRange, compute_key_group_range_for_operator_inde
 from ..state import KeyedStateBackend, copy_key_groups
 from ..testing import crashpoints
 from .arrow_io import OutputWriter, columns_as_lists, row_class
-from .errors import NotInStreamingQueryError, StateLocationError
+from .errors import NotInStreamingQueryError, StateLocationError, misrouted_row
 from .functions import KeyedContext, OperatorContext, defines
 from .keycodec import key_encoder
 from .location import (
@@ -185,9 +185,7 @@ def _keyed_loop(plan: ProcessPlan, task: _Task, ps: PartitionStore, own: KeyGrou
             extend = out.rows.extend
             for key, kg, rows in _group_by_key(chunk, layout):
                 if not lo <= kg <= hi:
-                    raise StateLocationError(
-                        f"row with key {key!r} (key group {kg}) reached partition {task.partition}, which "
-                        f"owns key groups {lo}..{hi}: the query's routing does not match its state")
+                    raise misrouted_row(key, kg, task.partition, lo, hi)
                 set_key(encode(key), kg)
                 ctx.current_key = key
                 ctx.current_key_group = kg
