@@ -14,7 +14,7 @@ then maintained incrementally, so epochs that never scan pay nothing for it.
 from __future__ import annotations
 
 import bisect
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from .constants import SYSTEM_KEY_PREFIX
 
@@ -60,20 +60,36 @@ class WriteOverlay:
         if len(self._prior) < self.MAX_REMEMBERED_READS:
             self._prior[key] = exists
 
+    def note_committed_many(self, keys: Sequence[bytes], flags: Sequence[int]) -> None:
+        """``note_committed`` for many keys at once: ``flags`` 1 / 0 (existed / did not),
+        -1 unknown (nothing noted). Runs at C speed: an epoch shipped by the JVM notes one
+        flag per written key."""
+        prior = self._prior
+        room = self.MAX_REMEMBERED_READS - len(prior)
+        if room >= len(keys):
+            prior.update(zip(keys, flags))  # -1 is stored too and means "unknown" (count_committed)
+        else:
+            for key, flag in zip(keys[:max(room, 0)], flags):
+                if flag >= 0:
+                    prior[key] = bool(flag)
+
     def count_committed(self, count_existing: Callable[[list[bytes]], int]) -> int:
         """How many changed keys exist in committed state; ``count_existing`` is asked
         only about keys whose existence no read of this epoch revealed."""
-        prior = self._prior
-        known = 0
-        unknown: list[bytes] = []
-        for key in self._changes:
-            if key[:1] == SYSTEM_KEY_PREFIX:
-                continue  # not counted (see VersionedStore.num_keys)
-            exists = prior.get(key)
-            if exists is None:
-                unknown.append(key)
-            elif exists:
-                known += 1
+        changes = self._changes
+        if not changes:
+            return 0
+        # Flags per changed key: True/1 existed, False/0 did not, None/-1 unknown. Counted
+        # with list methods (C loops): this runs over every key of every commit.
+        flags = list(map(self._prior.get, changes))
+        known = flags.count(True)  # counts 1 as well (1 == True)
+        if flags.count(None) + flags.count(-1):
+            unknown = [k for k, f in zip(changes, flags) if f is None or f == -1]
+        else:
+            unknown = []
+        if max(changes) >= SYSTEM_KEY_PREFIX:  # system keys are not counted (see VersionedStore.num_keys)
+            known -= sum(1 for k, f in zip(changes, flags) if f == 1 and k[:1] == SYSTEM_KEY_PREFIX)
+            unknown = [k for k in unknown if k[:1] != SYSTEM_KEY_PREFIX]
         return known + (count_existing(unknown) if unknown else 0)
 
     def clear(self) -> None:

@@ -454,10 +454,7 @@ class VersionedStore:
         self._require_loaded()
         overlay = self._overlay
         if existed is not None:
-            note = overlay.note_committed
-            for key, flag in zip(keys, existed):
-                if flag >= 0:
-                    note(key, bool(flag))
+            overlay.note_committed_many(keys, existed)
         overlay.put_many(zip(keys, values))
 
     def abort(self) -> None:
@@ -519,10 +516,12 @@ class VersionedStore:
                 # removes one. Existence is known from this epoch's reads, and one batched
                 # lookup answers for the remaining keys.
                 # Keys of the engine's system keyspace (TTL index, markers) are not counted.
-                num_deletes = sum(1 for v in changes.values() if v is None)
+                # (list.count and max are C loops: these run over every key of every commit.)
+                num_deletes = list(changes.values()).count(None)
                 num_puts = len(changes) - num_deletes
-                user_puts = num_puts - sum(
-                    1 for k, v in changes.items() if v is not None and k[:1] == C.SYSTEM_KEY_PREFIX)
+                user_puts = num_puts
+                if changes and max(changes) >= C.SYSTEM_KEY_PREFIX:
+                    user_puts -= sum(1 for k, v in changes.items() if v is not None and k[:1] == C.SYSTEM_KEY_PREFIX)
                 num_keys = self._num_keys + user_puts - self._overlay.count_committed(self._backend.count_existing)
                 snapshot_due = self._snapshot_due()
                 self._snapshot_decision = None

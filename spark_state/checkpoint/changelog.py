@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Iterator, Mapping, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import constants as C
 from ..errors import CheckpointCorruptError, IncompatibleFormatError
@@ -24,6 +25,8 @@ from ..errors import CheckpointCorruptError, IncompatibleFormatError
 SCHEMA = pa.schema([("op", pa.int8()), ("key", pa.binary()), ("value", pa.binary())])
 _META_FORMAT = b"spark_state.format_version"
 _META_VERSION = b"spark_state.version"
+_PUT = pa.scalar(C.OP_PUT, pa.int8())
+_DELETE = pa.scalar(C.OP_DELETE, pa.int8())
 
 
 def encode(version: int, changes: Mapping[bytes, Optional[bytes]]) -> bytes:
@@ -35,14 +38,10 @@ def encode(version: int, changes: Mapping[bytes, Optional[bytes]]) -> bytes:
         values = list(changes.values())
         step = C.ARROW_BATCH_ROWS
         for i in range(0, len(keys), step):
-            chunk_values = values[i:i + step]
-            ops = [C.OP_DELETE if v is None else C.OP_PUT for v in chunk_values]
+            chunk_values = pa.array(values[i:i + step], pa.binary())
+            ops = pc.if_else(chunk_values.is_null(), _DELETE, _PUT)
             writer.write_batch(
-                pa.record_batch(
-                    [pa.array(ops, pa.int8()), pa.array(keys[i:i + step], pa.binary()),
-                     pa.array(chunk_values, pa.binary())],
-                    schema=schema,
-                )
+                pa.record_batch([ops, pa.array(keys[i:i + step], pa.binary()), chunk_values], schema=schema)
             )
     return sink.getvalue().to_pybytes()
 

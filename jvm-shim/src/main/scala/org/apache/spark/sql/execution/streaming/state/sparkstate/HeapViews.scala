@@ -241,6 +241,8 @@ private[sparkstate] final class HeapView(val state: HeapState, val version: Long
 
   def ordered: Boolean = false
 
+  override def cheapGets: Boolean = true
+
   def memoryBytes: Long = state.bytes
 
   def release(): Unit = synchronized {

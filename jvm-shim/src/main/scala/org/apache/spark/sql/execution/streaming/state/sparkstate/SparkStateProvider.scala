@@ -137,11 +137,12 @@ class SparkStateProvider extends StateStoreProvider with Logging {
   }
 
   /** Ship a store's buffered writes to the worker as one Arrow file and commit them. */
-  private[sparkstate] def commitChanges(store: SparkStateStore, buffer: ChangeBuffer, nowMs: Long): JsonNode = {
+  private[sparkstate] def commitChanges(store: SparkStateStore, buffer: ChangeBuffer, nowMs: Long,
+                                        priorFromView: Array[Byte] => Long): JsonNode = {
     val next = store.version + 1
     val file = new File(PythonWorker.baseDir, s"changes-$instanceId-$next-${UUID.randomUUID()}.arrow")
     try {
-      buffer.writeArrow(file)
+      buffer.writeArrow(file, priorFromView)
       PythonWorker.call(slot, s"committing version $next of $checkpointUrl") {
         _.commit(instanceId, checkpointUrl, optionsJson, store.version, file.getPath, nowMs)
       }

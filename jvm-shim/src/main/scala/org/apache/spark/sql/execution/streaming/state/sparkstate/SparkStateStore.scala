@@ -33,6 +33,8 @@ private[sparkstate] final class SparkStateStore(
   import SparkStateStore._
 
   private val buffer = new ChangeBuffer
+  /** Committed state's answer per key is asked of the view at commit, not remembered per read. */
+  private val priorsFromView = db.cheapGets
   /** Scans not yet exhausted: their native iterators must close before the database can. */
   private val openScans = scala.collection.mutable.ArrayBuffer.empty[MergedScan]
   private var status: Status = Updating
@@ -54,14 +56,14 @@ private[sparkstate] final class SparkStateStore(
     } else {
       val v = db.get(k)
       if (v == null) {
-        buffer.notePrior(k, ChangeBuffer.PriorAbsent)
+        if (!priorsFromView) buffer.notePrior(k, ChangeBuffer.PriorAbsent)
         null
       } else if (!ttl.stamped) {
-        buffer.notePrior(k, ChangeBuffer.PriorExists)
+        if (!priorsFromView) buffer.notePrior(k, ChangeBuffer.PriorExists)
         KeyCodec.valueRow(v, valueFields)
       } else {
         val stamp = TtlView.stampOf(v)
-        buffer.notePrior(k, stamp)
+        if (!priorsFromView) buffer.notePrior(k, stamp)
         if (ttl.enabled && ttl.expired(stamp)) {
           if (ttl.returnExpired) KeyCodec.valueRow(v, TtlView.StampBytes, valueFields) else null
         } else {
@@ -108,7 +110,7 @@ private[sparkstate] final class SparkStateStore(
     val started = System.nanoTime()
     try {
       provider.views.checkWrite(buffer) // nothing is durable yet: fail now rather than after the commit
-      commitReply = provider.commitChanges(this, buffer, ttl.nowMs)
+      commitReply = provider.commitChanges(this, buffer, ttl.nowMs, if (priorsFromView) committedPrior else null)
       closeScans()
       // While this store still holds its view: a heap view may then apply the commit in place.
       provider.views.committed(db, buffer, commitReply)
@@ -127,6 +129,14 @@ private[sparkstate] final class SparkStateStore(
     finish(Committed)
     provider.reportCommit(newVersion)
     newVersion
+  }
+
+  /** What the loaded version holds for `key`, as [[ChangeBuffer.notePrior]] records it. */
+  private def committedPrior(key: Array[Byte]): Long = {
+    val v = db.get(key)
+    if (v == null) ChangeBuffer.PriorAbsent
+    else if (!ttl.stamped) ChangeBuffer.PriorExists
+    else TtlView.stampOf(v)
   }
 
   override def abort(): Unit = if (status == Updating) finish(Aborted)
@@ -244,7 +254,7 @@ private[sparkstate] final class MergedScan(
     ttl: TtlView) extends Iterator[UnsafeRowPair] {
   private val it = db.scan(from, until)
   private val ordered = db.ordered
-  private val pending = buffer.range(from, until)
+  private val pending = buffer.range(from, until, ordered)
   private var pendingEntry = nextPending()
   private var nextPair: UnsafeRowPair = _
   private var closed = false

@@ -23,6 +23,12 @@ private[sparkstate] trait StateView {
   /** Whether [[scan]] returns keys in unsigned byte order (merged scans use it; operators never need it). */
   def ordered: Boolean
 
+  /**
+   * Whether a [[get]] costs no more than a hash lookup (the heap map), so the commit asks the view what
+   * committed state held for every written key instead of each read remembering it.
+   */
+  def cheapGets: Boolean = false
+
   /** JVM heap bytes this view's state occupies (shared with other readers of the same store). */
   def memoryBytes: Long
 
