@@ -30,7 +30,8 @@ class WriteOverlay:
     def __init__(self) -> None:
         self._changes: dict[bytes, Optional[bytes]] = {}
         self._sorted: Optional[list[bytes]] = None
-        self._prior: dict[bytes, bool] = {}
+        #: key -> True/1 existed, False/0 did not, -1 unknown (note_committed_many)
+        self._prior: dict[bytes, int] = {}
 
     def __len__(self) -> int:
         return len(self._changes)
@@ -81,7 +82,7 @@ class WriteOverlay:
             return 0
         # Flags per changed key: True/1 existed, False/0 did not, None/-1 unknown. Counted
         # with list methods (C loops): this runs over every key of every commit.
-        flags = list(map(self._prior.get, changes))
+        flags: list[Optional[int]] = list(map(self._prior.get, changes))
         known = flags.count(True)  # counts 1 as well (1 == True)
         if flags.count(None) + flags.count(-1):
             unknown = [k for k, f in zip(changes, flags) if f is None or f == -1]
