@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import glob
 import os
+import struct
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
-from pyspark.sql.types import LongType, StructField, StructType
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
 from spark_state import keygroups
 from spark_state.checkpoint.metadata import Manifest
@@ -127,6 +128,43 @@ def test_stored_keys_carry_sparks_partitioning_hash(spark, agg_input, tmp_path):
             assert kg == keygroups.spark_key_group(hash32, 32768)
             seen += 1
     assert seen >= 40
+
+
+def test_stored_hash_is_sparks_for_int_string_and_other_key_columns(spark, tmp_path):
+    """The shim hashes int, long and string key columns without Spark's generic hash function
+    (no boxing per state access); every other type goes through Spark's. A key of an int, a
+    string and a double column checks both paths and their chaining against Spark's `hash()`."""
+    schema = StructType([StructField("i", IntegerType()), StructField("s", StringType()),
+                         StructField("d", DoubleType())])
+    words = ["", "a", "key", "ünïcödé", "a much longer string key than eight bytes", None]
+    rows = [{"i": (n * 7919) % 1000 - 500 if n % 9 else None, "s": words[n % len(words)], "d": n / 4}
+            for n in range(60)]
+    write_batches(tmp_path / "in", [rows], schema)
+    run_query(spark, lambda df: df.groupBy("i", "s", "d").count(), provider_class=SPARKSTATE_PROVIDER,
+              input_dir=tmp_path / "in", schema=schema, checkpoint_dir=tmp_path / "ours", output_mode="update")
+    expected = {}
+    for r in rows:
+        values = [r["i"], r["s"], r["d"]]
+        expected[tuple(values)] = keygroups.spark_hash(values, ["int", "string", "double"])
+    seen = set()
+    for changelog in glob.glob(str(tmp_path / "ours" / "state" / "0" / "*" / "changelogs" / "*.arrow")):
+        with pa.memory_map(changelog) as source:
+            keys = pa.ipc.open_file(source).read_all().column("key").to_pylist()
+        for stored in keys:
+            hash32 = int.from_bytes(stored[2:6], "big", signed=True)
+            row = stored[6:]  # UnsafeRow of 3 fields: 8-byte null bitset, three 8-byte slots, then the string
+            nulls = int.from_bytes(row[:8], "little")
+            i = None if nulls & 1 else int.from_bytes(row[8:12], "little", signed=True)
+            if nulls & 2:
+                s = None
+            else:
+                slot = int.from_bytes(row[16:24], "little")
+                offset, size = slot >> 32, slot & 0xFFFFFFFF
+                s = row[offset:offset + size].decode()
+            d = None if nulls & 4 else struct.unpack("<d", row[24:32])[0]
+            assert hash32 == expected[(i, s, d)], (i, s, d)
+            seen.add((i, s, d))
+    assert seen == set(expected)
 
 
 def _failure_message(excinfo) -> str:

@@ -2,8 +2,9 @@ package org.apache.spark.sql.execution.streaming.state.sparkstate
 
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, Murmur3HashFunction, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.execution.streaming.state.{KeyStateEncoderSpec, PrefixKeyScanStateEncoderSpec}
-import org.apache.spark.sql.types.{DataType, StructType}
+import org.apache.spark.sql.types.{DataType, IntegerType, LongType, StringType, StructType}
 import org.apache.spark.unsafe.Platform
+import org.apache.spark.unsafe.hash.Murmur3_x86_32
 
 /**
  * Stored-key layout of the provider: key-group prefixed, so that every key group is contiguous and
@@ -51,13 +52,30 @@ private[sparkstate] final class KeyCodec(keySchema: StructType, spec: KeyStateEn
       }.toSeq)
     } else null
 
-  /** Spark's partitioning hash over the partitioning columns of `row` (a key or a prefix row). */
+  private val partitionOrdinals: Array[Int] = partitionColumns.map(_._1)
+  private val partitionTypes: Array[DataType] = partitionColumns.map(_._2)
+
+  /**
+   * Spark's partitioning hash over the partitioning columns of `row` (a key or a prefix row).
+   * Integer, long and string columns are hashed straight from the row with the same Murmur3 calls
+   * Spark's `InterpretedHashFunction` makes for them (no boxing: this runs for every state access);
+   * every other type goes through Spark's function itself.
+   */
   def hash(row: UnsafeRow): Int = {
     var h = SparkHashSeed
     var i = 0
-    while (i < partitionColumns.length) {
-      val (ordinal, dt) = partitionColumns(i)
-      if (!row.isNullAt(ordinal)) h = Murmur3HashFunction.hash(row.get(ordinal, dt), dt, h.toLong).toInt
+    while (i < partitionOrdinals.length) {
+      val ordinal = partitionOrdinals(i)
+      if (!row.isNullAt(ordinal)) {
+        h = partitionTypes(i) match {
+          case IntegerType => Murmur3_x86_32.hashInt(row.getInt(ordinal), h)
+          case LongType => Murmur3_x86_32.hashLong(row.getLong(ordinal), h)
+          case StringType =>
+            val s = row.getUTF8String(ordinal)
+            Murmur3_x86_32.hashUnsafeBytes(s.getBaseObject, s.getBaseOffset, s.numBytes, h)
+          case dt => Murmur3HashFunction.hash(row.get(ordinal, dt), dt, h.toLong).toInt
+        }
+      }
       i += 1
     }
     h
