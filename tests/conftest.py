@@ -99,3 +99,58 @@ def s3_location(s3_endpoint: str) -> tuple[str, dict[str, str]]:
     client.create_bucket(Bucket=bucket)
     options = dict(S3_TEST_CREDENTIALS, **{"s3.endpoint_url": s3_endpoint})
     return f"s3://{bucket}/state", options
+
+
+# --- Parallel runs (pytest-xdist; ./dev test runs with -n 2 --dist loadgroup) ----------------
+#
+# Each xdist worker is its own process with its own session fixtures (SparkSession, moto server,
+# standalone cluster: free ports, own temp dirs). Two things are arranged here:
+#
+# * Groups: tests that share a costly module-scoped fixture or a per-session cache run on one
+#   worker, so the fixture is built once, not once per worker: the Connect server, the soak run,
+#   the wheel build, the CLI's checkpoint, keyed_process's and event time's unscaled runs; the
+#   operator cases' reference runs (the equivalence module's, and the ops modules' shared cache),
+#   grouped per case.
+# * Order: the long tests (their own Spark applications, clusters, restarts) are handed out
+#   first and the many short ones last, so that the run does not end with one worker still in a
+#   long test while the other has nothing left to do.
+
+#: Module-scoped fixtures that run a query, a server or a build: their modules stay on one worker.
+_SHARED_MODULE_FIXTURES = {"connect_server", "soak", "wheel", "checkpoint", "unscaled", "page_views"}
+#: Modules whose operator-case reference runs are cached (module fixture or ops_support's cache).
+_CASE_GROUPED = {"test_operator_equivalence.py": "equivalence", "test_savepoint_restore.py": "ops",
+                 "test_migrate.py": "ops", "test_rescale.py": "ops"}
+#: Run first, in this order (node id prefixes): the longest tests and groups.
+_LONG_FIRST = [
+    "tests/reliability/test_speculation.py", "tests/reliability/test_kill.py", "tests/soak/",
+    "tests/spark/test_jobs.py", "tests/reliability/test_single_writer.py", "tests/connect/",
+    "tests/spark/test_operator_equivalence.py", "tests/ops/", "tests/reliability/", "tests/packaging/",
+    "tests/faults/", "tests/spark/", "tests/process/", "tests/s3/", "examples/",
+]
+
+
+def _xdist_group(item) -> str | None:
+    module = item.path.name
+    if module in _CASE_GROUPED:
+        params = getattr(item, "callspec", None)
+        params = params.params if params else {}
+        # The equivalence module's tests without a case parameter run agg_update.
+        default = "agg_update" if module == "test_operator_equivalence.py" else None
+        case = params.get("case") or params.get("name") or default
+        return f"{_CASE_GROUPED[module]}:{getattr(case, 'name', case)}" if case else None
+    fixturedefs = getattr(item, "_fixtureinfo", None)
+    for name, defs in (fixturedefs.name2fixturedefs.items() if fixturedefs else ()):
+        if name in _SHARED_MODULE_FIXTURES and defs and defs[-1].scope == "module":
+            return item.nodeid.split("::", 1)[0]
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        return next((i for i, prefix in enumerate(_LONG_FIRST) if item.nodeid.startswith(prefix)), len(_LONG_FIRST))
+
+    items.sort(key=rank)  # stable: collection order within a rank
+    for item in items:
+        group = _xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -1,11 +1,13 @@
 """Child process of ``test_crash_points.py``: one *run* of a writer on a VersionedStore.
 
 Usage: engine_crash_child.py CHECKPOINT BACKEND RUN_ID UNTIL [--maintenance-snapshots] [--background-snapshots]
+                              [--await-uploads]
 
 Loads the newest committed version (a restarted writer picks up where the last one
 stopped), then commits versions until ``UNTIL`` with the deterministic epochs of
 :func:`epoch_changes`, running ``snapshot()`` after each commit when asked (maintenance), or
-with snapshots uploaded in the background as the Spark provider's worker does.
+with snapshots uploaded in the background as the Spark provider's worker does (with
+``--await-uploads``, each commit waits for the upload in flight before the next).
 Crash points come from ``SPARK_STATE_TESTING_CRASH_POINTS`` in the environment; a crash
 kills this process with SIGKILL. Prints ``DONE <version>`` when it gets to ``UNTIL``.
 """
@@ -37,7 +39,7 @@ def model(version: int) -> dict[bytes, bytes]:
 
 
 def main(checkpoint: str, backend: str, run_id: str, until: int, maintenance_snapshots: bool,
-         background_snapshots: bool = False) -> None:
+         background_snapshots: bool = False, await_uploads: bool = False) -> None:
     from spark_state import EngineConfig, VersionedStore
     from spark_state.checkpoint.runs import RunContext, RunRegistry
     from spark_state.storage import open_storage
@@ -55,10 +57,14 @@ def main(checkpoint: str, backend: str, run_id: str, until: int, maintenance_sna
         version = store.commit()
         if maintenance_snapshots:
             store.snapshot()
+        if await_uploads and store._background is not None:
+            # As when micro-batches are slower than an upload: the upload started by this commit
+            # lands (or reaches its crash point) before the next commit.
+            store._background.wait()
     store.close()
     print(f"DONE {version}", flush=True)
 
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), "--maintenance-snapshots" in sys.argv[5:],
-         "--background-snapshots" in sys.argv[5:])
+         "--background-snapshots" in sys.argv[5:], "--await-uploads" in sys.argv[5:])
