@@ -90,7 +90,8 @@ def changes_file(path: str, keys: np.ndarray, values_len: int, rng, prior: int =
     n = len(keys)
     table = pa.table({
         "op": pa.array(np.zeros(n, dtype=np.int8)),
-        "key": pa.array([key_bytes(int(k)) for k in keys], pa.binary()),
+        # sorted, as the shim writes them (ChangeBuffer orders an epoch's keys at commit)
+        "key": pa.array(sorted(key_bytes(int(k)) for k in keys), pa.binary()),
         "value": pa.array([rng.bytes(values_len) for _ in range(n)], pa.binary()),
         "prior": pa.array(np.full(n, prior, dtype=np.int8)),
         "prior_stamp": pa.array(np.full(n, -1, dtype=np.int64)),

@@ -31,7 +31,7 @@ import pyarrow.compute as pc
 
 from ..keygroups import KeyGroupRange
 from ..state import KeyedStateBackend
-from .arrow_io import OutputWriter, row_class
+from .arrow_io import OutputWriter, column_values, row_class
 from .clock import record_max_event_time, resolve
 from .errors import misrouted_row
 from .functions import BroadcastContext, KeyedContext, OperatorContext, defines
@@ -210,7 +210,7 @@ def _sort_value(v: Any) -> tuple:
 
 def _collect_broadcast(part: pa.RecordBatch, layout: _SideLayout, ts_all: Optional[pa.Array],
                        order: tuple[str, ...], into: list) -> None:
-    cols = [part.column(i).to_pylist() for i in layout.idx]
+    cols = [column_values(part.column(i)) for i in layout.idx]
     rows = list(map(layout.row_cls._make, zip(*cols)))
     ts = ts_all.to_pylist() if ts_all is not None else [None] * len(rows)
     positions = [layout.side.names.index(c) for c in order]
@@ -236,7 +236,7 @@ def _process_keyed(part: pa.RecordBatch, layout: _SideLayout, ts_all: Optional[p
                     return
         else:
             late = late_mask.to_pylist()
-    cols = [part.column(i).to_pylist() for i in layout.idx]
+    cols = [column_values(part.column(i)) for i in layout.idx]
     rows = list(map(layout.row_cls._make, zip(*cols)))
     if len(layout.key_pos) == 1:
         keys = cols[layout.key_pos[0]]

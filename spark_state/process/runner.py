@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
-from typing import Any, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -35,9 +35,10 @@ from ..config import EngineConfig
 from ..keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from ..state import KeyedStateBackend, copy_key_groups
 from ..testing import crashpoints
-from .arrow_io import OutputWriter, columns_as_lists, row_class
+from .arrow_io import OutputWriter, column_values, columns_as_lists, row_class
 from .errors import NotInStreamingQueryError, StateLocationError, misrouted_row
 from .functions import KeyedContext, OperatorContext, defines
+from .gc_pacing import task_gc_pacing
 from .keycodec import key_encoder
 from .location import (
     BATCH_ID_PROPERTY,
@@ -153,8 +154,8 @@ def run_keyed(plan: ProcessPlan, batches: Iterator[pa.RecordBatch],
 
     ps = acquire(task.storage, plan.engine, n, partition, task.batch_id, sources_needed, populate, task.runs)
     if plan.sides is not None:
-        return run_general(plan, task, ps, own, batches)
-    return _keyed_loop(plan, task, ps, own, batches)
+        return _paced(run_general(plan, task, ps, own, batches))
+    return _paced(_keyed_loop(plan, task, ps, own, batches))
 
 
 #: Input rows grouped by key at once: ``mapInArrow`` hands the task Arrow batches of
@@ -236,8 +237,9 @@ def _group_by_key(chunk: list[pa.RecordBatch], layout: "_BatchLayout") -> list[t
         key_column = data.column(layout.sort_key_idx)
         if key_column.null_count == 0:
             return _group_sorted(data.take(pc.sort_indices(key_column)), layout)
-    cols = [data.column(i).to_pylist() for i in layout.input_idx]  # one C loop per column
+    cols = [column_values(data.column(i)) for i in layout.input_idx]  # one C loop per column
     rows = map(layout.make_row, zip(*cols))
+    keys: Iterable[Any]
     if len(layout.key_pos) == 1:
         keys = cols[layout.key_pos[0]]
     else:
@@ -257,7 +259,7 @@ def _group_by_key(chunk: list[pa.RecordBatch], layout: "_BatchLayout") -> list[t
 
 def _group_sorted(data: Any, layout: "_BatchLayout") -> list[tuple[Any, int, list]]:
     """Groups of ``data`` (a record batch or table) already sorted by its one key column."""
-    cols = [data.column(i).to_pylist() for i in layout.input_idx]
+    cols = [column_values(data.column(i)) for i in layout.input_idx]
     rows = list(map(layout.make_row, zip(*cols)))
     keys = cols[layout.key_pos[0]]
     kgs = data.column(layout.kg_idx).to_pylist()
@@ -293,6 +295,12 @@ class _BatchLayout:
                 self.sort_key_idx = names.index(key_names[0])
 
 
+def _paced(loop: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``loop`` with the garbage collector paced for bulk row work (:mod:`.gc_pacing`)."""
+    with task_gc_pacing():
+        yield from loop
+
+
 # --------------------------------------------------------------------------------- operator
 def run_operator(plan: ProcessPlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body of :func:`~spark_state.process.checkpointed_process`."""
@@ -307,7 +315,7 @@ def run_operator(plan: ProcessPlan, batches: Iterator[pa.RecordBatch]) -> Iterat
         redistribute(store, partition, n, old_stores)
 
     ps = acquire(task.storage, plan.engine, n, partition, task.batch_id, sources_needed, populate, task.runs)
-    return _operator_loop(plan, task, ps, batches)
+    return _paced(_operator_loop(plan, task, ps, batches))
 
 
 def _operator_loop(plan: ProcessPlan, task: _Task, ps: PartitionStore,

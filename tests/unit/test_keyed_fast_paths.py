@@ -4,7 +4,9 @@ by key, and output batches built without a Python call per row."""
 
 from __future__ import annotations
 
+import gc
 import random
+from datetime import datetime, timedelta, timezone
 from collections import defaultdict
 
 import pyarrow as pa
@@ -12,10 +14,11 @@ import pytest
 from pyspark.sql import types as T
 
 from spark_state import EngineConfig, VersionedStore
-from spark_state.process.arrow_io import OutputWriter
+from spark_state.process.arrow_io import OutputWriter, column_values
 from spark_state.process.errors import OutputSchemaError
 from spark_state.process.routing import KEY_GROUP_COLUMN, ROUTE_COLUMN
-from spark_state.process.runner import _BatchLayout, _gathered, _group_by_key
+from spark_state.process.gc_pacing import TASK_GEN0_THRESHOLD, task_gc_pacing
+from spark_state.process.runner import _BatchLayout, _gathered, _group_by_key, _paced
 from spark_state.state import KeyedStateBackend, ValueStateDescriptor, serializer_for
 from spark_state.ttl import ManualClock, TtlConfig
 
@@ -230,3 +233,132 @@ def test_a_bad_write_back_update_fails_in_update_not_at_the_flush(store) -> None
     b.before_commit()
     assert n.value() == (1 << 63) - 1
     assert serializer_for(T.LongType()).deserialize(store.get(n._key)) == (1 << 63) - 1
+
+
+# ------------------------------------------------------------------ input conversion
+def _timestamps(unit: str, tz, values: list) -> pa.ChunkedArray:
+    """Two chunks of epoch ``values`` (in ``unit``), nulls kept."""
+    typ = pa.timestamp(unit, tz=tz)
+    half = len(values) // 2
+    return pa.chunked_array([pa.array(values[:half], pa.int64()).cast(typ),
+                             pa.array(values[half:], pa.int64()).cast(typ)])
+
+
+@pytest.mark.parametrize("tz", [None, "UTC", "America/Los_Angeles", "Asia/Kolkata", "+05:30", "Etc/GMT+3"])
+@pytest.mark.parametrize("unit", ["s", "ms", "us"])
+def test_timestamp_and_date_columns_convert_exactly_as_arrow_does(tz, unit) -> None:
+    per_s = {"s": 1, "ms": 1_000, "us": 1_000_000}[unit]
+    # around the 2024 US DST changes (ambiguous and skipped local hours), before 1970, the
+    # ends of datetime's range (localized within it), sub-second values, nulls
+    seconds = [1710064800 + 900 * i for i in range(-8, 9)] + [1730624400 + 900 * i for i in range(-8, 9)]
+    seconds += [-1, -86_400 * 365 * 80 - 7, 0, 1_700_000_000]
+    values = [s * per_s + (per_s // 3 if per_s > 1 else 0) for s in seconds]
+    values += [None, -62_135_596_800 * per_s + 86_400 * per_s, 253_402_300_799 * per_s - 86_400 * per_s, None]
+    column = _timestamps(unit, tz, values)
+    expected = column.to_pylist()
+    got = column_values(column)
+    assert got == expected
+    for g, e in zip(got, expected):
+        assert type(g) is type(e)
+        if e is not None:
+            assert g.tzinfo == e.tzinfo and g.fold == e.fold and str(g) == str(e)
+
+    for typ in (pa.date32(), pa.date64()):
+        days = [-719_162, -1, 0, 19_000, None, 2_932_896]
+        dates = pa.array(days, pa.int32()).cast(pa.date32()).cast(typ)
+        assert column_values(dates) == dates.to_pylist()
+        assert all(type(d) is type(e) for d, e in zip(column_values(dates), dates.to_pylist()))
+
+
+@pytest.mark.parametrize("tz", ["UTC", "Etc/UTC", "+05:30", "-09:45", "America/New_York"])
+def test_random_timestamps_over_the_whole_datetime_range_convert_as_arrow_does(tz) -> None:
+    rng = random.Random(tz)
+    lo, hi = -62_135_596_800_000_000 + 86_400_000_000, 253_402_300_799_999_999 - 86_400_000_000
+    values = [rng.randint(lo, hi) for _ in range(3000)]
+    # leap days and century boundaries (1900 and 2100 are not leap years, 2000 is)
+    for y, m, d in [(2000, 2, 29), (1900, 2, 28), (1900, 3, 1), (2100, 2, 28), (2100, 3, 1), (1600, 2, 29),
+                    (1969, 12, 31), (1970, 1, 1), (4, 2, 29), (9996, 2, 29)]:
+        epoch_us = (datetime(y, m, d, tzinfo=timezone.utc) - datetime(1970, 1, 1, tzinfo=timezone.utc)) \
+            // timedelta(microseconds=1)
+        values += [epoch_us - 1, epoch_us, epoch_us + 86_399_999_999]
+    values[::97] = [None] * len(values[::97])
+    column = _timestamps("us", tz, values)
+    got, expected = column_values(column), column.to_pylist()
+    assert got == expected
+    assert [str(g) for g in got] == [str(e) for e in expected]
+
+
+def test_columns_without_a_fast_path_or_out_of_its_range_keep_arrows_conversion() -> None:
+    ns = pa.array([1_700_000_000_123_456_789, None], pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
+    assert column_values(ns) == ns.to_pylist()
+    nulls = pa.array([None, None], pa.timestamp("us", tz="UTC"))
+    assert column_values(nulls) == [None, None]
+    empty = pa.array([], pa.timestamp("us"))
+    assert column_values(empty) == []
+    # outside datetime's range: Arrow's own behaviour (an error), not numpy's ints
+    far = pa.array([300_000_000_000 * 1_000_000], pa.int64()).cast(pa.timestamp("us"))
+    with pytest.raises(Exception) as arrow_error:
+        far.to_pylist()
+    with pytest.raises(type(arrow_error.value)):
+        column_values(far)
+    far_date = pa.array([2_932_897], pa.int32()).cast(pa.date32())
+    with pytest.raises(Exception) as arrow_error:
+        far_date.to_pylist()
+    with pytest.raises(type(arrow_error.value)):
+        column_values(far_date)
+    mixed = pa.array([1.5, None, 2.0])
+    assert column_values(mixed) == [1.5, None, 2.0]
+
+
+# ------------------------------------------------------------------ collector pacing
+def test_task_gc_pacing_raises_thresholds_for_the_task_and_restores_them() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with task_gc_pacing():
+            assert gc.get_threshold() == (TASK_GEN0_THRESHOLD, 20, 100)
+        assert gc.get_threshold() == (700, 10, 10)
+
+        def loop():
+            yield 1
+            raise RuntimeError("task failed")
+
+        paced = _paced(loop())
+        assert next(paced) == 1 and gc.get_threshold()[0] == TASK_GEN0_THRESHOLD
+        with pytest.raises(RuntimeError):
+            next(paced)
+        assert gc.get_threshold() == (700, 10, 10)
+        abandoned = _paced(iter([1, 2]))
+        next(abandoned)
+        abandoned.close()
+        assert gc.get_threshold() == (700, 10, 10)
+
+        # the application's own choices stand: collector off, or tuned higher already
+        gc.set_threshold(200_000, 5, 5)
+        with task_gc_pacing():
+            assert gc.get_threshold() == (200_000, 5, 5)
+        gc.set_threshold(700, 10, 10)
+        gc.disable()
+        with task_gc_pacing():
+            assert gc.get_threshold() == (700, 10, 10) and not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.set_threshold(*before)
+
+
+def test_cyclic_garbage_made_during_a_paced_task_is_still_collected() -> None:
+    class Node:
+        def __init__(self) -> None:
+            self.me = self
+
+    before = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    try:
+        gc.collect()
+        with task_gc_pacing():
+            for _ in range(3 * TASK_GEN0_THRESHOLD):
+                Node()
+            alive = sum(1 for o in gc.get_objects() if type(o) is Node)
+        assert alive <= TASK_GEN0_THRESHOLD  # young collections still ran during the task
+    finally:
+        gc.set_threshold(*before)
