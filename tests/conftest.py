@@ -101,26 +101,32 @@ def s3_location(s3_endpoint: str) -> tuple[str, dict[str, str]]:
     return f"s3://{bucket}/state", options
 
 
-# --- Parallel runs (pytest-xdist; ./dev test runs with -n 2 --dist loadgroup) ----------------
+# --- Parallel runs (pytest-xdist; ./dev test runs with -n 3 --dist loadgroup) ----------------
 #
 # Each xdist worker is its own process with its own session fixtures (SparkSession, moto server,
 # standalone cluster: free ports, own temp dirs). Two things are arranged here:
 #
-# * Groups: tests that share a costly module-scoped fixture or a per-session cache run on one
-#   worker, so the fixture is built once, not once per worker: the Connect server, the soak run,
-#   the wheel build, the CLI's checkpoint, keyed_process's and event time's unscaled runs; the
-#   operator cases' reference runs (the equivalence module's, and the ops modules' shared cache),
-#   grouped per case.
+# * Work units: the tests that share a costly module-scoped fixture run on one worker, back to
+#   back, so the fixture is built once, not once per worker: the Connect server, the soak run,
+#   the wheel build, the CLI's checkpoint, keyed_process's and event time's unscaled runs, the
+#   TTL dedup test's HDFS run; and, per operator case, the tests that compare with the case's
+#   reference runs (test_operator_equivalence.reference_run, a per-session cache shared with the
+#   ops tests). Every other test is a unit of its own. (xdist's own ``xdist_group`` marks do not
+#   work with pytest 9.2: xdist 3.8 renames ``item._nodeid``, which pytest no longer reads.)
 # * Order: the long tests (their own Spark applications, clusters, restarts) are handed out
 #   first and the many short ones last, so that the run does not end with one worker still in a
 #   long test while the other has nothing left to do.
 
-#: Module-scoped fixtures that run a query, a server or a build: their modules stay on one worker.
-_SHARED_MODULE_FIXTURES = {"connect_server", "soak", "wheel", "checkpoint", "unscaled", "page_views"}
-#: Modules whose operator-case reference runs are cached (module fixture or ops_support's cache).
-_CASE_GROUPED = {"test_operator_equivalence.py": "equivalence", "test_savepoint_restore.py": "ops",
-                 "test_migrate.py": "ops", "test_rescale.py": "ops"}
-#: Run first, in this order (node id prefixes): the longest tests and groups.
+#: Modules whose tests share a module-scoped fixture that runs a query, a server or a build.
+_SHARED_MODULES = {"tests/connect/test_connect.py", "tests/soak/test_soak_short.py", "tests/ops/test_cli.py",
+                   "tests/packaging/test_wheel.py", "tests/process/test_keyed_process.py", "tests/process/test_time.py"}
+#: Tests (all their parameters) that share a module-scoped fixture.
+_SHARED_TESTS = {"tests/spark/test_provider_ttl.py::test_dedup_with_ttl_keeps_state_bounded_while_hdfs_grows"}
+#: Modules whose tests take the operator case as their first parameter and compare with its
+#: reference runs; the equivalence module's tests without a case run agg_update.
+_CASE_MODULES = {"tests/spark/test_operator_equivalence.py": "agg_update", "tests/ops/test_savepoint_restore.py": None,
+                 "tests/ops/test_migrate.py": None, "tests/ops/test_rescale.py": None}
+#: Run first, in this order (node id prefixes): the longest tests and units.
 _LONG_FIRST = [
     "tests/reliability/test_speculation.py", "tests/reliability/test_kill.py", "tests/soak/",
     "tests/spark/test_jobs.py", "tests/reliability/test_single_writer.py", "tests/connect/",
@@ -129,20 +135,20 @@ _LONG_FIRST = [
 ]
 
 
-def _xdist_group(item) -> str | None:
-    module = item.path.name
-    if module in _CASE_GROUPED:
-        params = getattr(item, "callspec", None)
-        params = params.params if params else {}
-        # The equivalence module's tests without a case parameter run agg_update.
-        default = "agg_update" if module == "test_operator_equivalence.py" else None
-        case = params.get("case") or params.get("name") or default
-        return f"{_CASE_GROUPED[module]}:{getattr(case, 'name', case)}" if case else None
-    fixturedefs = getattr(item, "_fixtureinfo", None)
-    for name, defs in (fixturedefs.name2fixturedefs.items() if fixturedefs else ()):
-        if name in _SHARED_MODULE_FIXTURES and defs and defs[-1].scope == "module":
-            return item.nodeid.split("::", 1)[0]
-    return None
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: tests of one unit run on one worker, in collection order."""
+    path, _, name = nodeid.partition("::")
+    function, _, params = name.removesuffix("]").partition("[")
+    if path in _CASE_MODULES:
+        first = params.split("-", 1)[0]
+        case = first if first[:1].islower() else _CASE_MODULES[path]  # provider ids are CamelCase
+        if case:
+            return f"case:{case}"
+    if path in _SHARED_MODULES:
+        return path
+    if f"{path}::{function}" in _SHARED_TESTS:
+        return f"{path}::{function}"
+    return nodeid
 
 
 def pytest_collection_modifyitems(config, items):
@@ -150,7 +156,19 @@ def pytest_collection_modifyitems(config, items):
         return next((i for i, prefix in enumerate(_LONG_FIRST) if item.nodeid.startswith(prefix)), len(_LONG_FIRST))
 
     items.sort(key=rank)  # stable: collection order within a rank
-    for item in items:
-        group = _xdist_group(item)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # the tests run without pytest-xdist too (in one process)
+    pass
+else:
+    class _WorkUnitScheduling(LoadScopeScheduling):
+        """xdist's load-scope scheduling (each unit goes whole to the next free worker, in
+        collection order with --no-loadscope-reorder) over the units of :func:`work_unit`."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    def pytest_xdist_make_scheduler(config, log):
+        return _WorkUnitScheduling(config, log) if config.getvalue("dist") == "loadgroup" else None

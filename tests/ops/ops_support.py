@@ -21,20 +21,10 @@ def run(spark, case: E.Case, checkpoint, dirs, provider: str = SPARKSTATE_PROVID
                      checkpoint_dir=str(checkpoint), output_mode=case.output_mode, extra_confs=confs, **kwargs)
 
 
-_references: dict[tuple[str, str], RunResult] = {}
-
-
 def reference(spark, case: E.Case, tmp_path_factory, provider: str = HDFS_PROVIDER) -> RunResult:
     """The uninterrupted run of ``case`` on ``provider`` (default Spark's HDFS provider), once
-    per test session and provider."""
-    key = (case.name, provider)
-    if key not in _references:
-        root = tmp_path_factory.mktemp(f"ref-{case.name}")
-        dirs = E.write_inputs(case, root)
-        result = run(spark, case, root / "ckpt", dirs, provider=provider)
-        case.check(case, result)
-        _references[key] = result
-    return _references[key]
+    per test session and provider (shared with the operator equivalence tests)."""
+    return E.reference_run(spark, case, tmp_path_factory, provider)
 
 
 def assert_equal_to_uninterrupted(case: E.Case, runs: list[RunResult], want: RunResult, what: str,

@@ -73,13 +73,25 @@ def _dedup_batches():
     return batches
 
 
-def test_dedup_with_ttl_keeps_state_bounded_while_hdfs_grows(spark, tmp_path, ours):
-    write_batches(tmp_path / "in", _dedup_batches(), SCHEMA)
-    ours = run_query(spark, _dedup, provider_class=ours, input_dir=tmp_path / "in",
+@pytest.fixture(scope="module")
+def dedup_input(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dedup-ttl") / "in"
+    write_batches(path, _dedup_batches(), SCHEMA)
+    return path
+
+
+@pytest.fixture(scope="module")
+def hdfs_dedup(spark, dedup_input, tmp_path_factory):
+    """Spark's provider (no TTL) on the same input: one run for both backends' tests."""
+    return run_query(spark, _dedup, provider_class=HDFS_PROVIDER, input_dir=dedup_input, schema=SCHEMA,
+                     checkpoint_dir=tmp_path_factory.mktemp("dedup-ttl-hdfs") / "ckpt", output_mode="append")
+
+
+def test_dedup_with_ttl_keeps_state_bounded_while_hdfs_grows(spark, tmp_path, ours, dedup_input, hdfs_dedup):
+    ours = run_query(spark, _dedup, provider_class=ours, input_dir=dedup_input,
                      schema=SCHEMA, checkpoint_dir=tmp_path / "ours", output_mode="append",
                      extra_confs=ttl_confs("2500ms"))
-    hdfs = run_query(spark, _dedup, provider_class=HDFS_PROVIDER, input_dir=tmp_path / "in",
-                     schema=SCHEMA, checkpoint_dir=tmp_path / "hdfs", output_mode="append")
+    hdfs = hdfs_dedup
     assert ours.batch_ids == hdfs.batch_ids == list(range(BATCHES))
 
     ours_rows = [_rows_total(ours, b) for b in ours.batch_ids]
