@@ -62,7 +62,10 @@ def to_pylist(column: Column) -> list:
         return column.to_pylist()
     micros = column.cast(pa.int64())
     if t.unit != "us":
-        micros = pc.multiply(micros, _US_PER_UNIT[t.unit])  # exact: bounds are checked next
+        try:
+            micros = pc.multiply_checked(micros, _US_PER_UNIT[t.unit])
+        except pa.ArrowInvalid:  # beyond int64 microseconds: far outside datetime's range
+            return column.to_pylist()
     bounds = pc.min_max(micros).as_py()
     if not (MIN_US <= bounds["min"] and bounds["max"] <= MAX_US):
         return column.to_pylist()

@@ -301,6 +301,12 @@ def test_columns_without_a_fast_path_or_out_of_its_range_keep_arrows_conversion(
         far.to_pylist()
     with pytest.raises(type(arrow_error.value)):
         column_values(far)
+    # seconds whose microseconds overflow int64: not wrapped into datetime's range
+    huge = pa.array([2**62, 0], pa.int64()).cast(pa.timestamp("s", tz="UTC"))
+    with pytest.raises(Exception) as arrow_error:
+        huge.to_pylist()
+    with pytest.raises(type(arrow_error.value)):
+        column_values(huge)
     far_date = pa.array([2_932_897], pa.int32()).cast(pa.date32())
     with pytest.raises(Exception) as arrow_error:
         far_date.to_pylist()
