@@ -17,7 +17,9 @@ operator state), :mod:`.stores` (versions, store cache, rescale), :mod:`.locatio
 location layout), :mod:`.routing` (key groups -> partitions), :mod:`.inputs` (unioning inputs
 by side), :mod:`.event_time` (the watermark declaration in the plan), :mod:`.clock` (a batch's
 watermark and processing time), :mod:`.timer_service`, :mod:`.operator_state`,
-:mod:`.arrow_io`, :mod:`.keycodec`, :mod:`.functions` (the user-facing classes and contexts).
+:mod:`.arrow_io` (rows in, batches out), :mod:`.datetimes` (fast timestamp/date conversion),
+:mod:`.gc_pacing` (collector thresholds during a task), :mod:`.keycodec`, :mod:`.functions`
+(the user-facing classes and contexts).
 """
 
 from __future__ import annotations
