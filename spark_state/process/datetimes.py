@@ -72,12 +72,13 @@ def to_pylist(column: Column) -> list:
     if not t.tz:
         return column.to_numpy(zero_copy_only=False).astype("datetime64[us]").astype(object).tolist()
     first = pc.index(pc.is_valid(column), True).as_py()
-    tz = column[first].as_py().tzinfo
+    first_value = column[first].as_py()
+    tz = first_value.tzinfo
     offset = _fixed_offset_us(tz)
     if offset is None or not (MIN_US <= bounds["min"] + offset and bounds["max"] + offset <= MAX_US):
         return _localized(column, tz)
     values = _from_wall_clock(micros, offset, tz)
-    if values[first] != column[first].as_py():  # pragma: no cover - a safety net, never seen
+    if values[first] != first_value:  # pragma: no cover - a safety net, never seen
         return column.to_pylist()
     return values
 
@@ -100,7 +101,6 @@ def _localized(column: Column, tz: dt.tzinfo) -> list:
 
 def _from_wall_clock(micros: Column, offset: int, tz: dt.tzinfo) -> list:
     """Aware datetimes in a fixed-offset zone from UTC epoch microseconds (nulls kept)."""
-    valid = pc.is_valid(micros)
     us = pc.fill_null(micros, 0).to_numpy(zero_copy_only=False).astype(np.int64) + offset
     days = np.floor_divide(us, _US_PER_DAY)
     of_day = us - days * _US_PER_DAY
@@ -109,7 +109,7 @@ def _from_wall_clock(micros: Column, offset: int, tz: dt.tzinfo) -> list:
     fields = [year, month, day, seconds // 3600, seconds // 60 % 60, seconds % 60, of_day - seconds * 1_000_000]
     values: list[Optional[dt.datetime]] = list(map(dt.datetime, *[f.tolist() for f in fields], repeat(tz)))
     if micros.null_count:
-        for i in pc.indices_nonzero(pc.invert(valid)).to_pylist():
+        for i in pc.indices_nonzero(pc.is_null(micros)).to_pylist():
             values[i] = None
     return values
 

@@ -569,17 +569,21 @@ def run_case(spark, case: Case, provider: str, dirs, checkpoint, **kwargs) -> Ru
     )
 
 
+#: Input files of each case, written once for the whole test session.
+_INPUTS: dict[str, list] = {}
+
+
+def inputs_of(case: Case, tmp_path_factory) -> list:
+    """The input files of ``case``, shared by all providers' runs and the reference runs."""
+    if case.name not in _INPUTS:
+        _INPUTS[case.name] = write_inputs(case, tmp_path_factory.mktemp(f"in-{case.name}"))
+    return _INPUTS[case.name]
+
+
 @pytest.fixture(scope="module")
 def case_inputs(tmp_path_factory):
     """Input files of each case, written once and shared by all providers' runs."""
-    cache = {}
-
-    def get(case: Case):
-        if case.name not in cache:
-            cache[case.name] = write_inputs(case, tmp_path_factory.mktemp(f"in-{case.name}"))
-        return cache[case.name]
-
-    return get
+    return lambda case: inputs_of(case, tmp_path_factory)
 
 
 #: Uninterrupted runs of the cases, per (case, provider), for the whole test session: this
@@ -593,8 +597,8 @@ def reference_run(spark, case: Case, tmp_path_factory, provider: str = REFERENCE
     to produce."""
     key = (case.name, provider)
     if key not in _REFERENCES:
-        root = tmp_path_factory.mktemp(f"ref-{case.name}")
-        result = run_case(spark, case, provider, write_inputs(case, root), root / "ckpt")
+        ckpt = tmp_path_factory.mktemp(f"ref-{case.name}") / "ckpt"
+        result = run_case(spark, case, provider, inputs_of(case, tmp_path_factory), ckpt)
         case.check(case, result)
         _REFERENCES[key] = result
     return _REFERENCES[key]
