@@ -9,6 +9,7 @@ Real parts only: the shim's SparkStateProvider, its Python worker, checkpoints o
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import pytest
@@ -165,12 +166,32 @@ def test_many_epochs_read_exactly_through_layers_and_refreshes(spark, tmp_path):
             shim.close()
 
 
+def _settled(read, interval: float = 0.2, quiet_reads: int = 5, limit: float = 30.0) -> int:
+    """`read()` once it returned the same value `quiet_reads` times in a row."""
+    deadline = time.monotonic() + limit
+    last, same = read(), 0
+    while same < quiet_reads:
+        assert time.monotonic() < deadline, f"the heap budget did not settle within {limit} s (last {last})"
+        time.sleep(interval)
+        now = read()
+        same = same + 1 if now == last else 0
+        last = now
+    return last
+
+
 def test_heap_budget_is_released_exactly_as_charged(spark, tmp_path):
     """Stores that open, commit, read and close leave the executor-wide count where it was (it
     once drifted below zero by an empty map's size per store started at version 0, until a small
     budget no longer bound)."""
-    budget = spark._jvm.org.apache.spark.sql.execution.streaming.state.sparkstate.HeapBudget
-    before = budget.usedBytes()
+    state = spark._jvm.org.apache.spark.sql.execution.streaming.state
+    budget = state.sparkstate.HeapBudget
+    # The count is executor-wide: stores that earlier tests of this session left loaded would be
+    # unloaded by Spark's maintenance thread while this test runs. Unload them all first (and stop
+    # the thread; the next StateStore.get starts it again), then wait for the count to settle.
+    for query in spark.streams.active:
+        query.stop()
+    state.StateStore.stop()
+    before = _settled(budget.usedBytes)
     for i in range(5):
         shim = Shim(spark, str(tmp_path / f"state-{i}"), BACKENDS["hashmap"])
         shim.store(0).abort()
