@@ -5,7 +5,9 @@ then ``commit`` of an Arrow changes file per epoch, same schema as ``ChangeBuffe
 and times the phases of each commit by wrapping the functions that do the work:
 
 * ``read_changes``       -- reading the JVM's Arrow file
-* ``stage``              -- staging the epoch (TTL stamping when on)
+* ``stage``              -- staging the epoch (TTL stamping when on; without TTL the epoch's
+                            Arrow columns are committed whole)
+* ``changelog encode``   -- the epoch's changelog, as Arrow IPC bytes
 * ``changelog+manifest`` -- durable writes to checkpoint storage (``write_bytes``)
 * ``apply``              -- the RocksDB WriteBatch of the epoch
 * ``count``              -- lookups for the exact key count (keys whose existence is unknown)
@@ -62,14 +64,17 @@ def _wrap(owner, name: str, label: str, when=None) -> None:
 def instrument() -> None:
     from spark_state import store as store_mod
     from spark_state.backends import rocksdb as rocks
-    from spark_state.overlay import WriteOverlay
+    from spark_state.epoch_writes import ArrowWrites, OverlayWrites
     from spark_state.provider import service, ttl_commit
     from spark_state.storage import local
 
-    _wrap(service, "read_changes", "read_changes")
-    _wrap(service, "stage_epoch", "stage")
+    _wrap(service, "read_changes_table", "read_changes")
+    _wrap(ttl_commit, "stage_epoch", "stage")
     _wrap(rocks.RocksDBBackend, "apply", "apply")
-    _wrap(WriteOverlay, "count_committed", "count")
+    _wrap(rocks.RocksDBBackend, "apply_distinct", "apply")
+    for writes in (OverlayWrites, ArrowWrites):
+        _wrap(writes, "existing_user_keys", "count")
+        _wrap(writes, "encode_changelog", "changelog encode")
     from spark_state.storage import remote
     for cls in (local.LocalStorage, remote.FsspecStorage):
         _wrap(cls, "write_bytes", "changelog+manifest")
@@ -79,7 +84,6 @@ def instrument() -> None:
         _wrap(store_mod.VersionedStore, "_capture_snapshot", "snapshot")
     if hasattr(store_mod.VersionedStore, "export_view"):
         _wrap(store_mod.VersionedStore, "export_view", "view export")
-    del ttl_commit
 
 
 def changes_file(path: str, keys: np.ndarray, values_len: int, rng, prior: int = -1) -> None:

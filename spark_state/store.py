@@ -60,6 +60,7 @@ from .checkpoint.retention import CleanupResult, cleanup, list_copies, list_vers
 from .checkpoint.runs import RunContext
 from .checkpoint.snapshots import SharedFileIndex, SnapshotStats, download_snapshot, read_descriptor, upload_snapshot
 from .config import EngineConfig
+from .epoch_writes import ArrowWrites, EpochWrites, OverlayWrites
 from .errors import (CheckpointCorruptError, CheckpointFileMissingError, ConcurrentWriterError, SparkStateError,
                      StoreStateError, VersionNotFoundError)
 from .localdirs import process_root
@@ -488,13 +489,24 @@ class VersionedStore:
 
     def commit(self) -> int:
         """Persist the pending writes as version ``loaded + 1`` and return that number."""
+        return self._commit(OverlayWrites(self._overlay))
+
+    def commit_writes(self, writes: ArrowWrites) -> int:
+        """Persist ``writes`` -- a whole epoch, nothing staged besides -- as version ``loaded + 1``
+        and return that number (what the provider does with the epoch its shim ships)."""
+        with self._lock:
+            if len(self._overlay):
+                raise StoreStateError(f"{len(self._overlay)} writes are staged already; commit_writes takes "
+                                      "a whole epoch")
+            return self._commit(writes)
+
+    def _commit(self, writes: EpochWrites) -> int:
         with self._lock, self._local_errors(f"committing version {(self._version or 0) + 1}"):
             self._require_loaded()
             started = time.perf_counter()
             assert self._backend is not None and self._version is not None
             new_version = self._version + 1
             commit_id = layout.new_id()
-            changes = self._overlay.changes()
             metrics = CommitMetrics(version=new_version)
             runs = self._runs
             rank = C.UNRANKED
@@ -507,7 +519,7 @@ class VersionedStore:
             capture: Optional[Capture] = None
             try:
                 crashpoints.reached("commit.before-changelog")
-                data = changelog.encode(new_version, changes)
+                data = writes.encode_changelog(new_version)
                 path = layout.changelog_path(new_version, commit_id)
                 self._storage.write_bytes(path, data)
                 crashpoints.reached("commit.after-changelog")
@@ -516,16 +528,11 @@ class VersionedStore:
                 # removes one. Existence is known from this epoch's reads, and one batched
                 # lookup answers for the remaining keys.
                 # Keys of the engine's system keyspace (TTL index, markers) are not counted.
-                # (list.count and max are C loops: these run over every key of every commit.)
-                num_deletes = list(changes.values()).count(None)
-                num_puts = len(changes) - num_deletes
-                user_puts = num_puts
-                if changes and max(changes) >= C.SYSTEM_KEY_PREFIX:
-                    user_puts -= sum(1 for k, v in changes.items() if v is not None and k[:1] == C.SYSTEM_KEY_PREFIX)
-                num_keys = self._num_keys + user_puts - self._overlay.count_committed(self._backend.count_existing)
+                num_keys = (self._num_keys + writes.user_puts()
+                            - writes.existing_user_keys(self._backend.count_existing))
                 snapshot_due = self._snapshot_due()
                 self._snapshot_decision = None
-                self._backend.apply(changes.items())
+                writes.apply_to(self._backend)
                 crashpoints.reached("commit.after-apply")
                 previous = self._manifest
                 chain = (previous.replay if previous else ()) + (ref,)
@@ -569,8 +576,8 @@ class VersionedStore:
             self._manifest = manifest
             self._num_keys = num_keys
             self._state_origin = base.path if metrics.snapshot_taken and capture is None and base else ref.path
-            metrics.num_deletes = num_deletes
-            metrics.num_updates = num_puts
+            metrics.num_deletes = writes.num_deletes
+            metrics.num_updates = writes.num_puts
             metrics.changelog_bytes = len(data)
             if metrics.snapshot_taken and capture is None:
                 # New snapshots are what make old files obsolete: clean up right after

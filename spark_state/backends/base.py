@@ -11,6 +11,7 @@ Keys and values are ``bytes``. Iteration is in ascending unsigned-bytewise key o
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional, Sequence
@@ -64,6 +65,12 @@ class KVBackend(ABC):
     @abstractmethod
     def apply(self, changes: Iterable[Change]) -> None:
         """Apply puts and deletes atomically: all of them become visible, or none."""
+
+    def apply_distinct(self, put_keys: list[bytes], put_values: list[bytes], delete_keys: list[bytes]) -> None:
+        """:meth:`apply` for writes of distinct keys (no key among both lists or twice in one),
+        given as columns: their order does not matter, so a backend may apply them without a
+        Python-level loop per key."""
+        self.apply(itertools.chain(zip(put_keys, put_values), zip(delete_keys, itertools.repeat(None))))
 
     def count_existing(self, keys: Sequence[bytes]) -> int:
         """How many of ``keys`` (distinct) are present; used to keep an exact key count."""

@@ -16,6 +16,7 @@ checkpoint storage instead), so the WAL would only cost write throughput.
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 from typing import Iterable, Iterator, Optional, Sequence, cast
@@ -121,6 +122,15 @@ class RocksDBBackend(KVBackend):
                 delete(key)
             else:
                 put(key, value)
+        if len(batch):
+            self._db.write(batch, self._write_options)
+
+    def apply_distinct(self, put_keys: list[bytes], put_values: list[bytes], delete_keys: list[bytes]) -> None:
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        # map() drives the batch's methods from C: no bytecode per key (about 40% of building the
+        # batch, which costs as much as RocksDB's write of it).
+        collections.deque(map(batch.put, put_keys, put_values), 0)
+        collections.deque(map(batch.delete, delete_keys), 0)
         if len(batch):
             self._db.write(batch, self._write_options)
 

@@ -31,18 +31,25 @@ _DELETE = pa.scalar(C.OP_DELETE, pa.int8())
 
 def encode(version: int, changes: Mapping[bytes, Optional[bytes]]) -> bytes:
     """Serialise ``{key: value or None}`` as the changelog of ``version``."""
+    keys, values = list(changes.keys()), list(changes.values())
+    step = C.ARROW_BATCH_ROWS  # chunks of bounded size: one binary array holds at most 2 GiB
+
+    def column(items: list) -> pa.ChunkedArray:
+        return pa.chunked_array([pa.array(items[i:i + step], pa.binary()) for i in range(0, len(items), step)],
+                                pa.binary())
+
+    return encode_columns(version, column(keys), column(values))
+
+
+def encode_columns(version: int, keys: pa.ChunkedArray, values: pa.ChunkedArray) -> bytes:
+    """Serialise ``keys[i] -> values[i]`` (null: delete; one row per key) as the changelog of
+    ``version``, in record batches of at most ``constants.ARROW_BATCH_ROWS`` rows."""
     schema = SCHEMA.with_metadata({_META_FORMAT: str(C.FORMAT_VERSION), _META_VERSION: str(version)})
+    ops = pc.if_else(pc.is_null(values), _DELETE, _PUT)
+    table = pa.Table.from_arrays([ops, keys.cast(pa.binary()), values.cast(pa.binary())], schema=schema)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, schema) as writer:
-        keys = list(changes.keys())
-        values = list(changes.values())
-        step = C.ARROW_BATCH_ROWS
-        for i in range(0, len(keys), step):
-            chunk_values = pa.array(values[i:i + step], pa.binary())
-            ops = pc.if_else(chunk_values.is_null(), _DELETE, _PUT)
-            writer.write_batch(
-                pa.record_batch([ops, pa.array(keys[i:i + step], pa.binary()), chunk_values], schema=schema)
-            )
+        writer.write_table(table, max_chunksize=C.ARROW_BATCH_ROWS)
     return sink.getvalue().to_pybytes()
 
 

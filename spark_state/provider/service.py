@@ -44,7 +44,7 @@ from ..ttl import is_stamped
 from . import options as provider_options
 from . import ttl_policy
 from .protocol import SERVICE_INTERFACE
-from .ttl_commit import NAMESPACE, collect_background, read_changes, stage_epoch
+from .ttl_commit import NAMESPACE, collect_background, commit_epoch, read_changes_table
 from .ttl_policy import StoreTtl
 from .views import ViewExporter, commit_id, commit_view
 
@@ -204,15 +204,14 @@ class StoreService:
             instance = self._instance(instance_id, checkpoint, options_json)
             with instance.lock:
                 store = instance.store.load(int(version))  # cached unless the worker restarted
-                changes = read_changes(changes_path)
+                changes = read_changes_table(changes_path)
                 _maybe_crash(instance.crash_on_commit, int(version) + 1)
                 ttl = instance.ttl
                 now = int(now_ms) if int(now_ms) >= 0 else ttl.now_ms(store.version)
                 background, instance.expired_candidates = instance.expired_candidates, None
                 candidates = background[1] if background and background[0] == store.version else None
                 expired_keys: list[bytes] = []
-                epoch = stage_epoch(store, ttl, changes, now, candidates, instance.where, expired_keys)
-                store.commit()
+                epoch = commit_epoch(store, ttl, changes, now, candidates, instance.where, expired_keys)
                 view = commit_view(store, instance.views, stamped=ttl.enabled, stamp_ms=now,
                                    layout_changed=epoch.layout_changed and epoch.migrated > 0,
                                    expired_keys=expired_keys)

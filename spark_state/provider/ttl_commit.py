@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import constants as C
+from ..epoch_writes import ArrowWrites
 from ..store import VersionedStore
 from ..ttl import TtlKeyValue, is_stamped, migrate_layout
 from .ttl_policy import StoreTtl
@@ -74,12 +75,20 @@ class Changes:
                        [self.existed[i] for i in keep], [self.prior_stamps[i] for i in keep])
 
 
-def read_changes(path: str) -> Changes:
-    """Read a changes file written by the shim (schema in ``protocol``)."""
+def read_changes_table(path: str) -> pa.Table:
+    """The changes file the shim wrote (schema in ``protocol``), as one Arrow table."""
     with pa.memory_map(path) as source:
-        table = pa.ipc.open_file(source).read_all()
+        return pa.ipc.open_file(source).read_all()
+
+
+def _values(table: pa.Table) -> pa.ChunkedArray:
+    """The new values, null for deletes."""
+    return pc.if_else(pc.equal(table.column("op"), C.OP_DELETE), pa.scalar(None, pa.binary()), table.column("value"))
+
+
+def changes_of(table: pa.Table) -> Changes:
+    """The changes table as Python lists (for staging in the store's overlay)."""
     op = table.column("op")
-    values = pc.if_else(pc.equal(op, C.OP_DELETE), pa.scalar(None, pa.binary()), table.column("value"))
     n = table.num_rows
     if "prior_stamp" in table.column_names:
         prior_stamps = table.column("prior_stamp").to_pylist()
@@ -88,7 +97,7 @@ def read_changes(path: str) -> Changes:
     touches: list[int] = []
     if n and pc.any(pc.equal(op, OP_TOUCH)).as_py():
         touches = pc.indices_nonzero(pc.equal(op, OP_TOUCH)).to_pylist()
-    return Changes(table.column("key").to_pylist(), values.to_pylist(), table.column("prior").to_pylist(),
+    return Changes(table.column("key").to_pylist(), _values(table).to_pylist(), table.column("prior").to_pylist(),
                    prior_stamps, touches)
 
 
@@ -141,6 +150,27 @@ def stage_epoch(store: VersionedStore, ttl: StoreTtl, changes: Changes, now: int
     if candidates:
         result.expired = kv.expire(candidates, now, expired_keys)
     return result
+
+
+def commit_epoch(store: VersionedStore, ttl: StoreTtl, table: pa.Table, now: int,
+                 background: Optional[Sequence[tuple[bytes, int]]] = None, where: str = "",
+                 expired_keys: Optional[list[bytes]] = None) -> EpochTtl:
+    """Commit the epoch of the changes ``table`` on top of the version ``store`` has loaded
+    (nothing staged yet), with ``ttl``'s layout; arguments as for :func:`stage_epoch`.
+
+    Without TTL, and with unstamped state (no layout to migrate), the table is committed whole
+    as Arrow columns (:class:`~spark_state.epoch_writes.ArrowWrites`); otherwise its rows are
+    staged one by one (:func:`stage_epoch`)."""
+    if not ttl.enabled and not is_stamped(store, NAMESPACE):
+        op = table.column("op")
+        if not table.num_rows or not pc.any(pc.equal(op, OP_TOUCH)).as_py():
+            writes = ArrowWrites.of(table.column("key"), _values(table), table.column("prior"))
+            if writes is not None:
+                store.commit_writes(writes)
+                return EpochTtl()
+    epoch = stage_epoch(store, ttl, changes_of(table), now, background, where, expired_keys)
+    store.commit()
+    return epoch
 
 
 def collect_background(store: VersionedStore, ttl: StoreTtl) -> list[tuple[bytes, int]]:
