@@ -1,7 +1,8 @@
 """The provider's read views, driven store by store through Py4J on the test session's JVM: a reader
 of version v never sees v+1 -- neither while v+1 commits beside it (a speculative or zombie
 attempt of the same batch on this executor) nor when a task is retried after its commit -- on both
-backends; and the heap backend's budget fails a task with a message naming the conf.
+backends; the heap backend's budget fails a task with a message naming the conf; and an epoch's
+pending writes reach the changes file in RocksDB's key order.
 
 Real parts only: the shim's SparkStateProvider, its Python worker, checkpoints on local disk.
 """
@@ -9,9 +10,11 @@ Real parts only: the shim's SparkStateProvider, its Python worker, checkpoints o
 from __future__ import annotations
 
 import json
+import random
 import time
 import uuid
 
+import pyarrow as pa
 import pytest
 
 pytestmark = pytest.mark.spark
@@ -218,3 +221,50 @@ def test_heap_state_over_its_budget_fails_the_task_naming_the_conf(spark, tmp_pa
         shim.close()
         # The budget is executor-wide: give the rest of the session the default back.
         Shim(spark, str(tmp_path / "other"), BACKENDS["hashmap"]).close()
+
+
+def _awkward_keys(rng: random.Random) -> list[bytes]:
+    """Keys that stress a sort on the first 8 bytes: empty and short keys, bytes >= 0x80 (unsigned
+    order), long runs sharing 8 or more leading bytes, keys differing only in the 7th or 8th byte."""
+    keys = {b"", b"\x00", b"\x7f", b"\x80", b"\xff", b"\xff" * 8, b"\x00" * 9}
+    while len(keys) < 1500:
+        keys.add(bytes(rng.randrange(256) for _ in range(rng.randrange(1, 24))))
+    shared = bytes(rng.randrange(256) for _ in range(10))
+    keys.update(shared + bytes([rng.randrange(256), rng.randrange(256)]) for _ in range(400))
+    head = b"\x01\x02\x03\x04\x05\x06"
+    keys.update(head + bytes([a, b]) + b"tail" for a in (0x00, 0x7f, 0x80, 0xff) for b in range(0, 256, 5))
+    return list(keys)
+
+
+def test_pending_writes_reach_the_changes_file_in_unsigned_key_order(spark, tmp_path):
+    sparkstate = spark._jvm.org.apache.spark.sql.execution.streaming.state.sparkstate
+    rng = random.Random(7)
+    keys = _awkward_keys(rng)
+    rng.shuffle(keys)
+    buffer = sparkstate.ChangeBuffer()
+    expected: dict[bytes, bytes | None] = {}
+    for i, k in enumerate(keys):
+        if i % 7 == 3:
+            buffer.remove(k)
+            expected[k] = None
+        else:
+            value = b"v%d" % i
+            buffer.put(k, value)
+            expected[k] = value
+    for k in keys[:200]:  # a second write of a key: its last value counts
+        buffer.put(k, b"again")
+        expected[k] = b"again"
+
+    writes = buffer.sortedWrites()
+    in_order = sorted(expected)
+    assert [bytes(k) for k in writes.keys()] == in_order
+    assert list(writes.hashes()) == [sparkstate.HashBytesMap.hash(k) for k in in_order]
+
+    path = tmp_path / "changes.arrow"
+    assert buffer.writeArrow(spark._jvm.java.io.File(str(path)), None) == len(in_order)
+    with pa.memory_map(str(path)) as source:
+        table = pa.ipc.open_file(source).read_all()
+    assert table.column("key").to_pylist() == in_order
+    assert table.column("value").to_pylist() == [expected[k] for k in in_order]
+    assert table.column("op").to_pylist() == [1 if expected[k] is None else 0 for k in in_order]
+    assert set(table.column("prior").to_pylist()) == {-1}  # nothing read: prior unknown

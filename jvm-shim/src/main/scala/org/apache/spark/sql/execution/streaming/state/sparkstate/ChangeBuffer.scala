@@ -19,7 +19,7 @@ import org.apache.spark.sql.util.ArrowUtils
  * write is O(1). Key order (unsigned bytes, RocksDB's order) is needed only by scans merged with an
  * ordered view and at commit (the changes file and the [[CommitDelta]] are sorted), so it is built on
  * demand: the first ordered scan of an epoch creates `sorted`, a skip list every later write of the
- * epoch also updates; a commit without one sorts the keys once ([[writesInOrder]]). A skip list for
+ * epoch also updates; a commit without one sorts the keys once ([[sortedWrites]]). A skip list for
  * every write cost a third of a dropDuplicates task's time (its lookups compare byte arrays along
  * O(log n) levels). Iterators of both maps are weakly consistent: operators may put and remove while
  * they iterate (eviction does), as the contract requires. Writes are serialized on this object; reads
@@ -37,7 +37,7 @@ private[sparkstate] final class ChangeBuffer {
   /** The pending writes in key order, once an ordered scan asked for it this epoch (else null). */
   @volatile private var sorted: ConcurrentSkipListMap[Array[Byte], Array[Byte]] = _
   /** The pending writes sorted by key as of the last write, cached for the commit (null: stale). */
-  private var orderedSnapshot: Array[java.util.Map.Entry[Array[Byte], Array[Byte]]] = _
+  private var orderedSnapshot: SortedWrites = _
   private val priors = new java.util.HashMap[BytesKey, java.lang.Long]()
   /** OnReadAndWrite point reads of live keys: key -> the stored (stamped) value that was read. */
   private val touched = new java.util.HashMap[BytesKey, Array[Byte]]()
@@ -73,25 +73,13 @@ private[sparkstate] final class ChangeBuffer {
 
   def size: Int = pending.size
 
-  /** The pending writes in key order: value, or [[Tombstone]] for a delete. */
-  def writesInOrder: java.util.Iterator[java.util.Map.Entry[Array[Byte], Array[Byte]]] = synchronized {
-    val s = sorted
-    if (s != null) s.entrySet().iterator()
-    else {
-      if (orderedSnapshot == null) {
-        val entries = new Array[SortEntry](pending.size)
-        var n = 0
-        val it = pending.entrySet().iterator()
-        while (it.hasNext) {
-          val e = it.next()
-          entries(n) = new SortEntry(e.getKey.bytes, e.getValue)
-          n += 1
-        }
-        JArrays.sort(entries, SortEntry.Order)
-        orderedSnapshot = entries.asInstanceOf[Array[java.util.Map.Entry[Array[Byte], Array[Byte]]]]
-      }
-      JArrays.asList(orderedSnapshot: _*).iterator()
+  /** The pending writes in key order (value, or [[Tombstone]] for a delete), cached until the next write. */
+  def sortedWrites: SortedWrites = synchronized {
+    if (orderedSnapshot == null) {
+      val s = sorted
+      orderedSnapshot = if (s != null) SortedWrites.fromOrdered(s) else SortedWrites.sort(pending)
     }
+    orderedSnapshot
   }
 
   /** OnReadAndWrite touches of keys not written this epoch: (key, stored value read, stamp included). */
@@ -178,6 +166,15 @@ private[sparkstate] final class ChangeBuffer {
    * map) answers for every written key, so the engine needs no lookups for its key count.
    */
   def writeArrow(file: File, priorFromView: Array[Byte] => Long = null): Int = {
+    val writes = sortedWrites
+    val touches = touchesNotWritten
+    val nWrites = writes.size
+    val total = nWrites + touches.length
+    def keyAt(i: Int): Array[Byte] = if (i < nWrites) writes.keys(i) else touches(i - nWrites)._1
+    /** Bytes of row i's value column: the value, a touch's stored value without its TTL stamp, 0 for a delete. */
+    def valueLength(i: Int): Int =
+      if (i < nWrites) { val v = writes.values(i); if (v eq Tombstone) 0 else v.length }
+      else touches(i - nWrites)._2.length - TtlView.StampBytes
     val allocator = ArrowUtils.rootAllocator.newChildAllocator("spark-state-commit", 0, Long.MaxValue)
     val root = VectorSchemaRoot.create(ChangesSchema, allocator)
     val out = new FileOutputStream(file)
@@ -189,64 +186,64 @@ private[sparkstate] final class ChangeBuffer {
       val value = root.getVector("value").asInstanceOf[VarBinaryVector]
       val prior = root.getVector("prior").asInstanceOf[TinyIntVector]
       val priorStamp = root.getVector("prior_stamp").asInstanceOf[BigIntVector]
-      val it = writesInOrder
-      val touches = touched.entrySet().iterator()
-      var pendingTouch: java.util.Map.Entry[BytesKey, Array[Byte]] = null
-      def nextTouch(): Boolean = {
-        pendingTouch = null
-        while (pendingTouch == null && touches.hasNext) {
-          val t = touches.next()
-          if (!pending.containsKey(t.getKey)) pendingTouch = t
-        }
-        pendingTouch != null
-      }
-      var hasTouch = nextTouch()
       def setPrior(n: Int, k: Array[Byte]): Unit = {
         val p: java.lang.Long = if (priorFromView != null) priorFromView(k) else priors.get(new BytesKey(k))
         if (p == null) {
-          prior.setSafe(n, PriorUnknown)
-          priorStamp.setSafe(n, StampUnknown)
+          prior.set(n, PriorUnknown)
+          priorStamp.set(n, StampUnknown)
         } else if (p.longValue() == PriorAbsent) {
-          prior.setSafe(n, 0)
-          priorStamp.setSafe(n, PriorAbsent)
+          prior.set(n, 0)
+          priorStamp.set(n, PriorAbsent)
         } else {
-          prior.setSafe(n, 1)
-          priorStamp.setSafe(n, if (p.longValue() == PriorExists) StampUnknown else p.longValue())
+          prior.set(n, 1)
+          priorStamp.set(n, if (p.longValue() == PriorExists) StampUnknown else p.longValue())
         }
       }
-      var total = 0
-      while (it.hasNext || hasTouch) {
-        root.allocateNew()
+      var start = 0
+      while (start < total) {
+        val end = math.min(total, start + BatchRows)
+        val rows = end - start
+        // Every vector sized exactly for this batch up front, so the unchecked setters never reallocate.
+        var keyBytes = 0L
+        var valueBytes = 0L
+        var i = start
+        while (i < end) {
+          keyBytes += keyAt(i).length
+          valueBytes += valueLength(i)
+          i += 1
+        }
+        op.allocateNew(rows)
+        prior.allocateNew(rows)
+        priorStamp.allocateNew(rows)
+        key.allocateNew(math.max(keyBytes, 1L), rows)
+        value.allocateNew(math.max(valueBytes, 1L), rows)
         var n = 0
-        while (n < BatchRows && it.hasNext) {
-          val e = it.next()
-          val k = e.getKey
-          val v = e.getValue
-          key.setSafe(n, k)
-          if (v eq Tombstone) {
-            op.setSafe(n, OpDelete)
-            value.setNull(n)
+        i = start
+        while (i < end) {
+          val k = keyAt(i)
+          key.set(n, k)
+          if (i < nWrites) {
+            val v = writes.values(i)
+            if (v eq Tombstone) {
+              op.set(n, OpDelete)
+              value.setNull(n)
+            } else {
+              op.set(n, OpPut)
+              value.set(n, v)
+            }
           } else {
-            op.setSafe(n, OpPut)
-            value.setSafe(n, v)
+            val stored = touches(i - nWrites)._2
+            op.set(n, OpTouch)
+            value.set(n, stored, TtlView.StampBytes, stored.length - TtlView.StampBytes)
           }
           setPrior(n, k)
           n += 1
+          i += 1
         }
-        while (n < BatchRows && !it.hasNext && hasTouch) {
-          val k = pendingTouch.getKey.bytes
-          val stored = pendingTouch.getValue
-          key.setSafe(n, k)
-          op.setSafe(n, OpTouch)
-          value.setSafe(n, stored, TtlView.StampBytes, stored.length - TtlView.StampBytes)
-          setPrior(n, k)
-          n += 1
-          hasTouch = nextTouch()
-        }
-        root.setRowCount(n)
+        root.setRowCount(rows)
         writer.writeBatch()
-        total += n
         root.clear()
+        start = end
       }
       writer.end()
       writer.close()
@@ -294,7 +291,7 @@ private[sparkstate] object ChangeBuffer {
  * Equal iff the bytes are equal. The array is not copied and must not change.
  */
 private[sparkstate] final class BytesKey(val bytes: Array[Byte]) {
-  private[this] val hash = HashBytesMap.hash(bytes)
+  val hash: Int = HashBytesMap.hash(bytes)
 
   override def hashCode: Int = hash
 
@@ -305,13 +302,103 @@ private[sparkstate] final class BytesKey(val bytes: Array[Byte]) {
 }
 
 /**
- * A pending write being sorted for the commit, with the first 8 bytes of its key as an unsigned
- * big-endian long (zero-padded): stored keys start with their key group and 32-bit hash, so that long
- * almost always decides the unsigned byte order alone, without comparing arrays.
+ * An epoch's pending writes in unsigned byte order of their keys, as parallel arrays: `keys(i)`, its
+ * [[HashBytesMap.hash]] `hashes(i)` (carried from its [[BytesKey]]) and `values(i)` (the value, or
+ * [[ChangeBuffer.Tombstone]]). Keys are distinct. Shared, never modified after construction.
  */
-private[sparkstate] final class SortEntry(key: Array[Byte], value: Array[Byte])
-    extends java.util.AbstractMap.SimpleImmutableEntry[Array[Byte], Array[Byte]](key, value) {
-  val prefix: Long = {
+private[sparkstate] final class SortedWrites(
+    val keys: Array[Array[Byte]], val hashes: Array[Int], val values: Array[Array[Byte]]) {
+  def size: Int = keys.length
+}
+
+private[sparkstate] object SortedWrites {
+  /** From a map already in key order (the skip list an ordered scan built). */
+  def fromOrdered(map: java.util.NavigableMap[Array[Byte], Array[Byte]]): SortedWrites = {
+    val keys = new scala.collection.mutable.ArrayBuffer[Array[Byte]](map.size)
+    val values = new scala.collection.mutable.ArrayBuffer[Array[Byte]](map.size)
+    val it = map.entrySet().iterator()
+    while (it.hasNext) {
+      val e = it.next()
+      keys += e.getKey
+      values += e.getValue
+    }
+    new SortedWrites(keys.toArray, keys.iterator.map(HashBytesMap.hash).toArray, values.toArray)
+  }
+
+  /**
+   * Sort the hashed pending writes. Stored keys start with their key group and a 32-bit hash, so their
+   * first 8 bytes (as an unsigned big-endian long, zero-padded) almost always decide the order alone.
+   * Each entry becomes one long: the high bits of that prefix, then its index in the low `bits` bits
+   * (enough for every index), sign bit flipped so that a primitive signed sort is the unsigned order.
+   * Entries whose kept prefix bits tie are then ordered by their whole keys. One `long[]` sort instead
+   * of sorting objects with a comparator: no per-entry allocation, no pointer chasing per comparison.
+   */
+  def sort(pending: java.util.Map[BytesKey, Array[Byte]]): SortedWrites = {
+    val capacity = pending.size
+    val keys0 = new Array[Array[Byte]](capacity)
+    val hashes0 = new Array[Int](capacity)
+    val values0 = new Array[Array[Byte]](capacity)
+    var n = 0
+    val it = pending.entrySet().iterator()
+    while (it.hasNext && n < capacity) {
+      val e = it.next()
+      keys0(n) = e.getKey.bytes
+      hashes0(n) = e.getKey.hash
+      values0(n) = e.getValue
+      n += 1
+    }
+    val bits = math.max(1, 32 - Integer.numberOfLeadingZeros(math.max(n - 1, 1)))
+    val indexMask = (1L << bits) - 1
+    val packed = new Array[Long](n)
+    var i = 0
+    while (i < n) {
+      packed(i) = (((prefix(keys0(i)) >>> bits) << bits) | i) ^ Long.MinValue
+      i += 1
+    }
+    JArrays.sort(packed)
+    val order = new Array[Int](n)
+    i = 0
+    while (i < n) {
+      order(i) = (packed(i) & indexMask).toInt
+      i += 1
+    }
+    // Runs of equal kept prefix bits: order them by the whole key.
+    var runStart = 0
+    while (runStart < n) {
+      val high = packed(runStart) & ~indexMask
+      var runEnd = runStart + 1
+      while (runEnd < n && (packed(runEnd) & ~indexMask) == high) runEnd += 1
+      if (runEnd - runStart > 1) sortRun(order, runStart, runEnd, keys0)
+      runStart = runEnd
+    }
+    val keys = new Array[Array[Byte]](n)
+    val hashes = new Array[Int](n)
+    val values = new Array[Array[Byte]](n)
+    i = 0
+    while (i < n) {
+      val j = order(i)
+      keys(i) = keys0(j)
+      hashes(i) = hashes0(j)
+      values(i) = values0(j)
+      i += 1
+    }
+    new SortedWrites(keys, hashes, values)
+  }
+
+  private def sortRun(order: Array[Int], from: Int, until: Int, keys: Array[Array[Byte]]): Unit = {
+    val run = JArrays.copyOfRange(order, from, until).map(Integer.valueOf)
+    JArrays.sort(run, new Comparator[Integer] {
+      override def compare(a: Integer, b: Integer): Int = JArrays.compareUnsigned(keys(a.intValue), keys(b.intValue))
+    })
+    var i = 0
+    while (i < run.length) {
+      order(from + i) = run(i).intValue
+      i += 1
+    }
+  }
+
+  /** The first 8 bytes of `key` as an unsigned big-endian long, zero-padded. */
+  private def prefix(key: Array[Byte]): Long = {
     var p = 0L
     var i = 0
     while (i < 8) {
@@ -319,15 +406,5 @@ private[sparkstate] final class SortEntry(key: Array[Byte], value: Array[Byte])
       i += 1
     }
     p
-  }
-}
-
-private[sparkstate] object SortEntry {
-  /** Unsigned byte order of the keys (the prefix first, the whole keys on a tie). */
-  val Order: Comparator[SortEntry] = new Comparator[SortEntry] {
-    override def compare(a: SortEntry, b: SortEntry): Int = {
-      val c = java.lang.Long.compareUnsigned(a.prefix, b.prefix)
-      if (c != 0) c else JArrays.compareUnsigned(a.getKey, b.getKey)
-    }
   }
 }

@@ -22,9 +22,12 @@ import org.apache.spark.sql.util.ArrowUtils
  *    commit lost to an earlier attempt whose content differs): views forget, the next load exports.
  *
  * Keys are sorted (unsigned bytes, RocksDB's order) and distinct; deletes carry [[ChangeBuffer.Tombstone]].
- * Value arrays of the buffer are shared, not copied (the buffer is cleared after the commit).
+ * `hashes(i)` is `HashBytesMap.hash(keys(i))`: the buffer computed it once per key, and the heap map's
+ * commit probes with it instead of hashing every key again. The arrays of the buffer's [[SortedWrites]]
+ * are shared, not copied (never modified; the buffer drops them at its next write or clear).
  */
-private[sparkstate] final class CommitDelta(val keys: Array[Array[Byte]], val values: Array[Array[Byte]]) {
+private[sparkstate] final class CommitDelta(
+    val keys: Array[Array[Byte]], val hashes: Array[Int], val values: Array[Array[Byte]]) {
   def size: Int = keys.length
 }
 
@@ -53,24 +56,32 @@ private[sparkstate] object CommitDelta {
       expired.foreach(k => extras += ((k, ChangeBuffer.Tombstone)))
     }
     val sortedExtras = extras.sortWith((a, b) => ChangeBuffer.UnsignedOrder.compare(a._1, b._1) < 0)
-    val keys = ArrayBuffer.empty[Array[Byte]]
-    val values = ArrayBuffer.empty[Array[Byte]]
+    val writes = buffer.sortedWrites
+    if (sortedExtras.isEmpty && !stamped) return new CommitDelta(writes.keys, writes.hashes, writes.values)
+    val size = writes.size + sortedExtras.length
+    val keys = new ArrayBuffer[Array[Byte]](size)
+    val hashes = new ArrayBuffer[Int](size)
+    val values = new ArrayBuffer[Array[Byte]](size)
     var x = 0
     def takeExtra(): Unit = {
-      keys += sortedExtras(x)._1
+      val k = sortedExtras(x)._1
+      keys += k
+      hashes += HashBytesMap.hash(k)
       values += sortedExtras(x)._2
       x += 1
     }
-    val it = buffer.writesInOrder
-    while (it.hasNext) {
-      val e = it.next()
-      while (x < sortedExtras.length && ChangeBuffer.UnsignedOrder.compare(sortedExtras(x)._1, e.getKey) < 0) takeExtra()
-      keys += e.getKey
-      val v = e.getValue
+    var i = 0
+    while (i < writes.size) {
+      val k = writes.keys(i)
+      while (x < sortedExtras.length && ChangeBuffer.UnsignedOrder.compare(sortedExtras(x)._1, k) < 0) takeExtra()
+      keys += k
+      hashes += writes.hashes(i)
+      val v = writes.values(i)
       values += (if ((v eq ChangeBuffer.Tombstone) || !stamped) v else stamp(v, stampMs))
+      i += 1
     }
     while (x < sortedExtras.length) takeExtra()
-    new CommitDelta(keys.toArray, values.toArray)
+    new CommitDelta(keys.toArray, hashes.toArray, values.toArray)
   }
 
   /** `[stampMs int64 BE][row]`: the TTL layout of a stored value (`spark_state/ttl/codec.py`). */

@@ -56,8 +56,10 @@ private[sparkstate] final class HashBytesMap(expected: Int) extends HeapMap {
   def bytes: Long = dataBytes + capacity.toLong * SlotBytes
   def ordered: Boolean = false
 
-  def get(key: Array[Byte]): Array[Byte] = {
-    val h = hash(key)
+  def get(key: Array[Byte]): Array[Byte] = getHashed(key, hash(key))
+
+  /** [[get]] with the key's [[HashBytesMap.hash]] already known. */
+  def getHashed(key: Array[Byte], h: Int): Array[Byte] = {
     val mask = capacity - 1
     var i = h & mask
     while (true) {
@@ -69,9 +71,11 @@ private[sparkstate] final class HashBytesMap(expected: Int) extends HeapMap {
     null
   }
 
-  def put(key: Array[Byte], value: Array[Byte]): Array[Byte] = {
+  def put(key: Array[Byte], value: Array[Byte]): Array[Byte] = putHashed(key, hash(key), value)
+
+  /** [[put]] with the key's [[HashBytesMap.hash]] already known (`h` must be that hash). */
+  def putHashed(key: Array[Byte], h: Int, value: Array[Byte]): Array[Byte] = {
     if ((count + 1) * 10L > capacity * 7L) grow()
-    val h = hash(key)
     val mask = capacity - 1
     var i = h & mask
     while (true) {
@@ -95,8 +99,10 @@ private[sparkstate] final class HashBytesMap(expected: Int) extends HeapMap {
     null
   }
 
-  def remove(key: Array[Byte]): Array[Byte] = {
-    val h = hash(key)
+  def remove(key: Array[Byte]): Array[Byte] = removeHashed(key, hash(key))
+
+  /** [[remove]] with the key's [[HashBytesMap.hash]] already known. */
+  def removeHashed(key: Array[Byte], h: Int): Array[Byte] = {
     val mask = capacity - 1
     var i = h & mask
     while (keys(i) != null) {

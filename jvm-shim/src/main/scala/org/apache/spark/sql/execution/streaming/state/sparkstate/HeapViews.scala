@@ -13,9 +13,9 @@ import org.apache.spark.internal.Logging
  * Invariants:
  *  - `current.map` holds version `current.top` (tagged with its commit id) exactly as the worker
  *    committed it (data keys only; TTL stamps included).
- *  - `current.undo`, when set, holds for every key the commit of `top` changed its value as of
- *    `top - 1` (null: absent). A reader of `top - 1` (a task retried after its commit, the losing
- *    twin of a speculative pair) consults it first, so it never sees `top`.
+ *  - The undo of `current`, when set, holds for every key the commit of `top` changed its value as
+ *    of `top - 1` (absent: [[HeapViews.Absent]]). A reader of `top - 1` (a task retried after its
+ *    commit, the losing twin of a speculative pair) consults it first, so it never sees `top`.
  *  - The map is mutated only by a commit built on `top` (or `top - 1` is refused), and only while no
  *    other reader holds it: the commit applies its [[CommitDelta]] in place and rebuilds the undo.
  *    Otherwise the state is left as is for its readers and forgotten; the next load ships the
@@ -127,12 +127,22 @@ private[sparkstate] object HeapViews {
  * One map and what it can serve: `top`, and `top - 1` through the undo of the last commit applied.
  * Invariant: `charged` (initially `map.bytes`) is what this state has charged to [[HeapBudget]] --
  * its creator charges the map before constructing it -- and is released exactly once, when freed.
+ *
+ * The undo is kept as the commit applied it: three parallel arrays (key, its hash, its value as of
+ * `top - 1` or [[HeapViews.Absent]]), filled in the same loop that writes the map. Only a reader of
+ * `top - 1` needs to look keys up in it, and only a retried task or a speculative twin is one, so the
+ * hash index over it is built on the first such reader ([[undoIndex]]) instead of at every commit
+ * (that index had cost every commit a second hash-table insert per key).
  */
 private[sparkstate] final class HeapState(val map: HeapMap, initialTop: Long, initialId: String) {
   @volatile var top: Long = initialTop
   @volatile var topId: String = initialId
-  /** Old values (or [[HeapViews.Absent]]) of the keys the commit of `top` changed; null: no undo. */
-  @volatile var undo: HashBytesMap = _
+  /** The undo of the commit of `top` (null: none): keys, their hashes, their values as of `top - 1`. */
+  private var undoKeys: Array[Array[Byte]] = _
+  private var undoHashes: Array[Int] = _
+  private var undoValues: Array[Array[Byte]] = _
+  /** The undo as a map, built by the first reader of `top - 1` (null until then). */
+  private var undoMap: HashBytesMap = _
   private var undoId: String = _
   private var charged = map.bytes
   var readers = 0
@@ -144,13 +154,13 @@ private[sparkstate] final class HeapState(val map: HeapMap, initialTop: Long, in
   def idOf(version: Long): String = synchronized {
     if (retired) null
     else if (version == top) topId
-    else if (version == top - 1 && undo != null) undoId
+    else if (version == top - 1 && undoKeys != null) undoId
     else null
   }
 
   def acquire(version: Long): HeapView = synchronized {
     readers += 1
-    new HeapView(this, version, if (version == top) null else undo)
+    new HeapView(this, version, if (version == top) null else undoIndex())
   }
 
   def released(): Unit = synchronized {
@@ -164,22 +174,56 @@ private[sparkstate] final class HeapState(val map: HeapMap, initialTop: Long, in
    * were checked against it before they were shipped ([[HeapViews.checkWrite]]).
    */
   def apply(delta: CommitDelta, newId: String): Unit = synchronized {
-    val previous = new HashBytesMap(delta.size)
+    val n = delta.size
+    val olds = new Array[Array[Byte]](n)
+    var oldBytes = 0L
     var i = 0
-    while (i < delta.size) {
-      val k = delta.keys(i)
-      val v = delta.values(i)
-      val old = if (v eq ChangeBuffer.Tombstone) map.remove(k) else map.put(k, v)
-      previous.put(k, if (old == null) HeapViews.Absent else old)
-      i += 1
+    map match {
+      case hashed: HashBytesMap =>
+        while (i < n) {
+          val k = delta.keys(i)
+          val h = delta.hashes(i)
+          val v = delta.values(i)
+          val old = if (v eq ChangeBuffer.Tombstone) hashed.removeHashed(k, h) else hashed.putHashed(k, h, v)
+          olds(i) = if (old == null) HeapViews.Absent else { oldBytes += HeapMap.arrayBytes(old); old }
+          i += 1
+        }
+      case other =>
+        while (i < n) {
+          val k = delta.keys(i)
+          val v = delta.values(i)
+          val old = if (v eq ChangeBuffer.Tombstone) other.remove(k) else other.put(k, v)
+          olds(i) = if (old == null) HeapViews.Absent else { oldBytes += HeapMap.arrayBytes(old); old }
+          i += 1
+        }
     }
-    val newCharge = map.bytes + previous.bytes
+    undoKeys = delta.keys
+    undoHashes = delta.hashes
+    undoValues = olds
+    undoMap = null
+    // The undo holds the old values (the keys are the map's own arrays) and three array slots per key.
+    val newCharge = map.bytes + oldBytes + n.toLong * HashBytesMap.SlotBytes
     HeapBudget.force(newCharge - charged)
     charged = newCharge
-    undo = previous
     undoId = topId
     topId = newId
     top += 1
+  }
+
+  /** The undo as a map from key to its value as of `top - 1`, built on first use and charged then. */
+  private def undoIndex(): HashBytesMap = {
+    if (undoMap == null) {
+      val index = new HashBytesMap(undoKeys.length)
+      var i = 0
+      while (i < undoKeys.length) {
+        index.putHashed(undoKeys(i), undoHashes(i), undoValues(i))
+        i += 1
+      }
+      HeapBudget.force(index.bytes)
+      charged += index.bytes
+      undoMap = index
+    }
+    undoMap
   }
 
   /** No longer current: free when the last reader releases. */
@@ -191,7 +235,10 @@ private[sparkstate] final class HeapState(val map: HeapMap, initialTop: Long, in
   private def free(): Unit = {
     HeapBudget.release(charged)
     charged = 0
-    undo = null
+    undoKeys = null
+    undoHashes = null
+    undoValues = null
+    undoMap = null
   }
 }
 
