@@ -104,7 +104,7 @@ private[sparkstate] final class Layer(val version: Long, val id: String, delta: 
     var i = 0
     while (i < keys.length) {
       total += HeapMap.arrayBytes(keys(i)) + HeapMap.arrayBytes(values(i))
-      val h = HashBytesMap.hash(keys(i))
+      val h = delta.hashes(i) // HashBytesMap.hash(keys(i)), computed once when the key was first written
       var s = h & (slots.length - 1)
       while (slots(s) != 0) s = (s + 1) & (slots.length - 1)
       slots(s) = i + 1
