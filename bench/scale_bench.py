@@ -15,14 +15,17 @@ them in rotated order.
 Reported per provider: batches completed, median batch time (``triggerExecution``), the
 slowest batch as a multiple of the median (``max/median``; also without the first batch, which
 starts the JIT, the Python workers and the stores: ``max/med>1``), and the JVM heap: the largest used heap sampled every 0.5 s, and the
-largest old-generation size after a collection (the live set, which is what "flat" is about).
+largest old-generation size after a collection (the live set, which is what "flat" is about);
+per batch, the JVM's garbage-collection time (all collectors) and the state operator's commit
+time (``commitTimeMs``, summed over its tasks). ``--conf KEY=VALUE`` (repeatable) sets a Spark
+conf for every run, e.g. a spark-state option to compare settings.
 A provider that fails (the HDFS provider runs out of memory near 4M keys) is reported up to
 its last completed batch; ``--cap-s`` bounds every run, so a JVM that thrashes in GC instead
 of failing does not stall the benchmark.
 
 Usage:
     python bench/scale_bench.py [--providers sparkstate,rocksdb,hdfs] [--batches 10]
-        [--keys-per-batch 1000000] [--cap-s 900] [--json out.json]
+        [--keys-per-batch 1000000] [--cap-s 900] [--conf KEY=VALUE ...] [--json out.json]
 """
 
 from __future__ import annotations
@@ -81,12 +84,16 @@ def run_worker(spec: dict) -> None:
         builder = configure(builder) or builder
         builder = builder.config(BACKEND_CONF, "hashmap" if spec["provider"] == "sparkstate-hashmap" else "rocksdb")
     builder = builder.config("spark.sql.streaming.stateStore.providerClass", PROVIDERS[spec["provider"]])
+    for key, value in spec.get("confs", {}).items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     jvm = spark._jvm
     runtime = jvm.java.lang.Runtime.getRuntime()
-    old_gen = [p for p in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans()
+    management = jvm.java.lang.management.ManagementFactory
+    old_gen = [p for p in management.getMemoryPoolMXBeans()
                if "Old Gen" in p.getName() or "Tenured" in p.getName()]
+    collectors = list(management.getGarbageCollectorMXBeans())
     peaks = {"heap": 0, "old_after_gc": 0}
     stop = threading.Event()
 
@@ -123,6 +130,7 @@ def run_worker(spec: dict) -> None:
                         "commit_ms": sum(op.commitTimeMs for op in ops),
                         "memory_used_bytes": sum(op.memoryUsedBytes for op in ops),
                         "sparkstate_commit_ms": sum(c.get("sparkStateCommitTimeMs", 0) for c in custom),
+                        "gc_ms_total": sum(c.getCollectionTime() for c in collectors),
                         "heap_peak_bytes": peaks["heap"], "old_after_gc_peak_bytes": peaks["old_after_gc"]}
                 peaks["heap"] = 0  # per batch from here on
                 with open(spec["result"], "a") as out:
@@ -156,6 +164,11 @@ def summarize(lines: list[dict]) -> dict:
         "heap_peak_per_batch_mb": [round(b["heap_peak_bytes"] / 2**20) for b in batches],
         "old_gen_after_gc_peak_mb": max(b["old_after_gc_peak_bytes"] for b in batches) / 2**20,
         "times_ms": times, "error": errors[0] if errors else None,
+        # GC time during each batch (the JVM's total since start, differenced; the first batch's
+        # includes start-up), and each batch's state commit time summed over its tasks
+        "gc_ms_per_batch": [b["gc_ms_total"] - (batches[i - 1]["gc_ms_total"] if i else 0)
+                            for i, b in enumerate(batches)],
+        "commit_ms_per_batch": [b["commit_ms"] for b in batches],
     }
 
 
@@ -168,6 +181,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--cap-s", type=float, default=900, help="longest a provider's run may take")
     parser.add_argument("--workdir")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="extra Spark conf for every run")
     parser.add_argument("--json")
     parser.add_argument("--_worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -175,6 +190,12 @@ def main(argv=None) -> int:
         run_worker(json.loads(args._worker))
         return 0
 
+    confs = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--conf takes KEY=VALUE, got {item!r}")
+        confs[key.strip()] = value.strip()
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     for p in providers:
         if p not in PROVIDERS:
@@ -190,7 +211,8 @@ def main(argv=None) -> int:
             for name in providers[rnd % len(providers):] + providers[:rnd % len(providers)]:
                 tag = f"{name}-r{rnd}"
                 spec = {"provider": name, "input_dir": os.path.join(workdir, "in"), "driver_memory": args.driver_memory,
-                        "checkpoint": os.path.join(workdir, "ckpt", tag), "result": os.path.join(workdir, f"{tag}.jsonl")}
+                        "checkpoint": os.path.join(workdir, "ckpt", tag),
+                        "result": os.path.join(workdir, f"{tag}.jsonl"), "confs": confs}
                 t = time.monotonic()
                 with open(os.path.join(workdir, f"{tag}.log"), "w") as log:
                     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--_worker", json.dumps(spec)],
@@ -225,6 +247,8 @@ def main(argv=None) -> int:
                   f"{s['max_over_median']:>9.2f}{s['max_over_median_after_first'] or 0:>11.2f}{s['heap_peak_mb']:>9.0f}{s['old_gen_after_gc_peak_mb']:>11.0f}")
             print(f"{'':<20}batch s: {[round(t / 1000, 1) for t in s['times_ms']]}; heap MB per batch: "
                   f"{s['heap_peak_per_batch_mb']}")
+            print(f"{'':<20}GC s per batch: {[round(t / 1000, 1) for t in s['gc_ms_per_batch']]}; "
+                  f"commit s per batch: {[round(t / 1000, 1) for t in s['commit_ms_per_batch']]}")
     ours = results.get("sparkstate", [{}])[0]
     if ours.get("batches") and base.get("batches"):
         print(f"\nsparkstate median / Spark rocksdb median = {ours['median_ms'] / base['median_ms']:.2f} (target <= 1.0); "
