@@ -241,7 +241,7 @@ def test_pending_writes_reach_the_changes_file_in_unsigned_key_order(spark, tmp_
     rng = random.Random(7)
     keys = _awkward_keys(rng)
     rng.shuffle(keys)
-    buffer = sparkstate.ChangeBuffer()
+    buffer = sparkstate.ChangeBuffer(0)  # no size hint
     expected: dict[bytes, bytes | None] = {}
     for i, k in enumerate(keys):
         if i % 7 == 3:

@@ -30,15 +30,19 @@ import org.apache.spark.sql.util.ArrowUtils
  * the engine keeps an exact key count and its expiry index without lookups. With TTL
  * `OnReadAndWrite` it remembers the live keys read (touches), which the commit re-stamps.
  */
-private[sparkstate] final class ChangeBuffer {
+private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
   import ChangeBuffer._
 
-  private val pending = new ConcurrentHashMap[BytesKey, Array[Byte]]()
+  // Sized for the store's previous epoch (the provider remembers it): growing a hash map of 250k
+  // entries one doubling at a time cost a large dropDuplicates task as much as its lookups. Both
+  // maps allocate their table at the first write, so a store that is only read pays nothing.
+  private val pending = new ConcurrentHashMap[BytesKey, Array[Byte]](math.min(expectedWrites, MaxPresized))
   /** The pending writes in key order, once an ordered scan asked for it this epoch (else null). */
   @volatile private var sorted: ConcurrentSkipListMap[Array[Byte], Array[Byte]] = _
   /** The pending writes sorted by key as of the last write, cached for the commit (null: stale). */
   private var orderedSnapshot: SortedWrites = _
-  private val priors = new java.util.HashMap[BytesKey, java.lang.Long]()
+  private val priors = new java.util.HashMap[BytesKey, java.lang.Long](
+    (math.min(expectedWrites, MaxPresized) / 0.75).toInt + 1)
   /** OnReadAndWrite point reads of live keys: key -> the stored (stamped) value that was read. */
   private val touched = new java.util.HashMap[BytesKey, Array[Byte]]()
   @volatile private var bytes = 0L
@@ -272,6 +276,8 @@ private[sparkstate] object ChangeBuffer {
   val PriorExists = -3L
   val BatchRows = 65536
   val MaxRememberedReads = 1 << 21
+  /** Largest epoch a new buffer's maps are sized for up front (more grows them as before). */
+  val MaxPresized: Int = 1 << 21
   private val EntryOverhead = 64
 
   val UnsignedOrder: Comparator[Array[Byte]] = new Comparator[Array[Byte]] {

@@ -24,10 +24,12 @@ import org.apache.spark.sql.util.ArrowUtils
  * Keys are sorted (unsigned bytes, RocksDB's order) and distinct; deletes carry [[ChangeBuffer.Tombstone]].
  * `hashes(i)` is `HashBytesMap.hash(keys(i))`: the buffer computed it once per key, and the heap map's
  * commit probes with it instead of hashing every key again. The arrays of the buffer's [[SortedWrites]]
- * are shared, not copied (never modified; the buffer drops them at its next write or clear).
+ * are shared, not copied (never modified; the buffer drops them at its next write or clear). `dataBytes`
+ * estimates the heap held by the key and value arrays: the buffer's own running count when the
+ * delta is its writes as they are (no array is read again to size it), else summed here.
  */
 private[sparkstate] final class CommitDelta(
-    val keys: Array[Array[Byte]], val hashes: Array[Int], val values: Array[Array[Byte]]) {
+    val keys: Array[Array[Byte]], val hashes: Array[Int], val values: Array[Array[Byte]], val dataBytes: Long) {
   def size: Int = keys.length
 }
 
@@ -57,7 +59,9 @@ private[sparkstate] object CommitDelta {
     }
     val sortedExtras = extras.sortWith((a, b) => ChangeBuffer.UnsignedOrder.compare(a._1, b._1) < 0)
     val writes = buffer.sortedWrites
-    if (sortedExtras.isEmpty && !stamped) return new CommitDelta(writes.keys, writes.hashes, writes.values)
+    if (sortedExtras.isEmpty && !stamped) {
+      return new CommitDelta(writes.keys, writes.hashes, writes.values, buffer.memoryBytes)
+    }
     val size = writes.size + sortedExtras.length
     val keys = new ArrayBuffer[Array[Byte]](size)
     val hashes = new ArrayBuffer[Int](size)
@@ -81,7 +85,13 @@ private[sparkstate] object CommitDelta {
       i += 1
     }
     while (x < sortedExtras.length) takeExtra()
-    new CommitDelta(keys.toArray, hashes.toArray, values.toArray)
+    var dataBytes = 0L
+    i = 0
+    while (i < keys.length) {
+      dataBytes += HeapMap.arrayBytes(keys(i)) + HeapMap.arrayBytes(values(i))
+      i += 1
+    }
+    new CommitDelta(keys.toArray, hashes.toArray, values.toArray, dataBytes)
   }
 
   /** `[stampMs int64 BE][row]`: the TTL layout of a stored value (`spark_state/ttl/codec.py`). */

@@ -93,35 +93,45 @@ private[sparkstate] final case class Chain(base: RocksBase, baseVersion: Long, b
   def exceeds(options: ViewOptions): Boolean = layers.size >= options.layerEpochs || layerBytes > options.layerBytes
 }
 
-/** One committed epoch's changes, immutable: keys sorted (binary search for scans) and hashed (gets). */
+/**
+ * One committed epoch's changes, immutable: keys sorted (binary search for scans) and hashed (gets).
+ *
+ * The hash index is one `long` per slot: the key's [[HashBytesMap.hash]] in the high 32 bits, its
+ * index + 1 in the low 32 (0: empty slot), linear probing. Building it reads only the hashes the
+ * delta carries (no key or value array is touched), and a probe is one array read, not two: building
+ * the layer of a 250k-key epoch was the largest JVM cost of a large dropDuplicates commit, all of
+ * it cache misses. `bytes` is the delta's estimate of its arrays plus this layer's own tables.
+ */
 private[sparkstate] final class Layer(val version: Long, val id: String, delta: CommitDelta) {
   val keys: Array[Array[Byte]] = delta.keys
   val values: Array[Array[Byte]] = delta.values
-  private val slots: Array[Int] = new Array[Int](HashBytesMap.tableSize(keys.length))
-  private val hashes: Array[Int] = new Array[Int](slots.length)
-  val bytes: Long = {
-    var total = slots.length * 8L + keys.length * 8L
+  private val table: Array[Long] = new Array[Long](HashBytesMap.tableSize(keys.length))
+  locally {
+    val mask = table.length - 1
     var i = 0
     while (i < keys.length) {
-      total += HeapMap.arrayBytes(keys(i)) + HeapMap.arrayBytes(values(i))
-      val h = delta.hashes(i) // HashBytesMap.hash(keys(i)), computed once when the key was first written
-      var s = h & (slots.length - 1)
-      while (slots(s) != 0) s = (s + 1) & (slots.length - 1)
-      slots(s) = i + 1
-      hashes(s) = h
+      val h = delta.hashes(i)
+      var s = h & mask
+      while (table(s) != 0L) s = (s + 1) & mask
+      table(s) = (h.toLong << 32) | (i + 1).toLong
       i += 1
     }
-    total
   }
+  val bytes: Long = table.length * 8L + keys.length * 12L + delta.dataBytes
 
   /** The value this epoch wrote for `key` ([[ChangeBuffer.Tombstone]]: deleted), or null if untouched. */
   def get(key: Array[Byte]): Array[Byte] = {
     val h = HashBytesMap.hash(key)
-    val mask = slots.length - 1
+    val mask = table.length - 1
     var s = h & mask
-    while (slots(s) != 0) {
-      if (hashes(s) == h && JArrays.equals(keys(slots(s) - 1), key)) return values(slots(s) - 1)
+    var e = table(s)
+    while (e != 0L) {
+      if ((e >>> 32).toInt == h) {
+        val i = (e & 0xffffffffL).toInt - 1
+        if (JArrays.equals(keys(i), key)) return values(i)
+      }
       s = (s + 1) & mask
+      e = table(s)
     }
     null
   }

@@ -34,6 +34,8 @@ class SparkStateProvider extends StateStoreProvider with Logging {
   private var hadoopConf: Configuration = _
   /** The versions of this store the JVM can serve (per backend); created in `init`. */
   @volatile private[sparkstate] var views: StoreViews = _
+  /** Keys the last commit of this store wrote: the size the next epoch's [[ChangeBuffer]] starts at. */
+  @volatile private[sparkstate] var lastEpochWrites: Int = 0
   /** The worker this store is pinned to (chosen lazily: the pool size needs SparkEnv). */
   private lazy val slot: Int = java.lang.Math.floorMod(storeId.partitionId, PythonWorker.slots)
 
@@ -142,6 +144,7 @@ class SparkStateProvider extends StateStoreProvider with Logging {
     val next = store.version + 1
     val file = new File(PythonWorker.baseDir, s"changes-$instanceId-$next-${UUID.randomUUID()}.arrow")
     try {
+      lastEpochWrites = buffer.size
       buffer.writeArrow(file, priorFromView)
       PythonWorker.call(slot, s"committing version $next of $checkpointUrl") {
         _.commit(instanceId, checkpointUrl, optionsJson, store.version, file.getPath, nowMs)

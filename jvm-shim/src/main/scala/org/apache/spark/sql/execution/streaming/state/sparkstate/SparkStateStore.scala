@@ -32,7 +32,7 @@ private[sparkstate] final class SparkStateStore(
     ttl: TtlView) extends StateStore {
   import SparkStateStore._
 
-  private val buffer = new ChangeBuffer
+  private val buffer = new ChangeBuffer(provider.lastEpochWrites)
   /** Committed state's answer per key is asked of the view at commit, not remembered per read. */
   private val priorsFromView = db.cheapGets
   /** Scans not yet exhausted: their native iterators must close before the database can. */
