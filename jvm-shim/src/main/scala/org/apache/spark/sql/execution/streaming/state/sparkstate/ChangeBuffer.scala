@@ -87,14 +87,14 @@ private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
   }
 
   /** OnReadAndWrite touches of keys not written this epoch: (key, stored value read, stamp included). */
-  def touchesNotWritten: Seq[(Array[Byte], Array[Byte])] = touched.synchronized {
+  def touchesNotWritten: IndexedSeq[(Array[Byte], Array[Byte])] = touched.synchronized {
     val out = scala.collection.mutable.ArrayBuffer.empty[(Array[Byte], Array[Byte])]
     val it = touched.entrySet().iterator()
     while (it.hasNext) {
       val e = it.next()
       if (!pending.containsKey(e.getKey)) out += ((e.getKey.bytes, e.getValue))
     }
-    out.toSeq
+    out.toIndexedSeq // indexed by writeArrow: not a List
   }
 
   def memoryBytes: Long = bytes
