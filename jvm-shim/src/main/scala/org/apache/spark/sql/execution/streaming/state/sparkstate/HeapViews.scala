@@ -159,6 +159,11 @@ private[sparkstate] final class HeapState(val map: HeapMap, initialTop: Long, in
   }
 
   def acquire(version: Long): HeapView = synchronized {
+    if (version != top && (version != top - 1 || undoKeys == null)) {
+      // Callers check idOf first; serving top for another version would be a stale or future read.
+      throw new SparkStateException(s"spark-state: the heap state holds version $top" +
+        (if (undoKeys != null) s" and ${top - 1}" else "") + s", not $version; this is a bug")
+    }
     readers += 1
     new HeapView(this, version, if (version == top) null else undoIndex())
   }
