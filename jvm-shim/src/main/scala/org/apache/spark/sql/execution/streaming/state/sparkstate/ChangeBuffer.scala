@@ -190,8 +190,9 @@ private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
       val value = root.getVector("value").asInstanceOf[VarBinaryVector]
       val prior = root.getVector("prior").asInstanceOf[TinyIntVector]
       val priorStamp = root.getVector("prior_stamp").asInstanceOf[BigIntVector]
-      def setPrior(n: Int, k: Array[Byte]): Unit = {
-        val p: java.lang.Long = if (priorFromView != null) priorFromView(k) else priors.get(new BytesKey(k))
+      /** `h`: the key's [[HashBytesMap.hash]] (writes carry it: the priors lookup does not hash again). */
+      def setPrior(n: Int, k: Array[Byte], h: Int): Unit = {
+        val p: java.lang.Long = if (priorFromView != null) priorFromView(k) else priors.get(new BytesKey(k, h))
         if (p == null) {
           prior.set(n, PriorUnknown)
           priorStamp.set(n, StampUnknown)
@@ -235,12 +236,13 @@ private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
               op.set(n, OpPut)
               value.set(n, v)
             }
+            setPrior(n, k, writes.hashes(i))
           } else {
             val stored = touches(i - nWrites)._2
             op.set(n, OpTouch)
             value.set(n, stored, TtlView.StampBytes, stored.length - TtlView.StampBytes)
+            setPrior(n, k, HashBytesMap.hash(k))
           }
-          setPrior(n, k)
           n += 1
           i += 1
         }
@@ -293,11 +295,12 @@ private[sparkstate] object ChangeBuffer {
 }
 
 /**
- * A key of the pending writes: its bytes, and their hash ([[HashBytesMap.hash]]) computed once.
- * Equal iff the bytes are equal. The array is not copied and must not change.
+ * A key of the pending writes: its bytes, and their hash ([[HashBytesMap.hash]]) computed once (or
+ * given, when already known: `hash` must then be that hash). Equal iff the bytes are equal. The array
+ * is not copied and must not change.
  */
-private[sparkstate] final class BytesKey(val bytes: Array[Byte]) {
-  val hash: Int = HashBytesMap.hash(bytes)
+private[sparkstate] final class BytesKey(val bytes: Array[Byte], val hash: Int) {
+  def this(bytes: Array[Byte]) = this(bytes, HashBytesMap.hash(bytes))
 
   override def hashCode: Int = hash
 

@@ -18,6 +18,10 @@ private[sparkstate] trait HeapMap {
   def put(key: Array[Byte], value: Array[Byte]): Array[Byte]
   /** Returns the previous value, or null. */
   def remove(key: Array[Byte]): Array[Byte]
+  /** [[put]] for a key whose [[HashBytesMap.hash]] `h` is known (maps that hash use it). */
+  def putHashed(key: Array[Byte], h: Int, value: Array[Byte]): Array[Byte] = put(key, value)
+  /** [[remove]] for a key whose [[HashBytesMap.hash]] `h` is known (maps that hash use it). */
+  def removeHashed(key: Array[Byte], h: Int): Array[Byte] = remove(key)
   def size: Int
   def bytes: Long
   /** Entries with `from <= key < until` (null: unbounded); ordered iff the map is. */
@@ -59,7 +63,7 @@ private[sparkstate] final class HashBytesMap(expected: Int) extends HeapMap {
   def get(key: Array[Byte]): Array[Byte] = getHashed(key, hash(key))
 
   /** [[get]] with the key's [[HashBytesMap.hash]] already known. */
-  def getHashed(key: Array[Byte], h: Int): Array[Byte] = {
+  private def getHashed(key: Array[Byte], h: Int): Array[Byte] = {
     val mask = capacity - 1
     var i = h & mask
     while (true) {
@@ -73,8 +77,7 @@ private[sparkstate] final class HashBytesMap(expected: Int) extends HeapMap {
 
   def put(key: Array[Byte], value: Array[Byte]): Array[Byte] = putHashed(key, hash(key), value)
 
-  /** [[put]] with the key's [[HashBytesMap.hash]] already known (`h` must be that hash). */
-  def putHashed(key: Array[Byte], h: Int, value: Array[Byte]): Array[Byte] = {
+  override def putHashed(key: Array[Byte], h: Int, value: Array[Byte]): Array[Byte] = {
     if ((count + 1) * 10L > capacity * 7L) grow()
     val mask = capacity - 1
     var i = h & mask
@@ -101,8 +104,7 @@ private[sparkstate] final class HashBytesMap(expected: Int) extends HeapMap {
 
   def remove(key: Array[Byte]): Array[Byte] = removeHashed(key, hash(key))
 
-  /** [[remove]] with the key's [[HashBytesMap.hash]] already known. */
-  def removeHashed(key: Array[Byte], h: Int): Array[Byte] = {
+  override def removeHashed(key: Array[Byte], h: Int): Array[Byte] = {
     val mask = capacity - 1
     var i = h & mask
     while (keys(i) != null) {

@@ -183,24 +183,13 @@ private[sparkstate] final class HeapState(val map: HeapMap, initialTop: Long, in
     val olds = new Array[Array[Byte]](n)
     var oldBytes = 0L
     var i = 0
-    map match {
-      case hashed: HashBytesMap =>
-        while (i < n) {
-          val k = delta.keys(i)
-          val h = delta.hashes(i)
-          val v = delta.values(i)
-          val old = if (v eq ChangeBuffer.Tombstone) hashed.removeHashed(k, h) else hashed.putHashed(k, h, v)
-          olds(i) = if (old == null) HeapViews.Absent else { oldBytes += HeapMap.arrayBytes(old); old }
-          i += 1
-        }
-      case other =>
-        while (i < n) {
-          val k = delta.keys(i)
-          val v = delta.values(i)
-          val old = if (v eq ChangeBuffer.Tombstone) other.remove(k) else other.put(k, v)
-          olds(i) = if (old == null) HeapViews.Absent else { oldBytes += HeapMap.arrayBytes(old); old }
-          i += 1
-        }
+    while (i < n) {
+      val k = delta.keys(i)
+      val h = delta.hashes(i)
+      val v = delta.values(i)
+      val old = if (v eq ChangeBuffer.Tombstone) map.removeHashed(k, h) else map.putHashed(k, h, v)
+      olds(i) = if (old == null) HeapViews.Absent else { oldBytes += HeapMap.arrayBytes(old); old }
+      i += 1
     }
     undoKeys = delta.keys
     undoHashes = delta.hashes
