@@ -14,18 +14,22 @@ them in rotated order.
 
 Reported per provider: batches completed, median batch time (``triggerExecution``), the
 slowest batch as a multiple of the median (``max/median``; also without the first batch, which
-starts the JIT, the Python workers and the stores: ``max/med>1``), and the JVM heap: the largest used heap sampled every 0.5 s, and the
-largest old-generation size after a collection (the live set, which is what "flat" is about);
+in a cold JVM also pays for class loading, the JIT and Spark's code generation: ``max/med>1``),
+and the JVM heap: the largest used heap sampled every 0.5 s, and the largest old-generation size after a collection (the live set, which is what "flat" is about);
 per batch, the JVM's garbage-collection time (all collectors) and the state operator's commit
 time (``commitTimeMs``, summed over its tasks). ``--conf KEY=VALUE`` (repeatable) sets a Spark
-conf for every run, e.g. a spark-state option to compare settings.
+conf for every run, e.g. a spark-state option to compare settings. ``--jvm-warmup`` first runs,
+in the same JVM, the same query over 3 small batches (a tenth of ``--keys-per-batch`` each, its
+own input and checkpoint, not reported), so that the measured query's first batch is that of a
+query started on a warm executor (a long-running cluster, a restarted query) rather than one
+that also pays for the JVM's start: class loading, the JIT, Spark's code generation.
 A provider that fails (the HDFS provider runs out of memory near 4M keys) is reported up to
 its last completed batch; ``--cap-s`` bounds every run, so a JVM that thrashes in GC instead
 of failing does not stall the benchmark.
 
 Usage:
     python bench/scale_bench.py [--providers sparkstate,rocksdb,hdfs] [--batches 10]
-        [--keys-per-batch 1000000] [--cap-s 900] [--conf KEY=VALUE ...] [--json out.json]
+        [--keys-per-batch 1000000] [--cap-s 900] [--conf KEY=VALUE ...] [--jvm-warmup] [--json out.json]
 """
 
 from __future__ import annotations
@@ -110,9 +114,18 @@ def run_worker(spec: dict) -> None:
             stop.wait(0.5)
 
     schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("v", T.LongType())])
-    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(spec["input_dir"])
-    query = (df.dropDuplicates(["id"]).writeStream.format("noop").outputMode("append")
-             .option("checkpointLocation", spec["checkpoint"]).trigger(availableNow=True).start())
+
+    def start(input_dir: str, checkpoint: str):
+        df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
+        return (df.dropDuplicates(["id"]).writeStream.format("noop").outputMode("append")
+                .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+
+    if spec.get("warmup_dir"):
+        start(spec["warmup_dir"], spec["checkpoint"] + "-warmup").awaitTermination()
+        # Unload the warm-up's stores, so that the measured query starts with none in the heap.
+        jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()
+    gc_base = sum(c.getCollectionTime() for c in collectors)  # this query's GC only
+    query = start(spec["input_dir"], spec["checkpoint"])
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     seen = -1
@@ -126,11 +139,12 @@ def run_worker(spec: dict) -> None:
                 ops = p.stateOperators or []
                 custom = [dict(op.customMetrics or {}) for op in ops]
                 line = {"batch": p.batchId, "input_rows": p.numInputRows, "trigger_ms": p.durationMs["triggerExecution"],
+                        "duration_ms": dict(p.durationMs),
                         "state_rows": sum(op.numRowsTotal for op in ops),
                         "commit_ms": sum(op.commitTimeMs for op in ops),
                         "memory_used_bytes": sum(op.memoryUsedBytes for op in ops),
                         "sparkstate_commit_ms": sum(c.get("sparkStateCommitTimeMs", 0) for c in custom),
-                        "gc_ms_total": sum(c.getCollectionTime() for c in collectors),
+                        "gc_ms_total": sum(c.getCollectionTime() for c in collectors) - gc_base,
                         "heap_peak_bytes": peaks["heap"], "old_after_gc_peak_bytes": peaks["old_after_gc"]}
                 peaks["heap"] = 0  # per batch from here on
                 with open(spec["result"], "a") as out:
@@ -158,14 +172,14 @@ def summarize(lines: list[dict]) -> dict:
     return {
         "batches": len(batches), "final_state_rows": batches[-1]["state_rows"],
         "median_ms": median, "max_ms": max(times), "max_over_median": max(times) / median,
-        # the first batch also starts the JVM's JIT, the Python workers and the stores
+        # the first batch also pays for the JVM's class loading, JIT and Spark's code generation
         "max_over_median_after_first": max(times[1:]) / median if len(times) > 1 else None,
         "heap_peak_mb": max(b["heap_peak_bytes"] for b in batches) / 2**20,
         "heap_peak_per_batch_mb": [round(b["heap_peak_bytes"] / 2**20) for b in batches],
         "old_gen_after_gc_peak_mb": max(b["old_after_gc_peak_bytes"] for b in batches) / 2**20,
         "times_ms": times, "error": errors[0] if errors else None,
-        # GC time during each batch (the JVM's total since start, differenced; the first batch's
-        # includes start-up), and each batch's state commit time summed over its tasks
+        # GC time during each batch (the JVM's total since the query started, differenced), and
+        # each batch's state commit time summed over its tasks
         "gc_ms_per_batch": [b["gc_ms_total"] - (batches[i - 1]["gc_ms_total"] if i else 0)
                             for i, b in enumerate(batches)],
         "commit_ms_per_batch": [b["commit_ms"] for b in batches],
@@ -183,6 +197,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark conf for every run")
+    parser.add_argument("--jvm-warmup", action="store_true",
+                        help="run a small query of the same provider in the same JVM first (not reported)")
     parser.add_argument("--json")
     parser.add_argument("--_worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -205,14 +221,19 @@ def main(argv=None) -> int:
     try:
         started = time.monotonic()
         generate_inputs(os.path.join(workdir, "in"), args.batches, args.keys_per_batch)
+        if args.jvm_warmup:  # a query and checkpoint of its own: its ids may repeat the measured ones
+            generate_inputs(os.path.join(workdir, "warmup"), 3, max(1, args.keys_per_batch // 10))
         print(f"input: {args.batches} x {args.keys_per_batch:,} new ids, generated in "
-              f"{time.monotonic() - started:.0f} s; driver heap {args.driver_memory}, local[2], 4 partitions")
+              f"{time.monotonic() - started:.0f} s; driver heap {args.driver_memory}, local[2], 4 partitions"
+              + ("; each JVM warmed first by 3 x {:,} ids".format(max(1, args.keys_per_batch // 10))
+                 if args.jvm_warmup else "; cold JVMs"))
         for rnd in range(args.rounds):
             for name in providers[rnd % len(providers):] + providers[:rnd % len(providers)]:
                 tag = f"{name}-r{rnd}"
                 spec = {"provider": name, "input_dir": os.path.join(workdir, "in"), "driver_memory": args.driver_memory,
                         "checkpoint": os.path.join(workdir, "ckpt", tag),
-                        "result": os.path.join(workdir, f"{tag}.jsonl"), "confs": confs}
+                        "result": os.path.join(workdir, f"{tag}.jsonl"), "confs": confs,
+                        "warmup_dir": os.path.join(workdir, "warmup") if args.jvm_warmup else None}
                 t = time.monotonic()
                 with open(os.path.join(workdir, f"{tag}.log"), "w") as log:
                     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--_worker", json.dumps(spec)],

@@ -48,7 +48,7 @@ def _cell(text: str) -> str:
 
 def render_configuration() -> str:
     """The Markdown of ``docs/configuration.md``."""
-    from .session import PROVIDER_CONF, STOP_ACTIVE_RUN_CONF
+    from .session import PLUGINS_CONF, PROVIDER_CONF, STOP_ACTIVE_RUN_CONF
 
     out = [_HEADER.format(source="`spark_state/options.py`"), "# Configuration\n",
            "Every option spark-state reads, with its default and meaning. Set them as Spark SQL confs "
@@ -90,6 +90,8 @@ def render_configuration() -> str:
     out += ["", "## Spark confs that `spark_state.configure` sets\n",
             "- `spark.jars` += the shim jar (`spark-state jar` prints its path);",
             f"- `{PROVIDER_CONF}` = the provider class;",
+            f"- `{PLUGINS_CONF}` += spark-state's plugin, which starts each executor's Python workers when "
+            "the executor starts (option `prestartWorkers`); plugins set on the builder are kept;",
             "- `spark.pyspark.python` = the driver's interpreter (and `PYSPARK_PYTHON` when unset);",
             f"- `{STOP_ACTIVE_RUN_CONF}` = `false` unless set on the builder: a second start of a running "
             "query fails instead of stopping the first "

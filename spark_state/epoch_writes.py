@@ -35,8 +35,6 @@ from .overlay import WriteOverlay
 #: ``count_existing(keys)``: how many of ``keys`` exist in committed state (one batched lookup).
 CountExisting = Callable[[Sequence[bytes]], int]
 
-_SYSTEM_PREFIX = pa.scalar(C.SYSTEM_KEY_PREFIX, pa.binary())
-
 
 def _distinct(keys: pa.ChunkedArray) -> bool:
     """Whether no key repeats: one comparison of neighbours when the keys ascend (the shim writes
@@ -132,7 +130,9 @@ class ArrowWrites(EpochWrites):
                              f"{'-' if existed is None else len(existed)} existence flags")
         if keys.null_count:
             raise ValueError(f"{keys.null_count} null keys among an epoch's writes")
-        if len(keys) and (not _distinct(keys) or pc.any(pc.greater_equal(keys, _SYSTEM_PREFIX)).as_py()):
+        # (The scalar is made here, not at import: see spark_state.provider.no_pandas.)
+        system = pa.scalar(C.SYSTEM_KEY_PREFIX, pa.binary())
+        if len(keys) and (not _distinct(keys) or pc.any(pc.greater_equal(keys, system)).as_py()):
             return None
         if existed is None:
             existed = pa.chunked_array([pa.nulls(len(keys), pa.int8())])

@@ -65,6 +65,7 @@ from .errors import ConfigError
 
 __all__ = [
     "PROVIDER_CLASS",
+    "PLUGIN_CLASS",
     "JAR_NAME",
     "ShimBuildError",
     "shim_source_dir",
@@ -82,6 +83,10 @@ log = logging.getLogger(__name__)
 
 #: The class Spark must load as ``spark.sql.streaming.stateStore.providerClass``.
 PROVIDER_CLASS = "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider"
+
+#: spark-state's Spark plugin (``spark.plugins``): starts each executor's Python workers when the
+#: executor starts (``SparkStatePlugin.scala``; ``prestartWorkers=false`` turns that off).
+PLUGIN_CLASS = "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStatePlugin"
 
 #: File name of the shim jar inside its cache entry.
 JAR_NAME = "spark-state-shim.jar"

@@ -199,6 +199,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("workersPerExecutor", "provider", default="task slots, at most 4", meaning=(
         "Python workers per executor (1 to 64); read by the shim (`PythonWorker.scala`) from the Spark "
         "conf when the executor starts its first worker")),
+    OptionSpec("prestartWorkers", "provider", default="`true`", meaning=(
+        "the executor's Python workers start when the executor starts (the plugin `configure` adds to "
+        "`spark.plugins`), so the first batch does not wait for them; `false`: at the first store load")),
     OptionSpec("heap.maxBytes", "provider", default="half the executor JVM's max heap", meaning=(
         "`backend=hashmap`: the executor-wide budget of heap state (`512m`, `2g` or bytes); a store "
         "that would grow past it fails its task naming this conf (see provider-backends.md)")),

@@ -18,6 +18,8 @@ __all__ = ["configure", "server_confs"]
 
 #: Spark's conf naming the state store provider class.
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+#: Spark's list of plugin classes (comma-separated), where spark-state's goes.
+PLUGINS_CONF = "spark.plugins"
 #: Spark's default (true) lets a second start of a running query *stop* the running one; we
 #: make it fail instead, so that a second copy started by mistake cannot harm the first.
 STOP_ACTIVE_RUN_CONF = "spark.sql.streaming.stopActiveRunOnRestart"
@@ -39,6 +41,10 @@ def configure(
     * ``spark.jars`` += the JVM shim jar (built on first use, see :mod:`spark_state.jvm`);
       a value already set *on this builder* is kept and the jar appended to it;
     * ``spark.sql.streaming.stateStore.providerClass`` = :data:`spark_state.jvm.PROVIDER_CLASS`;
+    * ``spark.plugins`` += :data:`spark_state.jvm.PLUGIN_CLASS`, which starts each executor's
+      Python workers when the executor starts, so the first micro-batch does not wait for them
+      (option ``prestartWorkers=false`` keeps them lazy); plugins already set on this builder
+      are kept;
     * ``spark.pyspark.python`` = ``python`` or ``sys.executable`` (and the environment
       variable ``PYSPARK_PYTHON`` when unset), so that the Python workers the provider
       starts can import spark_state;
@@ -89,12 +95,13 @@ def configure(
     python = confs["spark.pyspark.python"]
 
     # Builder.config() stores every set conf in _options (pyspark 3.x and 4.x); read it so
-    # that jars the caller added before us are kept, not overwritten.
-    existing = str(getattr(builder, "_options", {}).get("spark.jars") or "")
-    jars = [j.strip() for j in existing.split(",") if j.strip()]
-    if confs["spark.jars"] not in jars:
-        jars.append(confs["spark.jars"])
-    confs["spark.jars"] = ",".join(jars)
+    # that jars and plugins the caller added before us are kept, not overwritten.
+    for key in ("spark.jars", PLUGINS_CONF):
+        existing = str(getattr(builder, "_options", {}).get(key) or "")
+        items = [item.strip() for item in existing.split(",") if item.strip()]
+        if confs[key] not in items:
+            items.append(confs[key])
+        confs[key] = ",".join(items)
     if STOP_ACTIVE_RUN_CONF in getattr(builder, "_options", {}):
         del confs[STOP_ACTIVE_RUN_CONF]
     for key, value in confs.items():
@@ -117,7 +124,8 @@ def server_confs(
     cluster's ``spark-defaults.conf``. ``spark-state server-conf`` prints them.
 
     Keys: ``spark.jars`` (the shim jar, see :mod:`spark_state.jvm`),
-    ``spark.sql.streaming.stateStore.providerClass``, ``spark.pyspark.python`` (``python``,
+    ``spark.sql.streaming.stateStore.providerClass``, ``spark.plugins`` (spark-state's plugin,
+    which starts the executors' Python workers with the executors), ``spark.pyspark.python`` (``python``,
     default ``sys.executable``: the Python whose workers import spark_state),
     ``spark.sql.streaming.stopActiveRunOnRestart=false`` and one
     ``spark.sql.streaming.stateStore.sparkState.<key>`` per ``backend``/``options`` item
@@ -141,6 +149,7 @@ def server_confs(
     confs = {
         "spark.jars": jvm.jar_path(),
         PROVIDER_CONF: jvm.PROVIDER_CLASS,
+        PLUGINS_CONF: jvm.PLUGIN_CLASS,
         "spark.pyspark.python": python or sys.executable,
         STOP_ACTIVE_RUN_CONF: "false",
     }

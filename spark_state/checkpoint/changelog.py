@@ -25,8 +25,6 @@ from ..errors import CheckpointCorruptError, IncompatibleFormatError
 SCHEMA = pa.schema([("op", pa.int8()), ("key", pa.binary()), ("value", pa.binary())])
 _META_FORMAT = b"spark_state.format_version"
 _META_VERSION = b"spark_state.version"
-_PUT = pa.scalar(C.OP_PUT, pa.int8())
-_DELETE = pa.scalar(C.OP_DELETE, pa.int8())
 
 
 def encode(version: int, changes: Mapping[bytes, Optional[bytes]]) -> bytes:
@@ -45,7 +43,9 @@ def encode_columns(version: int, keys: pa.ChunkedArray, values: pa.ChunkedArray)
     """Serialise ``keys[i] -> values[i]`` (null: delete; one row per key) as the changelog of
     ``version``, in record batches of at most ``constants.ARROW_BATCH_ROWS`` rows."""
     schema = SCHEMA.with_metadata({_META_FORMAT: str(C.FORMAT_VERSION), _META_VERSION: str(version)})
-    ops = pc.if_else(pc.is_null(values), _DELETE, _PUT)
+    # Scalars made here, not at import: pyarrow's first conversion of a Python object imports
+    # pandas, which importing this module must not do (see spark_state.provider.no_pandas).
+    ops = pc.if_else(pc.is_null(values), pa.scalar(C.OP_DELETE, pa.int8()), pa.scalar(C.OP_PUT, pa.int8()))
     table = pa.Table.from_arrays([ops, keys.cast(pa.binary()), values.cast(pa.binary())], schema=schema)
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, schema) as writer:

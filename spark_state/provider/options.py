@@ -7,6 +7,10 @@ worker's fault injection, never by :class:`~spark_state.config.EngineConfig`:
 ``workersPerExecutor``
     Python workers per executor JVM (default: the executor's task slots, at most 4). Read by
     ``PythonWorker.scala`` when the executor starts its first worker.
+``prestartWorkers``
+    ``true`` (default) or ``false``: whether :data:`spark_state.jvm.PLUGIN_CLASS` (the Spark plugin
+    ``configure`` adds to ``spark.plugins``) starts the executor's Python workers when the executor
+    starts, so the first batch does not wait for them. ``false``: they start at the first store load.
 ``heap.maxBytes``
     ``backend=hashmap``: the executor-wide budget of heap state (a size: ``512m``, ``2g``, or
     bytes); default half of the executor JVM's maximum heap. A store that would grow past it
@@ -29,11 +33,13 @@ from ..constants import CONF_PREFIX
 from ..errors import ConfigError
 
 WORKERS_PER_EXECUTOR = "workersPerExecutor"
+PRESTART_WORKERS = "prestartWorkers"
 CRASH_ON_COMMIT = "testing.crashOnCommit"
 HEAP_MAX_BYTES = "heap.maxBytes"
 VIEW_LAYER_EPOCHS = "rocksdb.viewLayers.maxEpochs"
 VIEW_LAYER_BYTES = "rocksdb.viewLayers.maxBytes"
-PROVIDER_ONLY = (WORKERS_PER_EXECUTOR, CRASH_ON_COMMIT, HEAP_MAX_BYTES, VIEW_LAYER_EPOCHS, VIEW_LAYER_BYTES)
+PROVIDER_ONLY = (WORKERS_PER_EXECUTOR, PRESTART_WORKERS, CRASH_ON_COMMIT, HEAP_MAX_BYTES, VIEW_LAYER_EPOCHS,
+                 VIEW_LAYER_BYTES)
 #: Upper bound of workersPerExecutor: more workers than that only cost memory.
 MAX_WORKERS_PER_EXECUTOR = 64
 
@@ -68,6 +74,9 @@ def validate_provider_options(options: Mapping[str, str]) -> None:
             raise ConfigError(
                 f"option {CONF_PREFIX}{WORKERS_PER_EXECUTOR} must be a whole number of Python workers "
                 f"per executor, 1 to {MAX_WORKERS_PER_EXECUTOR}, got {options[WORKERS_PER_EXECUTOR]!r}")
+    if PRESTART_WORKERS in options and str(options[PRESTART_WORKERS]).strip().lower() not in ("true", "false"):
+        raise ConfigError(f"option {CONF_PREFIX}{PRESTART_WORKERS} must be true or false, "
+                          f"got {options[PRESTART_WORKERS]!r}")
     for key in (HEAP_MAX_BYTES, VIEW_LAYER_BYTES):
         if key in options:
             try:

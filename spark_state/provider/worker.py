@@ -22,6 +22,9 @@ def main() -> int:
     # py4j logs every call it receives at INFO: with loads, commits and maintenance calls that
     # is several lines per batch in a log file nobody rotates (the JVM appends our stderr to it).
     logging.getLogger("py4j").setLevel(logging.WARNING)
+    from .no_pandas import install as keep_pandas_out
+
+    keep_pandas_out()  # before anything imports pyarrow: see no_pandas
     from py4j.java_gateway import CallbackServerParameters, GatewayParameters, JavaGateway
 
     from ..testing import crashpoints

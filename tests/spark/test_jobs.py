@@ -40,6 +40,21 @@ def test_two_executors_each_run_a_worker_and_moved_partitions_restore(tmp_path):
     assert sum(after_kill.values()) >= 1, result
 
 
+def test_the_plugin_starts_the_workers_with_the_executor_and_the_query_uses_them(tmp_path):
+    result = _run_job("prestart_job.py", str(tmp_path), "true")
+    assert result["counts_ok"], result
+    # Both workers run before any query asked for a store, and the query ran on those very
+    # processes (a worker started or restarted for it would have another pid).
+    assert len(result["before"]) == 2 and result["after"] == result["before"], result
+    assert result["with_pandas"] == [], "provider workers loaded pandas (they start faster without)"
+
+
+def test_without_prestart_the_workers_start_at_the_first_store_load(tmp_path):
+    result = _run_job("prestart_job.py", str(tmp_path), "false")
+    assert result["counts_ok"], result
+    assert result["before"] == [] and len(result["after"]) == 2, result
+
+
 def test_executor_python_without_spark_state_gives_a_clear_error(tmp_path):
     # An interpreter that cannot see the project's packages: the same Python, isolated (-I) and
     # without site-packages (-S).

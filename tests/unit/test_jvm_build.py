@@ -433,7 +433,7 @@ def test_configure_sets_confs(no_build: list[int], monkeypatch: pytest.MonkeyPat
     from pyspark.sql import SparkSession
 
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
-    builder = SparkSession.builder.config("spark.jars", "/a.jar,/b.jar")
+    builder = SparkSession.builder.config("spark.jars", "/a.jar,/b.jar").config("spark.plugins", "com.example.Theirs")
     out = spark_state.configure(
         builder,
         backend="hashmap",
@@ -442,6 +442,7 @@ def test_configure_sets_confs(no_build: list[int], monkeypatch: pytest.MonkeyPat
     assert out is builder
     conf = builder._options
     assert conf["spark.jars"] == "/a.jar,/b.jar," + FAKE_JAR
+    assert conf["spark.plugins"] == "com.example.Theirs," + jvm.PLUGIN_CLASS  # theirs kept, ours appended
     assert conf["spark.sql.streaming.stateStore.providerClass"] == jvm.PROVIDER_CLASS
     assert conf["spark.pyspark.python"] == sys.executable
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
@@ -449,9 +450,10 @@ def test_configure_sets_confs(no_build: list[int], monkeypatch: pytest.MonkeyPat
     assert conf[prefix + "backend"] == "hashmap"
     assert conf[prefix + "snapshotInterval"] == "5"
     assert conf[prefix + "storage.s3.endpoint_url"] == "http://localhost:9000"
-    # Configuring twice does not list the jar twice.
+    # Configuring twice does not list the jar or the plugin twice.
     spark_state.configure(builder)
     assert builder._options["spark.jars"].split(",").count(FAKE_JAR) == 1
+    assert builder._options["spark.plugins"].split(",").count(jvm.PLUGIN_CLASS) == 1
 
 
 def test_configure_minimal(no_build: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -461,6 +463,7 @@ def test_configure_minimal(no_build: list[int], monkeypatch: pytest.MonkeyPatch)
     builder = spark_state.configure(SparkSession.builder, python="/usr/bin/python3.11")
     conf = builder._options
     assert conf["spark.jars"] == FAKE_JAR
+    assert conf["spark.plugins"] == jvm.PLUGIN_CLASS
     assert conf["spark.pyspark.python"] == "/usr/bin/python3.11"
     assert os.environ["PYSPARK_PYTHON"] == "/keep/this/python"  # an existing value wins
     assert not [k for k in conf if k.startswith("spark.sql.streaming.stateStore.sparkState.")]
@@ -520,6 +523,7 @@ def test_server_confs_are_what_configure_sets(no_build: list[int], capsys: pytes
     assert confs == {
         "spark.jars": FAKE_JAR,
         "spark.sql.streaming.stateStore.providerClass": jvm.PROVIDER_CLASS,
+        "spark.plugins": jvm.PLUGIN_CLASS,
         "spark.pyspark.python": "/py",
         "spark.sql.streaming.stopActiveRunOnRestart": "false",
         "spark.sql.streaming.stateStore.sparkState.backend": "hashmap",

@@ -80,6 +80,10 @@ def test_provider_options_match_provider_and_shim():
     assert f'"{O.spec(P.WORKERS_PER_EXECUTOR).conf}"' in scala
     assert re.search(rf"MaxConfiguredWorkers = {P.MAX_WORKERS_PER_EXECUTOR}\b", scala)
     assert re.search(r"MaxDefaultWorkers = 4\b", scala) and "at most 4" in O.spec(P.WORKERS_PER_EXECUTOR).default
+    plugin = (ROOT / "jvm-shim/src/main/scala/org/apache/spark/sql/execution/streaming/state/sparkstate/"
+              "SparkStatePlugin.scala").read_text()
+    assert f'ConfPrefix + "{P.PRESTART_WORKERS}"' in plugin and '"true")' in plugin
+    assert _default(P.PRESTART_WORKERS) == "true"
 
 
 def test_process_options_match_the_python_api():

@@ -11,26 +11,10 @@ from __future__ import annotations
 import collections
 import json
 import os
-import subprocess
 import sys
 import time
 
-
-def _my_state_workers() -> list[int]:
-    """spark-state workers descending from this process (driver JVM -> executor JVMs -> workers),
-    ignoring any other Spark application on the machine."""
-    table = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
-    children: dict[int, list[tuple[int, str]]] = {}
-    for line in table.splitlines():
-        pid, ppid, args = line.strip().split(None, 2) + [""] * (3 - len(line.strip().split(None, 2)))
-        children.setdefault(int(ppid), []).append((int(pid), args))
-    found, stack = [], [os.getpid()]
-    while stack:
-        for pid, args in children.get(stack.pop(), []):
-            stack.append(pid)
-            if "spark_state.provider.worker" in args:
-                found.append(pid)
-    return found
+from processes import state_workers
 
 
 def main(workdir: str) -> None:
@@ -70,7 +54,7 @@ def main(workdir: str) -> None:
         for row in df.collect():
             counts[row["k"]] = row["count"]
         if batch_id == 2:
-            events["workers_before_kill"] = len(_my_state_workers())
+            events["workers_before_kill"] = len(state_workers())
             victim = executor_ids()[0]
             events["killed"] = victim
             sc._jsc.sc().killExecutor(victim)

@@ -18,8 +18,9 @@ class SparkStateException(message: String, cause: Throwable = null) extends Runt
 
 /**
  * The executor's Python workers: a small pool of processes per executor JVM, one per task slot by
- * default, each started lazily on the first store load that needs it (never inside `init`, which
- * Spark runs under an executor-wide lock) and restarted if it died. A store is pinned to one worker
+ * default, started in the background when the executor starts ([[SparkStatePlugin]], if enabled),
+ * else on the first store load that needs one (never inside `init`, which Spark runs under an
+ * executor-wide lock), and restarted if one died. A store is pinned to one worker
  * (by partition). Several workers, because RocksDB writes in rocksdict hold the GIL: with one process
  * the commits of concurrently running tasks would queue behind each other.
  *
@@ -111,6 +112,30 @@ private[sparkstate] object PythonWorker extends Logging {
     val started = start(slot)
     current(slot) = started
     started
+  }
+
+  /**
+   * Start every slot's worker in the background, one daemon thread per slot ([[SparkStatePlugin]], at
+   * executor start). A store load that needs a worker meanwhile waits on that slot's lock and gets
+   * the worker being started. Failures are logged, never thrown: the first load retries the start and
+   * fails its task with the whole message (a bad `workersPerExecutor` included).
+   */
+  def prestart(): Unit = {
+    val n = try slots catch {
+      case e: Exception =>
+        logWarning(s"spark-state did not start its Python workers at executor start: ${e.getMessage}")
+        return
+    }
+    (0 until n).foreach { slot =>
+      val starter = new Thread(() => {
+        try get(slot) catch {
+          case e: Exception => logWarning(s"spark-state could not start Python worker $slot at executor start " +
+            s"(the first store load that needs it tries again): ${e.getMessage}")
+        }
+      }, s"spark-state-worker-start-$slot")
+      starter.setDaemon(true)
+      starter.start()
+    }
   }
 
   /** The running worker of `slot`, if any: maintenance never starts one. */

@@ -1,0 +1,73 @@
+"""When the executor's Python workers start: with spark-state's plugin (``configure`` adds it),
+when the executor starts, before any query; with ``prestartWorkers=false``, at the first store
+load. Then a stateful query runs on the workers there are, and its counts are checked.
+
+Usage: prestart_job.py WORKDIR true|false. Prints one ``RESULT <json>`` line:
+``before`` (worker pids once the session is up, before any query), ``after`` (after the query),
+``counts_ok``, and ``with_pandas``: the workers that have pandas' native libraries mapped after
+serving the query (they never should: ``spark_state.provider.no_pandas``).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import time
+
+from processes import state_workers
+
+WORKERS = 2
+
+
+def main(workdir: str, prestart: str) -> None:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import spark_state
+
+    input_dir = os.path.join(workdir, "input")
+    os.makedirs(input_dir)
+    expected: collections.Counter = collections.Counter()
+    for b in range(2):
+        path = os.path.join(input_dir, f"b{b}.json")
+        with open(path, "w") as f:
+            for i in range(300):
+                key = (b * 11 + i * 7) % 41
+                expected[key] += 1
+                f.write(json.dumps({"k": key}) + "\n")
+        os.utime(path, (1_700_000_000 + 10 * b,) * 2)
+
+    spark = spark_state.configure(
+        SparkSession.builder.master("local[2]").appName("spark-state-prestart-test")
+        .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false"),
+        options={"prestartWorkers": prestart, "workersPerExecutor": str(WORKERS)},
+    ).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    # With the plugin the workers are starting already; give them time (a start takes ~1 s).
+    # Without it, the same wait shows that nothing starts them before a store needs one.
+    deadline = time.monotonic() + (60 if prestart == "true" else 5)
+    while time.monotonic() < deadline and len(state_workers()) < WORKERS:
+        time.sleep(0.2)
+    before = state_workers()
+
+    query = (spark.readStream.schema("k long").option("maxFilesPerTrigger", 1).json(input_dir)
+             .groupBy("k").count().writeStream.outputMode("complete").format("memory").queryName("counts")
+             .option("checkpointLocation", os.path.join(workdir, "ckpt")).trigger(availableNow=True).start())
+    query.awaitTermination(300)
+    counts = {row["k"]: row["count"] for row in spark.sql("select * from counts").collect()}
+    after = state_workers()
+    with_pandas = []
+    for pid in after:
+        with open(f"/proc/{pid}/maps") as maps:
+            if "/pandas/" in maps.read():
+                with_pandas.append(pid)
+    spark.stop()
+    print("RESULT " + json.dumps({"before": before, "after": after, "counts_ok": counts == dict(expected),
+                                  "with_pandas": with_pandas}), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
