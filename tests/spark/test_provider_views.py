@@ -169,6 +169,43 @@ def test_many_epochs_read_exactly_through_layers_and_refreshes(spark, tmp_path):
             shim.close()
 
 
+def test_key_counts_stay_exact_whether_reads_or_the_view_tell_what_existed(spark, tmp_path):
+    """The engine keeps an exact key count from what each written key held before: remembered by
+    the reads of a view with a RocksDB base, asked of the view at commit while there is none (the
+    query's first versions: a few in-memory layers). Random gets, blind and read puts, deletes of
+    present and absent keys, across that switch (a refresh every 2 epochs): the count after every
+    commit equals a dict's."""
+    shim = Shim(spark, str(tmp_path / "state"), {P + "rocksdb.viewLayers.maxEpochs": "2"})
+    rng = random.Random(5)
+    model: dict[int, int] = {}
+    try:
+        for version in range(8):
+            store = shim.store(version)
+            writes: dict[int, int | None] = {}
+            for _ in range(40):
+                k = rng.randrange(30)
+                if rng.random() < 0.5:
+                    assert shim.get(store, k) == (writes[k] if k in writes else model.get(k)), (version, k)
+                if rng.random() < 0.7:
+                    writes[k] = None if rng.random() < 0.3 else rng.randrange(1000)
+                    if writes[k] is None:
+                        shim.remove(store, k)
+                    else:
+                        shim.put(store, k, writes[k])
+            store.commit()
+            for k, n in writes.items():
+                if n is None:
+                    model.pop(k, None)
+                else:
+                    model[k] = n
+            assert store.metrics().numKeys() == len(model), f"version {version + 1}"
+        last = shim.store(8)
+        assert shim.scan(last) == model
+        last.abort()
+    finally:
+        shim.close()
+
+
 def _settled(read, interval: float = 0.2, quiet_reads: int = 5, limit: float = 30.0) -> int:
     """`read()` once it returned the same value `quiet_reads` times in a row."""
     deadline = time.monotonic() + limit

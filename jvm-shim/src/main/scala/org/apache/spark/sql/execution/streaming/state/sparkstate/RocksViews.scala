@@ -180,6 +180,13 @@ private[sparkstate] final class LayeredView(val chain: Chain, val version: Long)
 
   def ordered: Boolean = true
 
+  /**
+   * Without an exported base (the query's first versions: the empty state and the epochs layered on
+   * it), a get is a few hash probes at most -- none for version 0 -- so the commit asks this view what
+   * committed state held for each written key, and reads need not remember it (a map entry per read).
+   */
+  override def cheapGets: Boolean = chain.base == null && visible.length <= LayeredView.CheapLayers
+
   def memoryBytes: Long = chain.layerBytes
 
   def release(): Unit = synchronized {
@@ -188,6 +195,11 @@ private[sparkstate] final class LayeredView(val chain: Chain, val version: Long)
       if (chain.base != null) chain.base.release()
     }
   }
+}
+
+private[sparkstate] object LayeredView {
+  /** Most layers (and no base) for which [[LayeredView.cheapGets]] holds: each is one hash probe per get. */
+  val CheapLayers = 4
 }
 
 /**
