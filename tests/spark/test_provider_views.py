@@ -1,8 +1,10 @@
 """The provider's read views, driven store by store through Py4J on the test session's JVM: a reader
 of version v never sees v+1 -- neither while v+1 commits beside it (a speculative or zombie
 attempt of the same batch on this executor) nor when a task is retried after its commit -- on both
-backends; the heap backend's budget fails a task with a message naming the conf; and an epoch's
-pending writes reach the changes file in RocksDB's key order.
+backends; the heap backend's budget fails a task with a message naming the conf; an epoch's
+pending writes reach the changes file in RocksDB's key order; and what each written key held
+before (the engine's exact key count) is right whether reads remembered it (PriorMap) or the view
+answered it at commit.
 
 Real parts only: the shim's SparkStateProvider, its Python worker, checkpoints on local disk.
 """
@@ -204,6 +206,34 @@ def test_key_counts_stay_exact_whether_reads_or_the_view_tell_what_existed(spark
         last.abort()
     finally:
         shim.close()
+
+
+def test_the_prior_map_remembers_every_read_exactly(spark):
+    """The shim's PriorMap (key -> what a read found, no object per entry) against a dict: keys of
+    0 to 300 bytes (the slab outgrows its first guess), many more than its initial size (the
+    table and the entry arrays grow), keys read again (the newer prior wins), and keys never read."""
+    sparkstate = spark._jvm.org.apache.spark.sql.execution.streaming.state.sparkstate
+    priors = sparkstate.PriorMap(16)
+    hash_of = sparkstate.HashBytesMap.hash
+    missing = sparkstate.PriorMap.Missing()
+    rng = random.Random(3)
+    model: dict[bytes, int] = {}
+    for i in range(3000):
+        key = bytes(rng.getrandbits(8) for _ in range(rng.choice([0, 1, 7, 8, 9, 20, 300])))
+        if model and rng.random() < 0.2:
+            key = rng.choice(list(model))  # read again
+        prior = rng.choice([-2, -3, rng.randrange(1 << 40)])
+        priors.put(bytearray(key), hash_of(bytearray(key)), prior)
+        model[key] = prior
+    assert priors.size() == len(model)
+    for key, prior in model.items():
+        assert priors.get(bytearray(key), hash_of(bytearray(key))) == prior, key
+    for _ in range(200):
+        key = bytes(rng.getrandbits(8) for _ in range(12))
+        if key not in model:
+            assert priors.get(bytearray(key), hash_of(bytearray(key))) == missing
+    priors.clear()
+    assert priors.size() == 0 and priors.get(bytearray(b"x"), hash_of(bytearray(b"x"))) == missing
 
 
 def _settled(read, interval: float = 0.2, quiet_reads: int = 5, limit: float = 30.0) -> int:

@@ -27,7 +27,8 @@ import org.apache.spark.sql.util.ArrowUtils
  *
  * It also remembers, for keys read from committed state this epoch, whether they existed and, with
  * TTL, the stamp of the value read; the changes file carries these as `prior` and `prior_stamp`, so
- * the engine keeps an exact key count and its expiry index without lookups. With TTL
+ * the engine keeps an exact key count and its expiry index without lookups (in a [[PriorMap]]: no
+ * object per read; a view whose gets are cheap is asked at commit instead). With TTL
  * `OnReadAndWrite` it remembers the live keys read (touches), which the commit re-stamps.
  */
 private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
@@ -41,8 +42,7 @@ private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
   @volatile private var sorted: ConcurrentSkipListMap[Array[Byte], Array[Byte]] = _
   /** The pending writes sorted by key as of the last write, cached for the commit (null: stale). */
   private var orderedSnapshot: SortedWrites = _
-  private val priors = new java.util.HashMap[BytesKey, java.lang.Long](
-    (math.min(expectedWrites, MaxPresized) / 0.75).toInt + 1)
+  private val priors = new PriorMap(math.min(expectedWrites, MaxPresized))
   /** OnReadAndWrite point reads of live keys: key -> the stored (stamped) value that was read. */
   private val touched = new java.util.HashMap[BytesKey, Array[Byte]]()
   @volatile private var bytes = 0L
@@ -55,7 +55,7 @@ private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
    * without TTL stamp), or the stamp (>= 0) of the value read.
    */
   def notePrior(key: Array[Byte], prior: Long): Unit = priors.synchronized {
-    if (priors.size < MaxRememberedReads) priors.put(new BytesKey(key), prior)
+    if (priors.size < MaxRememberedReads) priors.put(key, HashBytesMap.hash(key), prior)
   }
 
   /** Record an OnReadAndWrite read of the live committed value `stored` (stamp included) of `key`. */
@@ -192,16 +192,16 @@ private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
       val priorStamp = root.getVector("prior_stamp").asInstanceOf[BigIntVector]
       /** `h`: the key's [[HashBytesMap.hash]] (writes carry it: the priors lookup does not hash again). */
       def setPrior(n: Int, k: Array[Byte], h: Int): Unit = {
-        val p: java.lang.Long = if (priorFromView != null) priorFromView(k) else priors.get(new BytesKey(k, h))
-        if (p == null) {
+        val p: Long = if (priorFromView != null) priorFromView(k) else priors.get(k, h)
+        if (p == PriorMap.Missing) {
           prior.set(n, PriorUnknown)
           priorStamp.set(n, StampUnknown)
-        } else if (p.longValue() == PriorAbsent) {
+        } else if (p == PriorAbsent) {
           prior.set(n, 0)
           priorStamp.set(n, PriorAbsent)
         } else {
           prior.set(n, 1)
-          priorStamp.set(n, if (p.longValue() == PriorExists) StampUnknown else p.longValue())
+          priorStamp.set(n, if (p == PriorExists) StampUnknown else p)
         }
       }
       var start = 0
