@@ -5,8 +5,11 @@ of a list: it checks whether the object is a pandas one), whether or not pandas 
 provider worker that import is 40% of its start-up (about 0.2 s of CPU, on the executor's
 cores, during the first micro-batch) and 35 MB of its memory, for nothing: no code the worker
 runs uses pandas. :func:`install` makes ``import pandas`` fail in this process, which pyarrow
-takes as "pandas is not installed". Only ``spark_state.provider.worker`` calls it, before it
-imports anything else; pyspark's own Python workers (UDFs, ``keyed_process``) are untouched.
+takes as "pandas is not installed". Only ``spark_state.provider.worker`` calls it, first thing
+in its ``main()``; the modules imported before that (the ``spark_state`` package, as ``python -m``
+imports it) must not convert Python objects at import time, which
+``tests/unit/test_worker_imports.py`` checks. pyspark's own Python workers (UDFs,
+``keyed_process``) are untouched.
 """
 
 from __future__ import annotations
