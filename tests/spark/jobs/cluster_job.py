@@ -8,12 +8,12 @@ test session's JVM).
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import sys
 import time
 
+from inputs import write_key_batches
 from processes import state_workers
 
 
@@ -24,16 +24,7 @@ def main(workdir: str) -> None:
     import spark_state
 
     input_dir = os.path.join(workdir, "input")
-    os.makedirs(input_dir)
-    expected: collections.Counter = collections.Counter()
-    for b in range(6):
-        path = os.path.join(input_dir, f"b{b:03d}.json")
-        with open(path, "w") as f:
-            for i in range(400):
-                key = (b * 13 + i * 7) % 97
-                expected[key] += 1
-                f.write(json.dumps({"k": key}) + "\n")
-        os.utime(path, (1_700_000_000 + 10 * b,) * 2)
+    expected = write_key_batches(input_dir, batches=6, rows=400, keys=97, step=13)
 
     spark = spark_state.configure(
         SparkSession.builder.master("local-cluster[2,1,1024]").appName("spark-state-cluster-test")

@@ -10,12 +10,12 @@ serving the query (they never should: ``spark_state.provider.no_pandas``).
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import sys
 import time
 
+from inputs import write_key_batches
 from processes import state_workers
 
 WORKERS = 2
@@ -28,16 +28,7 @@ def main(workdir: str, prestart: str) -> None:
     import spark_state
 
     input_dir = os.path.join(workdir, "input")
-    os.makedirs(input_dir)
-    expected: collections.Counter = collections.Counter()
-    for b in range(2):
-        path = os.path.join(input_dir, f"b{b}.json")
-        with open(path, "w") as f:
-            for i in range(300):
-                key = (b * 11 + i * 7) % 41
-                expected[key] += 1
-                f.write(json.dumps({"k": key}) + "\n")
-        os.utime(path, (1_700_000_000 + 10 * b,) * 2)
+    expected = write_key_batches(input_dir, batches=2, rows=300, keys=41, step=11)
 
     spark = spark_state.configure(
         SparkSession.builder.master("local[2]").appName("spark-state-prestart-test")

@@ -8,9 +8,8 @@ import java.util.{Arrays => JArrays}
  * object per entry.
  *
  * Layout: entry `i`'s key bytes are `slab(starts(i) until starts(i + 1))` (copied: the read's own key
- * array can die young), its prior is `priors(i)`; the hash index is one `long` per slot, the key's
- * [[HashBytesMap.hash]] in the high 32 bits and `i + 1` in the low 32 (0: empty slot), linear probing,
- * at most 7/10 full. Entries are never removed (only [[clear]]). A `HashMap[BytesKey, Long]` kept three
+ * array can die young), its prior is `priors(i)`; the hash index is a [[SlotIndex]] over the entries.
+ * Entries are never removed (only [[clear]]). A `HashMap[BytesKey, Long]` kept three
  * objects per read alive until the commit (its node, the key wrapper and the read's key array), which
  * every young collection of a large epoch copied again.
  *
@@ -50,7 +49,7 @@ private[sparkstate] final class PriorMap(expected: Int) {
     System.arraycopy(key, 0, slab, at, key.length)
     starts(n + 1) = at + key.length
     priors(n) = prior
-    insert(table, hash, n)
+    SlotIndex.insert(table, hash, n)
     n += 1
   }
 
@@ -81,8 +80,8 @@ private[sparkstate] final class PriorMap(expected: Int) {
     var s = hash & mask
     var e = table(s)
     while (e != 0L) {
-      if ((e >>> 32).toInt == hash) {
-        val i = (e & 0xffffffffL).toInt - 1
+      if (SlotIndex.hashOf(e) == hash) {
+        val i = SlotIndex.entryOf(e)
         val from = starts(i)
         val to = starts(i + 1)
         if (to - from == key.length && JArrays.equals(slab, from, to, key, 0, key.length)) return i
@@ -98,17 +97,10 @@ private[sparkstate] final class PriorMap(expected: Int) {
     var s = 0
     while (s < table.length) {
       val e = table(s)
-      if (e != 0L) insert(next, (e >>> 32).toInt, (e & 0xffffffffL).toInt - 1)
+      if (e != 0L) SlotIndex.insert(next, SlotIndex.hashOf(e), SlotIndex.entryOf(e))
       s += 1
     }
     table = next
-  }
-
-  private def insert(into: Array[Long], hash: Int, i: Int): Unit = {
-    val mask = into.length - 1
-    var s = hash & mask
-    while (into(s) != 0L) s = (s + 1) & mask
-    into(s) = (hash.toLong << 32) | (i + 1).toLong
   }
 }
 

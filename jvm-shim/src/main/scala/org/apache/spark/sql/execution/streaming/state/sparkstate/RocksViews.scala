@@ -96,24 +96,19 @@ private[sparkstate] final case class Chain(base: RocksBase, baseVersion: Long, b
 /**
  * One committed epoch's changes, immutable: keys sorted (binary search for scans) and hashed (gets).
  *
- * The hash index is one `long` per slot: the key's [[HashBytesMap.hash]] in the high 32 bits, its
- * index + 1 in the low 32 (0: empty slot), linear probing. Building it reads only the hashes the
- * delta carries (no key or value array is touched), and a probe is one array read, not two: building
- * the layer of a 250k-key epoch was the largest JVM cost of a large dropDuplicates commit, all of
- * it cache misses. `bytes` is the delta's estimate of its arrays plus this layer's own tables.
+ * The hash index is a [[SlotIndex]] (one `long` per slot: hash and key index), built from the hashes
+ * the delta carries (no key or value array is touched): building the layer of a 250k-key epoch was
+ * the largest JVM cost of a large dropDuplicates commit, all of it cache misses. `bytes` is the
+ * delta's estimate of its arrays plus this layer's own tables.
  */
 private[sparkstate] final class Layer(val version: Long, val id: String, delta: CommitDelta) {
   val keys: Array[Array[Byte]] = delta.keys
   val values: Array[Array[Byte]] = delta.values
   private val table: Array[Long] = new Array[Long](HashBytesMap.tableSize(keys.length))
   locally {
-    val mask = table.length - 1
     var i = 0
     while (i < keys.length) {
-      val h = delta.hashes(i)
-      var s = h & mask
-      while (table(s) != 0L) s = (s + 1) & mask
-      table(s) = (h.toLong << 32) | (i + 1).toLong
+      SlotIndex.insert(table, delta.hashes(i), i)
       i += 1
     }
   }
@@ -126,8 +121,8 @@ private[sparkstate] final class Layer(val version: Long, val id: String, delta: 
     var s = h & mask
     var e = table(s)
     while (e != 0L) {
-      if ((e >>> 32).toInt == h) {
-        val i = (e & 0xffffffffL).toInt - 1
+      if (SlotIndex.hashOf(e) == h) {
+        val i = SlotIndex.entryOf(e)
         if (JArrays.equals(keys(i), key)) return values(i)
       }
       s = (s + 1) & mask
