@@ -42,6 +42,9 @@ class EngineConfig:
             temporary directory of this process.
         block_cache_mb / write_buffer_mb: the process-wide RocksDB memory budget, shared
             by every RocksDB store in the process.
+        compaction_nice: the nice value (0-19) RocksDB's compaction threads run at, so that
+            compactions use the CPU that tasks leave idle; ``0`` leaves them as they are.
+            Process-wide (the threads are shared): the lowest priority asked for wins.
         rocksdb_wal: write RocksDB's own write-ahead log. Off by default: durability comes
             from our changelog, written before a commit returns.
         storage_options: options for checkpoint storage (``s3.endpoint_url``, ...).
@@ -53,6 +56,7 @@ class EngineConfig:
     local_dir: Optional[str] = None
     block_cache_mb: int = C.DEFAULT_BLOCK_CACHE_MB
     write_buffer_mb: int = C.DEFAULT_WRITE_BUFFER_MB
+    compaction_nice: int = C.DEFAULT_COMPACTION_NICE
     rocksdb_wal: bool = False
     storage_options: Mapping[str, str] = field(default_factory=dict)
 
@@ -65,6 +69,10 @@ class EngineConfig:
         _require_int("retainedVersions", self.retained_versions, minimum=1)
         _require_int("rocksdb.blockCacheSizeMB", self.block_cache_mb, minimum=1)
         _require_int("rocksdb.writeBufferManagerMB", self.write_buffer_mb, minimum=1)
+        _require_int("rocksdb.compactionNice", self.compaction_nice, minimum=0)
+        if self.compaction_nice > C.MAX_NICE:
+            raise ConfigError(f"option 'rocksdb.compactionNice' must be a nice value from 0 to {C.MAX_NICE} "
+                              f"(0 leaves RocksDB's compaction threads as they are), got {self.compaction_nice}")
         if self.write_buffer_mb > self.block_cache_mb:
             raise ConfigError(
                 f"rocksdb.writeBufferManagerMB ({self.write_buffer_mb}) must not exceed "

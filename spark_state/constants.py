@@ -54,6 +54,10 @@ DEFAULT_RETAINED_VERSIONS = 100
 DEFAULT_BLOCK_CACHE_MB = 256
 #: Process-wide RocksDB write-buffer (memtable) budget, charged to the block cache.
 DEFAULT_WRITE_BUFFER_MB = 128
+#: Nice value of RocksDB's compaction threads (``backends/rocksdb_threads.py``): 19, the lowest
+#: priority, as RocksDB's own ``LowerThreadPoolCPUPriority``; 0 leaves them as they are.
+DEFAULT_COMPACTION_NICE = 19
+MAX_NICE = 19
 #: Rows per Arrow record batch in changelogs and hashmap snapshots (bounded memory per batch).
 ARROW_BATCH_ROWS = 65536
 

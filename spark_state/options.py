@@ -140,6 +140,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("rocksdb.writeBufferManagerMB", "engine", field="write_buffer_mb", kind="int",
                default=f"`{C.DEFAULT_WRITE_BUFFER_MB}`", meaning=(
                    "memtable budget, charged to that cache (must not exceed `rocksdb.blockCacheSizeMB`)")),
+    OptionSpec("rocksdb.compactionNice", "engine", field="compaction_nice", kind="int",
+               default=f"`{C.DEFAULT_COMPACTION_NICE}`", meaning=(
+                   "nice value (0-19, Linux) of RocksDB's compaction threads, so compactions use the "
+                   "CPU tasks leave idle instead of slowing a batch; `0` leaves them as they are. "
+                   "Process-wide: the lowest priority any store asks for wins")),
     OptionSpec("rocksdb.writeAheadLog", "engine", field="rocksdb_wal", kind="bool", default="`false`",
                meaning="RocksDB's own WAL (our changelog already makes commits durable)"),
     # --- checkpoint storage ---------------------------------------------------------------------

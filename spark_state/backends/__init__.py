@@ -18,7 +18,8 @@ __all__ = [
 def backend_factory(name: str, config: EngineConfig) -> BackendFactory:
     """The factory for backend ``name``, sized from ``config``."""
     if name == C.BACKEND_ROCKSDB:
-        return RocksDBBackendFactory(config.block_cache_mb, config.write_buffer_mb, config.rocksdb_wal)
+        return RocksDBBackendFactory(config.block_cache_mb, config.write_buffer_mb, config.rocksdb_wal,
+                                     compaction_nice=config.compaction_nice)
     if name == C.BACKEND_HASHMAP:
         return HashMapBackendFactory()
     raise ConfigError(f"unknown state backend {name!r}; choose one of {', '.join(C.BACKENDS)}")

@@ -28,6 +28,7 @@ from ..errors import CheckpointCorruptError
 from ..storage.localdisk import disk_errno
 from .base import BackendFactory, Change, KVBackend, SnapshotFile
 from .rocksdb_resources import SharedRocksDBResources, shared_resources
+from .rocksdb_threads import lower_compaction_priority
 
 #: Files rocksdict or RocksDB keep in a DB directory that do not belong in a snapshot.
 _NOT_SNAPSHOTTED = frozenset({"LOCK", "LOG", "IDENTITY"})
@@ -71,9 +72,12 @@ def _options(resources: SharedRocksDBResources) -> rocksdict.Options:
 class RocksDBBackend(KVBackend):
     name = C.BACKEND_ROCKSDB
 
-    def __init__(self, directory: str, resources: SharedRocksDBResources, wal: bool) -> None:
+    def __init__(self, directory: str, resources: SharedRocksDBResources, wal: bool,
+                 compaction_nice: int = C.DEFAULT_COMPACTION_NICE) -> None:
         self._directory = directory
         self._db = rocksdict.Rdict(directory, _options(resources))
+        # Opening may have started more pool threads: they get the priority too.
+        lower_compaction_priority(compaction_nice)
         self._write_options = rocksdict.WriteOptions()
         # rocksdict's stub declares disable_wal a method; at run time it is a settable attribute.
         self._write_options.disable_wal = not wal  # type: ignore[method-assign,assignment]
@@ -164,9 +168,11 @@ class RocksDBBackend(KVBackend):
 class RocksDBBackendFactory(BackendFactory):
     name = C.BACKEND_ROCKSDB
 
-    def __init__(self, block_cache_mb: int, write_buffer_mb: int, wal: bool) -> None:
+    def __init__(self, block_cache_mb: int, write_buffer_mb: int, wal: bool,
+                 compaction_nice: int = C.DEFAULT_COMPACTION_NICE) -> None:
         self._resources = shared_resources(block_cache_mb, write_buffer_mb)
         self._wal = wal
+        self._compaction_nice = compaction_nice
 
     @property
     def resources(self) -> SharedRocksDBResources:
@@ -176,11 +182,11 @@ class RocksDBBackendFactory(BackendFactory):
         if os.path.exists(directory):
             shutil.rmtree(directory)
         os.makedirs(directory)
-        return RocksDBBackend(directory, self._resources, self._wal)
+        return RocksDBBackend(directory, self._resources, self._wal, self._compaction_nice)
 
     def open_snapshot(self, directory: str) -> KVBackend:
         try:
-            return RocksDBBackend(directory, self._resources, self._wal)
+            return RocksDBBackend(directory, self._resources, self._wal, self._compaction_nice)
         except Exception as exc:  # rocksdict raises plain Exception for corruption
             if disk_errno(exc) is not None:
                 raise  # a full or broken local disk, not a damaged snapshot (the store reports it)

@@ -47,12 +47,16 @@ def test_the_plugin_starts_the_workers_with_the_executor_and_the_query_uses_them
     # processes (a worker started or restarted for it would have another pid).
     assert len(result["before"]) == 2 and result["after"] == result["before"], result
     assert result["with_pandas"] == [], "provider workers loaded pandas (they start faster without)"
+    # Compactions run at the lowest CPU priority (rocksdb.compactionNice, default 19), flushes do not.
+    assert result["compaction_nices"] and set(result["compaction_nices"]) == {19}, result
+    assert result["flush_nices"] and set(result["flush_nices"]) == {0}, result
 
 
 def test_without_prestart_the_workers_start_at_the_first_store_load(tmp_path):
-    result = _run_job("prestart_job.py", str(tmp_path), "false")
+    result = _run_job("prestart_job.py", str(tmp_path), "false", "7")
     assert result["counts_ok"], result
     assert result["before"] == [] and len(result["after"]) == 2, result
+    assert result["compaction_nices"] and set(result["compaction_nices"]) == {7}, result  # the conf reached them
 
 
 def test_executor_python_without_spark_state_gives_a_clear_error(tmp_path):

@@ -2,10 +2,12 @@
 when the executor starts, before any query; with ``prestartWorkers=false``, at the first store
 load. Then a stateful query runs on the workers there are, and its counts are checked.
 
-Usage: prestart_job.py WORKDIR true|false. Prints one ``RESULT <json>`` line:
+Usage: prestart_job.py WORKDIR true|false [COMPACTION_NICE]. Prints one ``RESULT <json>`` line:
 ``before`` (worker pids once the session is up, before any query), ``after`` (after the query),
-``counts_ok``, and ``with_pandas``: the workers that have pandas' native libraries mapped after
-serving the query (they never should: ``spark_state.provider.no_pandas``).
+``counts_ok``, ``with_pandas``: the workers that have pandas' native libraries mapped after
+serving the query (they never should: ``spark_state.provider.no_pandas``), and the nice values
+of the workers' RocksDB threads, ``compaction_nices`` (``rocksdb:low``) and ``flush_nices``
+(``rocksdb:high``); COMPACTION_NICE, if given, is set as ``rocksdb.compactionNice``.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ import sys
 import time
 
 from inputs import write_key_batches
-from processes import state_workers
+from processes import state_workers, thread_nices
 
 WORKERS = 2
 
 
-def main(workdir: str, prestart: str) -> None:
+def main(workdir: str, prestart: str, compaction_nice: str | None) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -34,7 +36,8 @@ def main(workdir: str, prestart: str) -> None:
         SparkSession.builder.master("local[2]").appName("spark-state-prestart-test")
         .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false"),
-        options={"prestartWorkers": prestart, "workersPerExecutor": str(WORKERS)},
+        options={"prestartWorkers": prestart, "workersPerExecutor": str(WORKERS),
+                 **({"rocksdb.compactionNice": compaction_nice} if compaction_nice is not None else {})},
     ).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     # With the plugin the workers are starting already; give them time (a start takes ~1 s).
@@ -50,6 +53,8 @@ def main(workdir: str, prestart: str) -> None:
     query.awaitTermination(300)
     counts = {row["k"]: row["count"] for row in spark.sql("select * from counts").collect()}
     after = state_workers()
+    compaction_nices = [n for pid in after for n in thread_nices(pid, "rocksdb:low")]
+    flush_nices = [n for pid in after for n in thread_nices(pid, "rocksdb:high")]
     with_pandas = []
     for pid in after:
         with open(f"/proc/{pid}/maps") as maps:
@@ -57,8 +62,9 @@ def main(workdir: str, prestart: str) -> None:
                 with_pandas.append(pid)
     spark.stop()
     print("RESULT " + json.dumps({"before": before, "after": after, "counts_ok": counts == dict(expected),
-                                  "with_pandas": with_pandas}), flush=True)
+                                  "with_pandas": with_pandas, "compaction_nices": compaction_nices,
+                                  "flush_nices": flush_nices}), flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)

@@ -22,3 +22,18 @@ def state_workers() -> list[int]:
             if "spark_state.provider.worker" in args:
                 found.append(pid)
     return sorted(found)
+
+
+def thread_nices(pid: int, prefix: str) -> list[int]:
+    """The nice values of process ``pid``'s threads whose name starts with ``prefix``."""
+    nices = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if not f.read().startswith(prefix):
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                nices.append(int(f.read().rsplit(")", 1)[1].split()[16]))  # field 19: nice
+        except OSError:  # the thread ended meanwhile
+            continue
+    return sorted(nices)
