@@ -13,9 +13,10 @@ Durability and atomicity of a commit, in order:
 3. every ``snapshot_interval`` commits, a snapshot is uploaded (incrementally);
 4. the version's manifest is written, atomically replacing any earlier one.
 
-With ``background_snapshots=True`` (the Spark provider) step 3 only captures the version
-locally; the upload runs in the background and then re-points the version's manifest at
-the snapshot, and later commits rebase on it (:mod:`spark_state.checkpoint.background`).
+With ``background_snapshots=True`` (the Spark provider) step 3 moves to a background thread,
+after the commit: it captures the version locally (under the store's lock, only if the store
+still holds that version), uploads it, then re-points the version's manifest at the snapshot,
+and later commits rebase on it (:mod:`spark_state.checkpoint.background`).
 
 The manifest is the commit point. A crash before step 4 leaves the previous version in
 force. (The steps carry crash points, ``spark_state.testing.crashpoints``, where crash tests
@@ -515,8 +516,10 @@ class VersionedStore:
                     raise self._behind
                 rank = runs.commit_rank(self._version)
                 runs.before_commit()
-            # Set before anything can raise: the handler below removes a capture that never committed.
+            # A capture taken inside this commit (set before anything can raise: the handler below
+            # removes one that never committed), or one the background thread takes after it.
             capture: Optional[Capture] = None
+            defer_capture = False
             try:
                 crashpoints.reached("commit.before-changelog")
                 data = writes.encode_changelog(new_version)
@@ -541,7 +544,12 @@ class VersionedStore:
                     base, chain = self._background.rebase(base, chain)
                     _record_background_stats(metrics, self._background.take_stats())
                     if snapshot_due and not self._background.in_flight:
-                        capture = self._capture_snapshot(new_version)
+                        if self._background.last_capture_skipped:
+                            # Commits came back to back and the previous capture found the store
+                            # moved on: take this one now, so that snapshots keep landing.
+                            capture = self._capture_snapshot(new_version)
+                        else:
+                            defer_capture = True  # by the background thread, once this commit returned
                 elif snapshot_due:
                     base, stats = self._upload_snapshot(new_version)
                     chain = ()
@@ -566,20 +574,26 @@ class VersionedStore:
                     shutil.rmtree(capture.directory, ignore_errors=True)
                 self._invalidate()
                 raise
-            if capture is not None:
+            if capture is not None or defer_capture:
                 assert self._background is not None
-                self._background.submit(capture, manifest, self._shared_index, self._snapshot_uploaded,
+                # A deferred capture runs once this commit has released the lock (held until it returns).
+                taken, backend = capture, self._backend
+
+                def take_capture() -> Optional[Capture]:
+                    return taken if taken is not None else self._capture_if_current(new_version, backend)
+
+                self._background.submit(manifest, take_capture, self._shared_index, self._snapshot_uploaded,
                                         self._cleanup_quietly)
                 metrics.snapshot_taken = True
             self._overlay.clear()
             self._version = new_version
             self._manifest = manifest
             self._num_keys = num_keys
-            self._state_origin = base.path if metrics.snapshot_taken and capture is None and base else ref.path
+            self._state_origin = base.path if metrics.snapshot_taken and self._background is None and base else ref.path
             metrics.num_deletes = writes.num_deletes
             metrics.num_updates = writes.num_puts
             metrics.changelog_bytes = len(data)
-            if metrics.snapshot_taken and capture is None:
+            if metrics.snapshot_taken and self._background is None:
                 # New snapshots are what make old files obsolete: clean up right after
                 # (background snapshots clean up when their upload completes).
                 self._cleanup_quietly()
@@ -704,6 +718,21 @@ class VersionedStore:
         metrics.duration_ms = (time.perf_counter() - started) * 1000
         self.last_commit = metrics
         return version
+
+    def _capture_if_current(self, version: int, backend: Optional[KVBackend]) -> Optional[Capture]:
+        """The background capture of committed ``version`` (called under the lock): a local copy
+        if the store still holds exactly that version on the same local copy, else None (a later
+        commit, a reload or a close came first)."""
+        if self._closed or self._version != version or self._backend is not backend:
+            return None
+        try:
+            with self._local_errors(f"capturing a snapshot of version {version}"):
+                return self._capture_snapshot(version)
+        except BaseException:
+            # The capture flushes the live database first: after a failed flush RocksDB keeps a
+            # background error, so the local copy is no longer trusted (the next load restores).
+            self._invalidate()
+            raise
 
     def _capture_snapshot(self, version: int) -> Capture:
         """A local copy of the version just applied, for the background upload. It lives beside
