@@ -12,7 +12,7 @@ state in a JVM hash map. A load exports (or ships) the version only when the JVM
 hold it already, named by commit id; a commit tells the JVM how to apply the epoch itself.
 The worker's store is RocksDB-backed for both, with snapshots taken and uploaded in the
 background (``VersionedStore(background_snapshots=True)``): a commit waits for its changelog
-and manifest only.
+and manifest only (the snapshot's local capture, too, is taken after the commit returns).
 
 Why not a RocksDB secondary that tails the live database: after the primary flushes, a
 secondary keeps the memtable it replayed from the old log, which shadows the newer values
