@@ -5,8 +5,9 @@ group and a hash, so each new L0 file overlaps the whole of L1 and a compaction 
 store. Measured at 10M keys (``bench/scale_bench.py``, 4 partitions of 2.5M entries, ``local[2]``):
 each partition's L0->L1 compaction took 1.8 s of a core, all four in the same batch (the stores
 flush in step), while that batch's tasks needed both cores -- the batch took 1.5x the median.
-Compaction has a lot of slack (L0 files arrive one per view refresh or snapshot, and RocksDB
-slows writes only at 20), so nothing is lost by running it when the tasks leave a core idle.
+Compaction has a lot of slack (L0 files arrive one per view refresh, snapshot or full
+memtable, and RocksDB slows writes only at 20), so nothing is lost by running it when the tasks
+leave a core idle.
 RocksDB offers this as ``Env::LowerThreadPoolCPUPriority``, which rocksdict does not expose;
 this module does the same from outside.
 
