@@ -11,94 +11,15 @@ Real parts only: the shim's SparkStateProvider, its Python worker, checkpoints o
 
 from __future__ import annotations
 
-import json
 import random
 import time
 import uuid
 
 import pyarrow as pa
 import pytest
+from provider_driver import BACKENDS, P, Shim
 
 pytestmark = pytest.mark.spark
-
-P = "spark.sql.streaming.stateStore.sparkState."
-KEY = json.dumps({"type": "struct", "fields": [{"name": "k", "type": "integer", "nullable": True, "metadata": {}}]})
-VALUE = json.dumps({"type": "struct", "fields": [{"name": "n", "type": "integer", "nullable": True, "metadata": {}}]})
-DEFAULT = "default"
-
-
-class Shim:
-    """One SparkStateProvider instance (one store, one run) and helpers for int rows."""
-
-    def __init__(self, spark, root: str, confs: dict[str, str]) -> None:
-        self.spark = spark
-        jvm = spark._jvm
-        self.jvm = jvm
-        state = jvm.org.apache.spark.sql.execution.streaming.state
-        self.key_schema = jvm.org.apache.spark.sql.types.DataType.fromJson(KEY)
-        self.value_schema = jvm.org.apache.spark.sql.types.DataType.fromJson(VALUE)
-        expressions = jvm.org.apache.spark.sql.catalyst.expressions
-        self._key_proj = expressions.UnsafeProjection.create(self.key_schema)
-        self._value_proj = expressions.UnsafeProjection.create(self.value_schema)
-        spark._jsparkSession.streams()  # the driver's state store coordinator, which commits report to
-        for key, value in confs.items():
-            spark.conf.set(key, value)
-        try:
-            store_conf = state.StateStoreConf.apply(spark._jsparkSession.sessionState().conf())
-        finally:
-            for key in confs:
-                spark.conf.unset(key)
-        hadoop = jvm.org.apache.hadoop.conf.Configuration(spark._jsc.hadoopConfiguration())
-        hadoop.set("sql.streaming.runId", str(uuid.uuid4()))
-        self.provider = state.sparkstate.SparkStateProvider()
-        self.provider.init(state.StateStoreId(root, 0, 0, DEFAULT), self.key_schema, self.value_schema,
-                           state.NoPrefixKeyStateEncoderSpec(self.key_schema), False, store_conf, hadoop, False,
-                           jvm.scala.Option.empty())
-
-    def _row(self, proj, value: int):
-        values = self.spark.sparkContext._gateway.new_array(self.jvm.java.lang.Object, 1)
-        values[0] = value
-        return proj.apply(self.jvm.org.apache.spark.sql.catalyst.expressions.GenericInternalRow(values)).copy()
-
-    def store(self, version: int):
-        return self.provider.getStore(version, self.jvm.scala.Option.empty(), False, False)
-
-    def put(self, store, k: int, n: int) -> None:
-        store.put(self._row(self._key_proj, k), self._row(self._value_proj, n), DEFAULT)
-
-    def remove(self, store, k: int) -> None:
-        store.remove(self._row(self._key_proj, k), DEFAULT)
-
-    def get(self, store, k: int):
-        row = store.get(self._row(self._key_proj, k), DEFAULT)
-        return None if row is None else row.getInt(0)
-
-    def exported(self, store) -> int:
-        """1 if the worker exported or shipped the version for this store's load, else 0."""
-        metric = self.jvm.org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider.ViewExportsMetric()
-        return store.metrics().customMetrics().apply(metric)
-
-    def scan(self, store) -> dict[int, int]:
-        it = store.iterator(DEFAULT)
-        out = {}
-        while it.hasNext():
-            pair = it.next()
-            out[pair.key().getInt(0)] = pair.value().getInt(0)
-        return out
-
-    def commit(self, store, writes: dict[int, int | None]) -> int:
-        for k, n in writes.items():
-            if n is None:
-                self.remove(store, k)
-            else:
-                self.put(store, k, n)
-        return store.commit()
-
-    def close(self) -> None:
-        self.provider.close()
-
-
-BACKENDS = {"rocksdb": {}, "hashmap": {P + "backend": "hashmap"}}
 
 
 @pytest.fixture(params=list(BACKENDS), ids=list(BACKENDS))

@@ -74,6 +74,12 @@ private[sparkstate] final class SparkStateStore(
     }
   }
 
+  /** Point reads of several keys, in order (Spark's own default refuses; each is one [[get]]). */
+  override def multiGet(keys: Array[UnsafeRow], colFamilyName: String): Iterator[UnsafeRow] = {
+    checkFamily(colFamilyName)
+    keys.iterator.map(get(_, colFamilyName))
+  }
+
   override def iterator(colFamilyName: String): StateStoreIterator[UnsafeRowPair] = {
     checkFamily(colFamilyName)
     scan(null, null)
@@ -276,6 +282,11 @@ private[sparkstate] final class MergedScan(
     p
   }
 
+  /**
+   * Which side the next entry comes from. Decided by explicit cases, never by a comparison's
+   * magnitude: `Arrays.compareUnsigned` returns the difference of the first differing bytes (any
+   * value in -255..255), so a sentinel such as "2" would collide with real orders and drop entries.
+   */
   private def advance(): Unit = {
     while (nextPair == null) {
       val dbHas = dbValid
@@ -284,27 +295,35 @@ private[sparkstate] final class MergedScan(
         close()
         return
       }
-      val order =
-        if (!dbHas) 1
-        else if (!ordered) (if (buffer.lookup(it.key) != null) 2 else -1) // unordered: the buffer's turn comes last
-        else if (!pendingHas) -1
-        else JArrays.compareUnsigned(it.key, pendingEntry.getKey)
-      if (order == 2) it.next() // the buffer holds this key: its entry comes from the buffer
-      else if (order < 0) {
-        val v = it.value
-        val k = it.key
-        it.next()
-        if (!(ttl.hidesExpired && ttl.expiredValue(v))) {
-          nextPair = new UnsafeRowPair(codec.decode(k), KeyCodec.valueRow(v, ttl.valueOffset, valueFields))
-        }
-      } else {
-        val e = pendingEntry
-        pendingEntry = nextPending()
-        if (order == 0) it.next()
-        if (!(e.getValue eq ChangeBuffer.Tombstone)) {
-          nextPair = new UnsafeRowPair(codec.decode(e.getKey), KeyCodec.valueRow(e.getValue, valueFields))
-        }
+      if (!dbHas) takePending(sameKeyInView = false)
+      else if (!ordered) {
+        // Unordered view (the heap map): its entries first, minus the keys the buffer holds, whose
+        // entries (or tombstones) come from the buffer once the view is exhausted.
+        if (buffer.lookup(it.key) != null) it.next() else takeView()
+      } else if (!pendingHas) takeView()
+      else {
+        val order = JArrays.compareUnsigned(it.key, pendingEntry.getKey)
+        if (order < 0) takeView() else takePending(sameKeyInView = order == 0)
       }
+    }
+  }
+
+  private def takeView(): Unit = {
+    val v = it.value
+    val k = it.key
+    it.next()
+    if (!(ttl.hidesExpired && ttl.expiredValue(v))) {
+      nextPair = new UnsafeRowPair(codec.decode(k), KeyCodec.valueRow(v, ttl.valueOffset, valueFields))
+    }
+  }
+
+  /** The next pending write wins; `sameKeyInView`: the view's current entry has its key and is skipped. */
+  private def takePending(sameKeyInView: Boolean): Unit = {
+    val e = pendingEntry
+    pendingEntry = nextPending()
+    if (sameKeyInView) it.next()
+    if (!(e.getValue eq ChangeBuffer.Tombstone)) {
+      nextPair = new UnsafeRowPair(codec.decode(e.getKey), KeyCodec.valueRow(e.getValue, valueFields))
     }
   }
 
