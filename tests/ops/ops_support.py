@@ -21,16 +21,19 @@ def run(spark, case: E.Case, checkpoint, dirs, provider: str = SPARKSTATE_PROVID
                      checkpoint_dir=str(checkpoint), output_mode=case.output_mode, extra_confs=confs, **kwargs)
 
 
-def reference(spark, case: E.Case, tmp_path_factory, provider: str = HDFS_PROVIDER) -> RunResult:
-    """The uninterrupted run of ``case`` on ``provider`` (default Spark's HDFS provider), once
-    per test session and provider (shared with the operator equivalence tests)."""
-    return E.reference_run(spark, case, tmp_path_factory, provider)
+def reference(spark, case: E.Case, tmp_path_factory, provider: str = HDFS_PROVIDER,
+              cuts: tuple[int, ...] = ()) -> RunResult:
+    """The run of ``case`` on ``provider`` (default Spark's HDFS provider), uninterrupted or stopped
+    and restarted at ``cuts`` (see ``E.reference_run``), once per test session (shared with the
+    operator equivalence tests)."""
+    return E.reference_run(spark, case, tmp_path_factory, provider, cuts)
 
 
 def assert_equal_to_uninterrupted(case: E.Case, runs: list[RunResult], want: RunResult, what: str,
                                   renumbered: bool = False) -> None:
-    """Per batch when the case's batch ids survive restarts, else as a multiset of rows (a run
-    that ends with a watermark adds a no-data batch the uninterrupted run does not have).
+    """Per batch, batch ids included, when ``want`` stopped where ``runs`` did (a reference with
+    the same cuts) or the case's batch ids survive restarts; else as a multiset of rows (a run that
+    ends with a watermark adds a no-data batch the uninterrupted run does not have).
     ``renumbered``: an in-place rescale inserted batches without input (as Spark's offline
     repartition does), so batches compare in order rather than by id."""
     merged: dict[int, list] = {}
@@ -39,7 +42,7 @@ def assert_equal_to_uninterrupted(case: E.Case, runs: list[RunResult], want: Run
     if case.restart_per_batch and renumbered:
         got = [rows for _, rows in sorted(merged.items())]
         assert got == [rows for _, rows in sorted(want.batches.items())], f"{what}: per-batch outputs differ"
-    elif case.restart_per_batch:
+    elif case.restart_per_batch or not renumbered:
         E.assert_same_batches(dict(sorted(merged.items())), want.batches, what)
     else:
         got = Counter(row for rows in merged.values() for row in rows)

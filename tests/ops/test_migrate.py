@@ -43,7 +43,7 @@ COMBOS = [("agg_update", s, t) for s, t in PAIRS] + [
 @pytest.mark.parametrize("name,source,to", COMBOS, ids=[f"{n}-{SHORT[s]}-to-{t}" for n, s, t in COMBOS])
 def test_migrate_then_continue_equals_an_uninterrupted_run(spark, name, source, to, tmp_path, tmp_path_factory):
     case = E.CASES_BY_NAME[name]
-    want = reference(spark, case, tmp_path_factory, provider=source)
+    want = reference(spark, case, tmp_path_factory, provider=source, cuts=(3,))
 
     dirs = E.write_inputs(case, tmp_path, upto=3)
     src = tmp_path / "src"
@@ -71,7 +71,7 @@ def test_savepoint_of_a_spark_provider_checkpoint_restores_as_spark_state(spark,
     """A savepoint reads Spark's RocksDB provider's stores through the provider itself; its
     restore at another partition count is a spark-state checkpoint that continues exactly."""
     case = E.CASES_BY_NAME["dedup"]
-    want = reference(spark, case, tmp_path_factory, provider=ROCKSDB_PROVIDER)
+    want = reference(spark, case, tmp_path_factory, provider=ROCKSDB_PROVIDER, cuts=(3,))
     dirs = E.write_inputs(case, tmp_path, upto=3)
     first = run(spark, case, tmp_path / "src", dirs, provider=ROCKSDB_PROVIDER, partitions=3)
     sp = ops.savepoint(str(tmp_path / "src"), str(tmp_path / "sp"), progress=False)

@@ -111,9 +111,9 @@ class Case:
     build: Callable
     output_mode: str
     check: Callable[["Case", RunResult], None]  # asserts on the HDFS reference output
-    #: restart tests compare per batch (no watermark: a restart adds no no-data batch) or
-    #: the multiset of all rows (with a watermark, the first run ends with a no-data batch
-    #: that the uninterrupted run does not have, so emissions move to another batch id)
+    #: whether a run stopped and restarted emits in the batches of the uninterrupted run (no
+    #: watermark); with one, a run that stops ends with a no-data batch, so tests that restart
+    #: compare with a reference restarted at the same batches (``reference_run(cuts=...)``)
     restart_per_batch: bool = True
     extra_confs: dict = field(default_factory=dict)
 
@@ -513,6 +513,145 @@ def check_limit(case, ref):
     assert [len(ref.batches.get(b, [])) for b in range(case.num_batches)] == [3, 3, 1, 0, 0]
 
 
+# --- many keys, eviction in rounds ---------------------------------------------------------------
+#
+# The small cases above show each operator's semantics with hand-made rows; these make the state
+# store do what production queries make it do: 30-40 keys over 3-4 partitions, event time moving a
+# minute per batch with rows up to 90 s late, so that every batch from the third on evicts part of
+# the state (windows closed, sessions ended, dedup entries and join rows expired, timeouts fired)
+# while other keys live on. Each reference run is checked to evict in several rounds before its
+# last batch; the providers under test must emit the same rows in the same batches.
+
+
+def _eventful_batches(seed: int, keys: int, batches: int = 7, rows: int = 50) -> list:
+    """``(k, ts, v)`` rows: batch b holds event times from ``60 b - 90`` to ``60 b + 60`` seconds."""
+    rng = random.Random(seed)
+    return [
+        sorted(
+            ((f"k{rng.randrange(keys)}", at(60 * b + rng.randrange(-90, 60)), rng.randrange(100)) for _ in range(rows)),
+            key=lambda r: (r[0], r[1], r[2]),
+        )
+        for b in range(batches)
+    ]
+
+
+def check_evicts_in_rounds(case, ref):
+    """State rows were removed in at least two batches before the last (eviction in the middle of
+    the run, more than once), and output came out in at least three batches."""
+    removed = {p["batchId"]: sum(op["numRowsRemoved"] for op in p.get("stateOperators") or [])
+               for p in ref.progress if "batchId" in p}
+    last = max(removed)
+    rounds = [b for b, n in removed.items() if n > 0 and b < last]
+    emitting = [b for b, rows in ref.batches.items() if rows]
+    assert len(rounds) >= 2, f"rows removed per batch {removed}: eviction did not happen in rounds"
+    assert len(emitting) >= 3, f"output only in batches {emitting}"
+
+
+def build_window_many(df):
+    from pyspark.sql import functions as F
+
+    return (
+        df.withWatermark("ts", "2 minutes")
+        .groupBy(F.window("ts", "1 minute"), "k")
+        .agg(F.count("*").alias("n"), F.sum("v").alias("total"))
+        .select((F.col("window.start").cast("long") - S0).alias("start"), "k", "n", "total")
+    )
+
+
+def build_session_many(df):
+    from pyspark.sql import functions as F
+
+    return (
+        df.withWatermark("ts", "1 minute")
+        .groupBy(F.session_window("ts", "30 seconds"), "k")
+        .agg(F.count("*").alias("n"), F.sum("v").alias("total"))
+        .select("k", (F.col("session_window.start").cast("long") - S0).alias("start"),
+                (F.col("session_window.end").cast("long") - S0).alias("end"), "n", "total")
+    )
+
+
+def build_dedup_within_many(df):
+    from pyspark.sql import functions as F
+
+    return (
+        df.withWatermark("ts", "1 minute")
+        .dropDuplicatesWithinWatermark(["k"])
+        .select("k", (F.col("ts").cast("long") - S0).alias("ts"), "v")
+    )
+
+
+def check_dedup_within_many(case, ref):
+    check_evicts_in_rounds(case, ref)
+    emitted = Counter(k for k, _, _ in ref.rows())
+    assert max(emitted.values()) >= 3, "no key was emitted again after its dedup state expired"
+
+
+def build_dedup_wm_many(df):
+    from pyspark.sql import functions as F
+
+    return (
+        df.withWatermark("ts", "1 minute")
+        .dropDuplicates(["k", "ts"])
+        .select("k", (F.col("ts").cast("long") - S0).alias("ts"), "v")
+    )
+
+
+def _eventful_coarse(seed: int, keys: int) -> list:
+    """:func:`_eventful_batches` at 10-second event times, so that (k, ts) repeats across batches."""
+    return [[(k, ts.replace(second=ts.second // 10 * 10), v) for k, ts, v in rows]
+            for rows in _eventful_batches(seed, keys)]
+
+
+def _join_many(left_df, right_df, how):
+    from pyspark.sql import functions as F
+
+    left_df = left_df.select("k", F.col("ts").alias("lt"), F.col("v").alias("lv")).withWatermark("lt", "1 minute")
+    right_df = right_df.select(
+        F.col("k").alias("rk"), F.col("ts").alias("rt"), F.col("v").alias("rv")
+    ).withWatermark("rt", "1 minute")
+    joined = left_df.join(right_df, F.expr("k = rk AND rt >= lt AND rt <= lt + interval 30 seconds"), how)
+    return joined.select(
+        "k", (F.col("lt").cast("long") - S0).alias("lt"), "lv", (F.col("rt").cast("long") - S0).alias("rt"), "rv"
+    )
+
+
+def build_join_inner_many(left_df, right_df):
+    return _join_many(left_df, right_df, "inner")
+
+
+def build_join_left_many(left_df, right_df):
+    return _join_many(left_df, right_df, "left_outer")
+
+
+def check_join_left_many(case, ref):
+    check_evicts_in_rounds(case, ref)
+    assert sum(1 for r in ref.rows() if r[3] is None) >= 10, "few unmatched left rows were evicted"
+
+
+def build_apply_timeout_many(df):
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    return (
+        df.withWatermark("ts", "1 minute")
+        .withColumn("tsl", F.col("ts").cast("long"))
+        .groupBy("k")
+        .applyInPandasWithState(
+            session_timeout_fn,
+            "k string, n long, total long, status string",
+            "n long, total long, newest long",
+            "update",
+            GroupStateTimeout.EventTimeTimeout,
+        )
+    )
+
+
+def check_apply_timeout_many(case, ref):
+    check_evicts_in_rounds(case, ref)
+    expired = [r for r in ref.rows() if r[3] == "expired"]
+    assert len(expired) >= 10 and len({b for b, rows in ref.batches.items() for r in rows if r[3] == "expired"}) >= 3
+
+
 CASES = [
     Case("agg_update", [schema_kv], [KV_BATCHES], build_agg, "update", check_agg_update),
     Case("agg_complete", [schema_kv], [KV_BATCHES], build_agg, "complete", check_agg_complete),
@@ -534,10 +673,29 @@ CASES = [
          restart_per_batch=False),
     Case("limit", [schema_id_v], [[[(10 * b + j, b) for j in range(3)] for b in range(5)]], build_limit, "append",
          check_limit),
+    Case("window_many", [schema_kts], [_eventful_batches(7, 40)], build_window_many, "append",
+         check_evicts_in_rounds, restart_per_batch=False),
+    Case("session_many", [schema_kts], [_eventful_batches(8, 30)], build_session_many, "append",
+         check_evicts_in_rounds, restart_per_batch=False),
+    Case("dedup_within_many", [schema_kts], [_eventful_batches(9, 40)], build_dedup_within_many, "append",
+         check_dedup_within_many, restart_per_batch=False),
+    Case("dedup_wm_many", [schema_kts], [_eventful_coarse(10, 20)], build_dedup_wm_many, "append",
+         check_evicts_in_rounds, restart_per_batch=False),
+    Case("join_inner_many", [schema_kts, schema_kts], [_eventful_batches(11, 30), _eventful_batches(12, 30)],
+         build_join_inner_many, "append", check_evicts_in_rounds, restart_per_batch=False),
+    Case("join_left_many", [schema_kts, schema_kts], [_eventful_batches(13, 30), _eventful_batches(14, 30)],
+         build_join_left_many, "append", check_join_left_many, restart_per_batch=False),
+    Case("apply_timeout_many", [schema_kts], [_eventful_batches(15, 40)], build_apply_timeout_many, "update",
+         check_apply_timeout_many, restart_per_batch=False),
 ]
 CASES_BY_NAME = {c.name: c for c in CASES}
+#: The hand-made cases (each operator's semantics) and the many-key ones (eviction in rounds); the
+#: ops tests run the former.
+EVICTION_CASES = [c for c in CASES if c.name.endswith("_many")]
+SEMANTIC_CASES = [c for c in CASES if c not in EVICTION_CASES]
 
-RESTART_CASES = ["agg_update", "dedup", "join_inner", "apply_event_timeout", "session_window"]
+RESTART_CASES = ["agg_update", "dedup", "join_inner", "apply_event_timeout", "session_window", "window_many",
+                 "dedup_within_many"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -586,20 +744,38 @@ def case_inputs(tmp_path_factory):
     return lambda case: inputs_of(case, tmp_path_factory)
 
 
-#: Uninterrupted runs of the cases, per (case, provider), for the whole test session: this
-#: module's tests and the ops tests (``ops_support.reference``) compare with the same runs.
-_REFERENCES: dict[tuple[str, str], RunResult] = {}
+#: Runs of the cases, per (case, provider, cuts), for the whole test session: this module's tests
+#: and the ops tests (``ops_support.reference``) compare with the same runs.
+_REFERENCES: dict[tuple[str, str, tuple[int, ...]], RunResult] = {}
 
 
-def reference_run(spark, case: Case, tmp_path_factory, provider: str = REFERENCE_PROVIDER) -> RunResult:
-    """The uninterrupted run of ``case`` on ``provider`` over all its batches, computed once per
-    test session and provider; each is first checked against what the case's data was designed
-    to produce."""
-    key = (case.name, provider)
+def reference_run(spark, case: Case, tmp_path_factory, provider: str = REFERENCE_PROVIDER,
+                  cuts: tuple[int, ...] = ()) -> RunResult:
+    """The run of ``case`` on ``provider`` over all its batches, computed once per test session,
+    provider and ``cuts``.
+
+    Without cuts the run is uninterrupted, and first checked against what the case's data was
+    designed to produce. With ``cuts`` the input arrives in parts: the query runs over the batches
+    before the first cut, stops, and is restarted on its checkpoint with the next part added, and
+    so on -- the reference for a test that stops and restarts (or savepoints and restores) at the
+    same batches. With a watermark its output may differ from the uninterrupted run's: a run that
+    stops with the watermark ahead of its state ends with a no-data batch that evicts, which an
+    uninterrupted run does when the next data arrives (dropDuplicatesWithinWatermark then even
+    emits other rows). Compared with it, every row and its batch id must match.
+    """
+    cuts = tuple(cuts)
+    key = (case.name, provider, cuts)
     if key not in _REFERENCES:
-        ckpt = tmp_path_factory.mktemp(f"ref-{case.name}") / "ckpt"
-        result = run_case(spark, case, provider, inputs_of(case, tmp_path_factory), ckpt)
-        case.check(case, result)
+        tag = "-".join(map(str, cuts))
+        root = tmp_path_factory.mktemp(f"ref-{case.name}{'-cut-' + tag if cuts else ''}")
+        if not cuts:
+            result = run_case(spark, case, provider, inputs_of(case, tmp_path_factory), root / "ckpt")
+            case.check(case, result)
+        else:
+            bounds = [0, *cuts, case.num_batches]
+            runs = [run_case(spark, case, provider, write_inputs(case, root, start=start, upto=end), root / "ckpt")
+                    for start, end in zip(bounds, bounds[1:])]
+            result = RunResult(provider, merge_runs(*runs), [p for r in runs for p in r.progress])
         _REFERENCES[key] = result
     return _REFERENCES[key]
 
@@ -647,12 +823,13 @@ def test_operator_matches_hdfs(spark, case_inputs, reference, case, provider, tm
 
 @pytest.mark.parametrize("provider", PROVIDERS_UNDER_TEST, ids=PROVIDER_IDS)
 @pytest.mark.parametrize("name", RESTART_CASES)
-def test_restart_from_checkpoint(spark, reference, name, provider, tmp_path):
+def test_restart_from_checkpoint(spark, tmp_path_factory, name, provider, tmp_path):
     """Run the first half of the batches, stop, add the rest, run again on the checkpoint
-    (new run id: new provider instances that must load the committed state)."""
+    (new run id: new provider instances that must load the committed state). Every batch, its id
+    included, equals the HDFS provider's run stopped and restarted at the same batch."""
     case = CASES_BY_NAME[name]
-    want = reference(case)
     split = case.num_batches // 2
+    want = reference_run(spark, case, tmp_path_factory, cuts=(split,))
     ckpt = tmp_path / "ckpt"
     dirs = write_inputs(case, tmp_path, upto=split)
     first = run_case(spark, case, provider, dirs, ckpt)
@@ -660,12 +837,7 @@ def test_restart_from_checkpoint(spark, reference, name, provider, tmp_path):
     second = run_case(spark, case, provider, dirs, ckpt)
     assert first.batch_ids and second.batch_ids and min(second.batch_ids) > max(first.batch_ids)
     assert first.run_id != second.run_id and first.query_id == second.query_id
-    merged = merge_runs(first, second)
-    if case.restart_per_batch:
-        assert_same_batches(merged, want.batches, f"{name} restarted on {short_name(provider)}")
-    else:
-        got_rows = Counter(r for rows in merged.values() for r in rows)
-        assert got_rows == want.row_counts(), f"{name}: restarted run emitted other rows"
+    assert_same_batches(merge_runs(first, second), want.batches, f"{name} restarted on {short_name(provider)}")
 
 
 @pytest.mark.parametrize("provider", PROVIDERS_UNDER_TEST, ids=PROVIDER_IDS)

@@ -125,7 +125,7 @@ def main(master: str, workdir: str) -> None:
         time.sleep(0.5)
 
     results = {}
-    for case in eq.CASES:
+    for case in eq.SEMANTIC_CASES:
         dirs = eq.write_inputs(case, os.path.join(workdir, "in", case.name), upto=BATCHES)
         ckpt = os.path.join(workdir, "ckpt", case.name)
 
