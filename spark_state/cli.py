@@ -12,8 +12,8 @@ Conventions (every command follows them; keep them when adding one):
   document on stdout instead (for scripts). Progress bars and logs go to stderr, and bars
   only when stderr is a terminal (``--no-progress`` turns them off).
 * Exit status: 0 on success only; 1 when the operation failed (``error: <message>`` on
-  stderr; with ``--json`` also ``{"error": ..., "message": ...}`` on stdout); 2 for bad
-  arguments (argparse's usage message).
+  stderr; with ``--json`` also ``{"error": ..., "message": ...}`` on stdout, see
+  :func:`_failed`); 2 for bad arguments (argparse's usage message).
 * Options with values: ``--partitions N``, ``--batch N``, ``--backend rocksdb|hashmap``,
   ``--to spark-state|hdfs|rocksdb``; process state: ``--process-root DIR`` and
   ``--process-location NAME=URL`` (repeatable); storage: ``--option KEY=VALUE`` (repeatable,
@@ -70,6 +70,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="the query's checkpointLocation")
     p.add_argument("savepoint", help="a new directory for the savepoint")
     p.add_argument("--batch", type=int, help="the committed batch to take (default: the latest)")
+    p.add_argument("--allow-no-state", action="store_true",
+                   help="take the savepoint even if it holds no state (no stateful operator of Spark's, and no "
+                        "process state found: a query that keeps none)")
     _process_options(p)
 
     p = _command(sub, "restore", "create a new checkpoint from a savepoint, optionally at another partition count",
@@ -162,15 +165,25 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------ commands
+#: What an operation that failed raises (anything else is a bug and keeps its traceback).
+_FAILURES = (SparkStateError, ValueError, OSError)
+
+
+def _failed(exc: BaseException, as_json: bool) -> int:
+    """Report a failed command: ``error: <message>`` on stderr and, with ``--json``, the error
+    as JSON on stdout; returns the exit status (1)."""
+    if as_json:
+        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+    print(f"error: {exc}", file=sys.stderr)
+    return 1
+
+
 def _run(args: argparse.Namespace, fn: Callable[[argparse.Namespace], Any]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         result, summary = fn(args)
-    except (SparkStateError, ValueError, OSError) as exc:
-        if args.json:
-            print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except _FAILURES as exc:
+        return _failed(exc, args.json)
     if args.json:
         print(json.dumps(result, indent=1, default=str))
     else:
@@ -188,7 +201,8 @@ def _inspect(args):
 def _savepoint(args):
     from .ops import savepoint
 
-    r = savepoint(args.checkpoint, args.savepoint, args.batch, progress=not args.no_progress, **_common(args))
+    r = savepoint(args.checkpoint, args.savepoint, args.batch, progress=not args.no_progress,
+                  allow_no_state=args.allow_no_state, **_common(args))
     return r.to_dict(), (f"savepoint of batch {r.batch_id} (query {r.query_id}) written to {r.savepoint}: "
                          f"{len(r.operators)} operator(s), {len(r.process_states)} process state(s), {r.keys} keys, "
                          f"{r.bytes} bytes in {r.files} files, {r.seconds:.1f} s")
@@ -258,9 +272,8 @@ def _server_conf(args) -> int:
 
     try:
         confs = server_confs(backend=args.backend, options=_pairs(args.option, "--option"), python=args.python)
-    except (SparkStateError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    except _FAILURES as exc:
+        return _failed(exc, args.json)
     if args.json:
         print(json.dumps(confs, indent=1))
     elif args.properties:

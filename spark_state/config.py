@@ -23,7 +23,8 @@ _STR = "str"
 
 _OPTIONS: dict[str, tuple[str, str]] = option_specs.engine_options()
 #: Options with this prefix are handed to checkpoint storage with the prefix removed
-#: (``storage.s3.endpoint_url`` -> ``s3.endpoint_url``); the storage layer validates them.
+#: (``storage.s3.endpoint_url`` -> ``s3.endpoint_url``); :meth:`EngineConfig.from_options` checks
+#: their names and values with the storage layer's own checks.
 STORAGE_OPTION_PREFIX = "storage."
 
 
@@ -91,7 +92,9 @@ class EngineConfig:
 
         Only keys starting with ``prefix`` are considered; pass
         ``prefix=constants.CONF_PREFIX`` for a full Spark conf map. Unknown keys raise
-        :class:`ConfigError` listing the known ones.
+        :class:`ConfigError` listing the known ones; so do checkpoint storage options
+        (``storage.*``) with an unknown name or a bad value (see :func:`check_storage_options`),
+        here rather than when a store first opens its storage.
         """
         kwargs: dict[str, Any] = {}
         storage: dict[str, str] = {}
@@ -113,8 +116,33 @@ class EngineConfig:
             field_name, kind = _OPTIONS[key]
             kwargs[field_name] = _parse(full_key, str(raw).strip(), kind)
         if storage:
+            check_storage_options(storage, prefix + STORAGE_OPTION_PREFIX)
             kwargs["storage_options"] = storage
         return cls(**kwargs)
+
+
+def check_storage_options(storage: Mapping[str, str], given_as: str = "") -> None:
+    """Check checkpoint storage options (keys without ``storage.``) the way
+    :func:`~spark_state.storage.open_storage` does, without opening any storage
+    (:func:`spark_state.storage.factory.check_options`). ``given_as`` is the prefix the caller
+    wrote the keys with (``storage.``), so that the message names the option as given.
+
+    Raises:
+        ConfigError: naming the option as given and what is wrong with it.
+    """
+    # Imported here: building a config needs no storage client, and a module-level import would
+    # tie the import orders of the two packages.
+    from .storage.factory import check_options
+
+    for key, value in storage.items():
+        try:
+            check_options({key: value}, together=False)
+        except ConfigError as exc:
+            raise ConfigError(f"option {given_as + str(key)!r}: {exc}") from None
+    try:
+        check_options(storage)
+    except ConfigError as exc:
+        raise ConfigError(f"options {given_as}s3.*: {exc}") from None
 
 
 def _parse(key: str, raw: str, kind: str) -> Any:

@@ -155,7 +155,8 @@ def render_cli() -> str:
            "operations of [Operations](operations.md) and the demo. Conventions: `--help` on every "
            "command; `--json` prints the result as one JSON document on stdout; progress bars go to "
            "stderr, only when it is a terminal (`--no-progress` turns them off); exit status 0 on "
-           "success, 1 when the operation failed (`error: <message>` on stderr), 2 for bad arguments.\n",
+           "success, 1 when the operation failed (`error: <message>` on stderr; with `--json` also "
+           "`{\"error\": <error class>, \"message\": <message>}` on stdout), 2 for bad arguments.\n",
            f"Below is each command's `--help`, as printed at {WIDTH} columns by Python {version}.\n",
            "## spark-state\n", "```text", f"$ {PROG} --help", _help_of(main, ["--help"]).rstrip(), "```\n"]
     for name in subcommands():

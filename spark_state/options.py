@@ -102,7 +102,10 @@ GROUPS: tuple[Group, ...] = (
         "`VersionedStore`) and the command line's `--option KEY=VALUE` they go without it. On the "
         "provider with an `s3a://` checkpoint, `s3.endpoint_url`, the credentials and the region also "
         "come from Hadoop's `fs.s3a.*` settings. Local disk accepts the `retry.*` options and ignores "
-        "them (a full or read-only disk does not pass by waiting).")),
+        "them (a full or read-only disk does not pass by waiting). An unknown name and a bad `retry.*`, "
+        "`s3.anonymous` or `s3.*_timeout` value are errors naming the option when the options are read "
+        "(`spark_state.configure(options=...)`, `spark-state server-conf`, `EngineConfig.from_options`), "
+        "not when a query first opens its storage.")),
     Group("ttl", "TTL for built-in operators", (
         "Read by the provider when a query (re)starts (`spark_state/provider/ttl_policy.py`); "
         "see [TTL for built-in operators](ttl.md#ttl-for-built-in-operators). Every TTL conf is "

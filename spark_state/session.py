@@ -59,7 +59,9 @@ def configure(
       ``storage.s3.endpoint_url``).
 
     ``backend`` and ``options`` are validated before the builder is touched, so a typo
-    raises :class:`~spark_state.errors.ConfigError` here rather than in an executor.
+    raises :class:`~spark_state.errors.ConfigError` here rather than in an executor -- the
+    checkpoint storage options (``storage.*``) too: their names, and the values the storage
+    layer checks (``storage.retry.*``, ``storage.s3.anonymous``, ``storage.s3.*_timeout``).
 
     The confs only take effect when ``getOrCreate()`` starts a new SparkContext: a session
     already running in this process keeps its jars. A ``spark.jars`` from
@@ -142,7 +144,7 @@ def server_confs(
         opts["backend"] = backend
     ttl_opts, engine_opts = split_ttl_options(opts)
     provider_only, engine_opts = split_provider_options(engine_opts)
-    EngineConfig.from_options(engine_opts)  # raises ConfigError on unknown keys or bad values
+    EngineConfig.from_options(engine_opts)  # ConfigError on unknown keys or bad values, storage.* included
     parse_ttl_settings(ttl_opts)  # TTL for built-in operators (``ttl``, ``ttl.*``)
     validate_provider_options(provider_only)  # ``workersPerExecutor``, ``testing.*``
 

@@ -22,8 +22,9 @@ named explicitly with ``process_locations={name: url}``.
 
 from __future__ import annotations
 
-from .errors import (NoCommittedBatchError, NotACheckpointError, OpsError, QueryRunningError, RetentionRaceError,
-                     SavepointError, TargetExistsError, UnsupportedCheckpointError)
+from .errors import (NoCommittedBatchError, NotACheckpointError, OpsError, ProcessStateNotFoundError,
+                     QueryRunningError, RetentionRaceError, SavepointError, TargetExistsError, TargetInsideSourceError,
+                     UnsupportedCheckpointError)
 from .inspect import inspect
 from .migrate import MigrateResult, migrate
 from .rescale import RescaleResult, rescale
@@ -34,5 +35,6 @@ __all__ = [
     "inspect", "savepoint", "restore", "rescale", "migrate",
     "SavepointResult", "RestoreResult", "RescaleResult", "MigrateResult",
     "OpsError", "NotACheckpointError", "NoCommittedBatchError", "QueryRunningError", "SavepointError",
-    "TargetExistsError", "UnsupportedCheckpointError", "RetentionRaceError",
+    "TargetExistsError", "TargetInsideSourceError", "UnsupportedCheckpointError", "RetentionRaceError",
+    "ProcessStateNotFoundError",
 ]

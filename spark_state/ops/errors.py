@@ -38,6 +38,16 @@ class TargetExistsError(OpsError):
     """The target directory of restore / savepoint / migrate already has content."""
 
 
+class TargetInsideSourceError(OpsError):
+    """The target directory of an operation is its source (the savepoint directory is the
+    checkpoint, or inside it, or holds it)."""
+
+
+class ProcessStateNotFoundError(OpsError):
+    """``keyed_process`` / ``checkpointed_process`` state the operation needs was not found
+    where it was told to look (or nowhere, for a query that has no other state)."""
+
+
 class RetentionRaceError(OpsError):
     """A file of the batch being copied disappeared (retention of a running query deleted
     it) even after retrying at newer committed batches."""

@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 from typing import Iterator
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
@@ -130,9 +131,12 @@ def spark_provider_writer(target_url: str, provider: str, conf: dict[str, str]):
 
 
 def _hadoop_url(url: str) -> str:
-    """A checkpoint URL as Hadoop names it (local paths become file: URLs, s3:// is s3a://)."""
+    """A checkpoint URL as Hadoop's ``Path(String)`` takes it: unescaped (the storage layer's URLs
+    are escaped URIs), local paths as file: URLs, s3:// as s3a://."""
     if "://" not in url:
         return "file:" + os.path.abspath(url)
-    if url.startswith("s3://"):
-        return "s3a://" + url[len("s3://"):]
-    return url
+    parts = urlsplit(url)
+    scheme = "s3a" if parts.scheme == "s3" else parts.scheme
+    if scheme == "file":
+        return "file:" + unquote(parts.path)
+    return f"{scheme}://{parts.netloc}{unquote(parts.path)}"

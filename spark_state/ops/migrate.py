@@ -77,7 +77,7 @@ def migrate(checkpoint: str, target: str, *, to: str, batch: Optional[int] = Non
     try:
         # no process state: it is not a provider's and stays in its location
         sp = savepoint(checkpoint, f"{tmp}/savepoint", n, process_root="", storage_options=storage_options,
-                       progress=progress)
+                       progress=progress, allow_no_state=True)
         restored = restore(sp.savepoint, target, keep_query_id=True, storage_options=storage_options,
                            progress=progress, provider_class=to_class, split_writer=writer)
     finally:

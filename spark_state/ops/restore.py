@@ -65,12 +65,17 @@ class RestoreResult:
 
 
 def read_manifest(savepoint: CheckpointStorage) -> F.SavepointManifest:
-    """The savepoint's manifest; a missing one means a partial (interrupted) savepoint."""
+    """The savepoint's manifest, checked against its own file list (see
+    :meth:`~.savepoint_format.SavepointManifest.check_batch`); a missing one means a partial
+    (interrupted) savepoint."""
     if not savepoint.exists(F.MANIFEST):
         hint = "it holds files but no manifest: a savepoint that was interrupted" if savepoint.list_dir(F.SPARK_DIR) \
             or savepoint.list_dir(F.STATE_DIR) else "the directory holds no savepoint"
         raise SavepointError(f"{savepoint.full_url(F.MANIFEST)} is missing: {hint}. Take a new savepoint")
-    return F.SavepointManifest.from_json(savepoint.read_bytes(F.MANIFEST), savepoint.full_url(F.MANIFEST))
+    where = savepoint.full_url(F.MANIFEST)
+    manifest = F.SavepointManifest.from_json(savepoint.read_bytes(F.MANIFEST), where)
+    manifest.check_batch(where)
+    return manifest
 
 
 def read_verified(savepoint: CheckpointStorage, manifest: F.SavepointManifest, path: str) -> bytes:

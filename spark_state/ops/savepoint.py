@@ -27,18 +27,21 @@ savepoints are the same canonical format (this is how ``migrate`` imports them).
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from ..errors import CheckpointFileMissingError, VersionNotFoundError
+from ..process import location as L
 from ..process.clock import time_files
-from ..storage import CheckpointStorage, open_storage
+from ..storage import CheckpointStorage, LocalStorage, open_storage
 from . import savepoint_format as F
 from .checkpoint_reader import SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint
-from .errors import RetentionRaceError, TargetExistsError
+from .errors import ProcessStateNotFoundError, RetentionRaceError, TargetExistsError, TargetInsideSourceError
 from .progress import Progress
-from .state_io import find_process_locations, process_entries, process_layout, reader_config, store_entries
+from .state_io import (default_process_root, find_process_locations, process_entries, process_layout, reader_config,
+                       store_entries)
 
 #: How often a savepoint of a running query starts again at a newer batch when retention
 #: deleted a file it was copying.
@@ -70,21 +73,27 @@ def savepoint(checkpoint: str, savepoint_dir: str, batch: Optional[int] = None, 
               process_root: Optional[str] = None, process_locations: Optional[dict[str, str]] = None,
               storage_options: Optional[dict[str, str]] = None,
               savepoint_options: Optional[dict[str, str]] = None, progress: bool = True,
-              store_reader: Optional[StoreReader] = None) -> SavepointResult:
+              store_reader: Optional[StoreReader] = None, allow_no_state: bool = False) -> SavepointResult:
     """Write a savepoint of ``checkpoint`` at committed ``batch`` (default: the latest) into
-    ``savepoint_dir``, which must not hold a savepoint yet. See the module docstring."""
+    ``savepoint_dir``, a new or empty directory outside the checkpoint (see :func:`check_target`).
+    See the module docstring.
+
+    Spark's checkpoint does not record ``keyed_process`` / ``checkpointed_process`` operators,
+    so their state is looked for under ``process_root`` (default ``./spark-state``) and at
+    ``process_locations``. A query whose checkpoint has no stateful operator of Spark's and whose
+    process state is found nowhere is refused (:class:`ProcessStateNotFoundError`): its savepoint
+    would hold no state, and a query that keeps its state elsewhere could not be restored from it.
+    ``allow_no_state=True`` takes it anyway (a query that keeps no state)."""
     started = time.perf_counter()
     ckpt = SparkCheckpoint(checkpoint, storage_options)
     target = open_storage(savepoint_dir, dict(savepoint_options or {}))
-    if target.exists(F.MANIFEST):
-        raise TargetExistsError(f"{target.full_url(F.MANIFEST)} exists: {savepoint_dir} already holds a savepoint; "
-                                "choose a new directory (savepoints are never overwritten)")
+    check_target(ckpt, target, savepoint_dir)
     last_error: Optional[Exception] = None
     for _attempt in range(RETRIES + 1):
         n = ckpt.committed_batch(batch)
         try:
             manifest = _take(ckpt, target, n, process_root, process_locations or {}, storage_options or {},
-                             progress, store_reader)
+                             progress, store_reader, allow_no_state)
             break
         except (CheckpointFileMissingError, VersionNotFoundError) as exc:
             if batch is not None:
@@ -104,13 +113,72 @@ def savepoint(checkpoint: str, savepoint_dir: str, batch: Optional[int] = None, 
         bytes=manifest.total_bytes, files=len(manifest.files) + 1, seconds=round(time.perf_counter() - started, 3))
 
 
+def check_target(ckpt: SparkCheckpoint, target: CheckpointStorage, savepoint_dir: str) -> None:
+    """Refuse a savepoint directory that is the checkpoint, is inside it or holds it
+    (:class:`TargetInsideSourceError`), or that holds a savepoint or anything else
+    (:class:`TargetExistsError`): a savepoint lives outside every checkpoint, in a directory of
+    its own, so that nothing but the savepoint writes or deletes its files."""
+    where = _relation(target, ckpt.storage)
+    if where:
+        raise TargetInsideSourceError(
+            f"the savepoint directory {target.url} {where} the checkpoint {ckpt.url}: a savepoint must live "
+            "outside every checkpoint (the query and its retention write and delete files there); choose a new "
+            "directory outside it")
+    if target.exists(F.MANIFEST):
+        raise TargetExistsError(f"{target.full_url(F.MANIFEST)} exists: {savepoint_dir} already holds a savepoint; "
+                                "choose a new directory (savepoints are never overwritten)")
+    content = _content(target)
+    if content:
+        raise TargetExistsError(
+            f"the savepoint directory {target.url} is not empty (it holds {', '.join(content[:3])}"
+            + (", ..." if len(content) > 3 else "") + "): a savepoint is written into a new or empty directory, "
+            "so that its files cannot mix with others; choose a new directory")
+
+
+def _relation(target: CheckpointStorage, source: CheckpointStorage) -> str:
+    """How ``target`` lies to ``source``: "is", "is inside", "holds", or "" (apart)."""
+    a, b = _location_key(target), _location_key(source)
+    if a == b:
+        return "is"
+    if a.startswith(b.rstrip("/") + "/"):
+        return "is inside"
+    if b.startswith(a.rstrip("/") + "/"):
+        return "holds"
+    return ""
+
+
+def _location_key(storage: CheckpointStorage) -> str:
+    """A storage root comparable with another: a local directory's real path (symbolic links
+    resolved), else the URL with ``s3a://`` spelled ``s3://``."""
+    if isinstance(storage, LocalStorage):
+        return os.path.realpath(storage.root)
+    url = storage.url.rstrip("/")
+    return "s3://" + url[len("s3a://"):] if url.startswith("s3a://") else url
+
+
+def _content(storage: CheckpointStorage) -> list[str]:
+    """Names of what a directory holds: every entry on local disk; elsewhere (object stores have
+    no directories to list) the files at its top level and in the savepoint's own directories."""
+    if isinstance(storage, LocalStorage):
+        if not os.path.isdir(storage.root):
+            return []
+        return sorted(os.listdir(storage.root))
+    names = storage.list_dir("") + storage.list_dir("", temp_files=True)
+    for sub in (F.SPARK_DIR, F.STATE_DIR, F.PROCESS_DIR):
+        names += [f"{sub}/{name}" for name in storage.list_dir(sub)]
+    return names
+
+
 def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root: Optional[str],
           process_locations: dict[str, str], storage_options: dict[str, str], progress: bool,
-          store_reader: Optional[StoreReader]) -> F.SavepointManifest:
+          store_reader: Optional[StoreReader], allow_no_state: bool = False) -> F.SavepointManifest:
     provider = ckpt.provider_class(n)
     manifest = F.SavepointManifest(source=ckpt.url, query_id=ckpt.query_id(), batch_id=n, provider_class=provider,
                                    partitions=ckpt.partitions(n))
     operators = ckpt.operators()
+    processes = find_process_locations(manifest.query_id, process_root, process_locations, storage_options)
+    if not operators and not processes and not allow_no_state:
+        raise _no_state(ckpt, n, manifest.query_id, process_root)
     # The partition count of batch n is its offset log entry's: operator metadata holds the
     # current count, which differs for batches before an in-place rescale.
     partitions = manifest.partitions
@@ -136,7 +204,7 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
                     _write_state(target, F.state_file(op.id, info.name, p), store_reader(op, info.name, p, version),
                                  manifest, bar)
             manifest.operators.append(entry)
-        for loc in find_process_locations(manifest.query_id, process_root, process_locations, storage_options):
+        for loc in processes:
             storage = loc.storage()
             layout = process_layout(storage, version)
             for i in range(layout.parallelism):
@@ -153,6 +221,22 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
     finally:
         bar.close()
     return manifest
+
+
+def _no_state(ckpt: SparkCheckpoint, n: int, query_id: str, process_root: Optional[str]) -> ProcessStateNotFoundError:
+    if process_root is None:
+        default = default_process_root()
+        where = f"under the default root {default}" + ("" if os.path.isdir(default) else " (which does not exist here)")
+    else:
+        where = f"under {process_root}" if process_root else "(no process root given)"
+    return ProcessStateNotFoundError(
+        f"the savepoint of batch {n} of {ckpt.url} would hold no state: the checkpoint has no stateful operator "
+        f"of Spark's, and no keyed_process/checkpointed_process state of query {query_id} was found {where}. "
+        "Spark's checkpoint does not record those operators or where their state lives: if the query runs one, "
+        "point at its state with --process-root DIR (the query's state_root= or "
+        f"{L.ROOT_CONF}; the state is at DIR/{query_id}/<name>) or --process-location NAME=URL (an operator "
+        "given state_location=); a savepoint without it could not be restored. For a query that keeps no state, "
+        "pass --allow-no-state. (Python: process_root=, process_locations={name: url}, allow_no_state=True)")
 
 
 def _write_state(target: CheckpointStorage, path: str, entries: Iterator[tuple[bytes, bytes]],

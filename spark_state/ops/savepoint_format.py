@@ -162,6 +162,28 @@ class SavepointManifest:
     def spark_files(self) -> list[FileEntry]:
         return [f for f in self.files if f.path.startswith(SPARK_DIR + "/")]
 
+    def log_batches(self, log: str) -> list[int]:
+        """The batch ids of Spark's ``offsets`` or ``commits`` log entries the savepoint holds."""
+        prefix = f"{SPARK_DIR}/{log}/"
+        return sorted(int(f.path[len(prefix):]) for f in self.files
+                      if f.path.startswith(prefix) and f.path[len(prefix):].isdigit())
+
+    def check_batch(self, where: str) -> None:
+        """Check ``batch_id`` against the savepoint's own files: the last entries of the offset and
+        commit logs it copied are those of its batch (a savepoint copies Spark's logs up to it).
+
+        Raises:
+            SavepointError: naming ``where`` (the manifest), its batch id and what the files say.
+        """
+        offsets, commits = self.log_batches("offsets"), self.log_batches("commits")
+        if offsets[-1:] == commits[-1:] == [self.batch_id]:
+            return
+        found = "; ".join(f"the {log} log {_span(ids)}" for log, ids in (("offset", offsets), ("commit", commits)))
+        raise SavepointError(
+            f"{where} says batch {self.batch_id}, but its files hold Spark's logs up to another batch ({found}): "
+            "the manifest does not match its files (edited, or copied from another savepoint), and a query "
+            "restored from it would look for state of a batch the savepoint does not hold. Take a new savepoint")
+
     @property
     def total_keys(self) -> int:
         return sum(f.keys or 0 for f in self.files)
@@ -197,6 +219,14 @@ class SavepointManifest:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SavepointError(f"{where}: malformed savepoint manifest ({exc!r})") from None
+
+
+def _span(ids: list[int]) -> str:
+    if not ids:
+        return "is missing"
+    if len(ids) == 1:
+        return f"has batch {ids[0]}"
+    return f"has batches {ids[0]}..{ids[-1]}"
 
 
 # ---------------------------------------------------------------------------- state files

@@ -32,7 +32,7 @@ from ..config import EngineConfig
 from ..storage import CheckpointStorage, open_storage
 from ..store import VersionedStore
 from ..process import location as L
-from .errors import NoCommittedBatchError, UnsupportedCheckpointError
+from .errors import NoCommittedBatchError, ProcessStateNotFoundError, UnsupportedCheckpointError
 
 
 def reader_config(backend: str = "rocksdb", local_dir: Optional[str] = None) -> EngineConfig:
@@ -109,20 +109,46 @@ def find_process_locations(query_id: str, root: Optional[str], explicit: Mapping
                            storage_options: Mapping[str, str]) -> list[ProcessLocation]:
     """The query's process state locations: those named in ``explicit`` (name -> URL) and every
     ``<root>/<query id>/<name>`` holding an ``_operator.json`` (``root`` on local disk; None:
-    the runtime's default root, ``./spark-state``, if it exists)."""
+    the runtime's default root, ``./spark-state``, if it exists; ``""``: no root).
+
+    Raises:
+        ProcessStateNotFoundError: ``root`` was given and holds no state of the query (a wrong
+            root, or a remote one, which cannot be listed).
+    """
     found: dict[str, ProcessLocation] = {}
+    given = root
     if root is None and os.path.isdir(default_process_root()):
         root = default_process_root()
     for name, url in explicit.items():
         found[name] = _location(name, url, None, storage_options, required=True)
     if root:
-        base = os.path.join(_local_path(root), query_id)
-        if os.path.isdir(base):
-            for name in sorted(os.listdir(base)):
-                if name in found or not os.path.isfile(os.path.join(base, name, L.META_FILE)):
-                    continue
-                found[name] = _location(name, os.path.join(base, name), root, storage_options, required=True)
+        under_root = _locations_under(root, query_id, storage_options)
+        if given and not under_root:
+            raise _nothing_under(given, query_id)
+        for name, location in under_root.items():
+            found.setdefault(name, location)
     return [found[n] for n in sorted(found)]
+
+
+def _locations_under(root: str, query_id: str, storage_options: Mapping[str, str]) -> dict[str, ProcessLocation]:
+    """Every ``<root>/<query id>/<name>`` holding an ``_operator.json`` (``root`` on local disk)."""
+    base = os.path.join(_local_path(root), query_id)
+    if not os.path.isdir(base):
+        return {}
+    return {name: _location(name, os.path.join(base, name), root, storage_options, required=True)
+            for name in sorted(os.listdir(base)) if os.path.isfile(os.path.join(base, name, L.META_FILE))}
+
+
+def _nothing_under(root: str, query_id: str) -> ProcessStateNotFoundError:
+    where = os.path.join(_local_path(root), query_id)
+    remote = "://" in root and not root.startswith("file://")
+    return ProcessStateNotFoundError(
+        f"the process root {root} holds no keyed_process/checkpointed_process state of query {query_id}: "
+        + ("process roots are listed on local disk only; name each remote state location with "
+           "--process-location NAME=URL (Python: process_locations={name: url})" if remote else
+           f"no {where}/<name>/{L.META_FILE}. Pass the root the query's state_root= or the conf {L.ROOT_CONF} "
+           "named (its state is at <root>/<query id>/<name>), or name each state location with "
+           "--process-location NAME=URL (Python: process_locations={name: url})"))
 
 
 def _local_path(url: str) -> str:

@@ -8,7 +8,9 @@ Output rows may be tuples or lists in ``output_schema`` order, dicts by field na
 ``pyspark.sql.Row`` objects (by field name when they have names). They are gathered per
 column and converted with ``pyarrow.array(values, type=...)`` against the Arrow schema of
 ``output_schema``; a row that does not fit raises :class:`OutputSchemaError` naming the
-column, its type and the offending row.
+column, its type and the offending row -- also a ``None`` in a column declared ``not null``
+(checked on the built column's null count, for those columns only, before Spark's Arrow
+reader would fail on it without naming either).
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class OutputWriter:
         self._names = schema.fieldNames()
         self._width = len(self._names)
         self._arrow = to_arrow_schema(schema, timezone="UTC")
+        #: per column: declared ``not null`` (its nulls are refused here, not by Spark's reader)
+        self._not_null = [not f.nullable for f in schema.fields]
         self._function = function_name
         self.rows: list = []
 
@@ -74,16 +78,29 @@ class OutputWriter:
             rows = [r if type(r) is tuple and len(r) == width else self._normalise(r) for r in rows]
         columns = list(zip(*rows))
         arrays = []
+        not_null = self._not_null
         for i, field in enumerate(self._arrow):
             try:
-                arrays.append(pa.array(columns[i], type=field.type))
+                array = pa.array(columns[i], type=field.type)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
                 bad = _first_bad(columns[i], field.type)
                 raise OutputSchemaError(
                     f"{self._function} produced a row that does not match output_schema: column "
                     f"{field.name!r} ({self._schema[i].dataType.simpleString()}) cannot hold "
                     f"{bad!r} ({type(bad).__name__}): {exc}") from None
+            if not_null[i] and array.null_count:
+                raise self._null_in(i, array, rows)
+            arrays.append(array)
         return pa.RecordBatch.from_arrays(arrays, schema=self._arrow)
+
+    def _null_in(self, column: int, array: pa.Array, rows: list) -> OutputSchemaError:
+        """The error for a null in ``column``, declared ``not null``, naming its first row."""
+        row = rows[array.is_null().to_pylist().index(True)]
+        name = self._names[column]
+        return OutputSchemaError(
+            f"{self._function} produced a row with None in column {name!r}, which output_schema declares "
+            f"{self._schema[column].dataType.simpleString()} not null: {dict(zip(self._names, row))!r}. "
+            f"Give {name!r} a value in every row, or declare the column nullable (drop 'not null')")
 
     def _normalise(self, row: Any) -> tuple:
         if isinstance(row, Row) and hasattr(row, "__fields__"):

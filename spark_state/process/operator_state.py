@@ -3,7 +3,10 @@
 State objects live in memory while a task runs. They are read from the partition's store
 when the function registers them (in ``initialize_state``) and written back after
 ``snapshot_state``, right before the commit. Operator state is meant to be small (offsets,
-buffers, rules), as in Flink.
+buffers, rules), as in Flink. Each value is serialized once when it is given (``add``,
+``put``), so that one that does not fit the descriptor's type fails that call with
+:class:`~spark_state.state.errors.StateValueError` naming the state, rather than the write-back
+at the end of the task.
 
 Store layout (one VersionedStore per partition; values are the descriptor serializer's bytes)::
 
@@ -56,7 +59,7 @@ from ..constants import (
 from ..state import MapStateDescriptor, ListStateDescriptor
 from ..state.compatibility import judge
 from ..state.descriptors import StateDescriptor
-from ..state.errors import StateDecodeError, StateSchemaIncompatibleError
+from ..state.errors import StateDecodeError, StateSchemaIncompatibleError, StateValueError
 from ..state.evolution import merge_schema_records
 from ..state.schema import StateSchema, operator_record_key, schema_of
 from ..store import VersionedStore, prefix_upper_bound
@@ -118,6 +121,7 @@ class OperatorListState:
     def add(self, value: Any) -> None:
         if value is None:
             raise ValueError(f"operator list state {self.name!r} cannot hold None")
+        _check(self.descriptor.serializer, value, self, "given to add()")
         self._elements.append(value)
 
     def add_all(self, values) -> None:
@@ -153,10 +157,14 @@ class BroadcastState:
         return self._map.get(key)
 
     def put(self, key: Any, value: Any) -> None:
+        """Set the entry of ``key``; ``None`` removes it. A key or value that does not fit the
+        descriptor's types raises :class:`~spark_state.state.errors.StateValueError` here."""
         if value is None:
             self._map.pop(key, None)
-        else:
-            self._map[key] = value
+            return
+        _check(self.descriptor.key_serializer, key, self, "given to put()", "key", self.descriptor.declared_key_type)
+        _check(self.descriptor.serializer, value, self, "given to put()")
+        self._map[key] = value
 
     def put_all(self, entries: dict) -> None:
         for k, v in entries.items():
@@ -188,6 +196,30 @@ class BroadcastState:
     def _entries(self) -> list[tuple[bytes, bytes]]:
         ks, vs = self.descriptor.key_serializer.serialize, self.descriptor.serializer.serialize
         return sorted((ks(k), vs(v)) for k, v in self._map.items())
+
+
+def _check(serializer: Any, value: Any, state: "OperatorListState | BroadcastState", origin: str,
+           what: str = "value", declared: Optional[str] = None) -> None:
+    """Serialize ``value`` (and drop the bytes: operator state is small, its values are written
+    at the flush), raising :class:`StateValueError` naming the state if it does not fit."""
+    try:
+        serializer.serialize(value)
+    except Exception as exc:
+        raise StateValueError(state.name, MODE_NAMES[state.mode], declared or state.descriptor.declared_type,
+                              origin, value, exc, what) from exc
+
+
+def _check_held(state: "OperatorListState | BroadcastState") -> None:
+    """Raise :class:`StateValueError` for the first value ``state`` holds that does not fit
+    (one changed in place after it was given)."""
+    origin = "held at the end of the batch: changed in place after it was given?"
+    if isinstance(state, BroadcastState):
+        for key, value in state.items():
+            _check(state.descriptor.key_serializer, key, state, origin, "key", state.descriptor.declared_key_type)
+            _check(state.descriptor.serializer, value, state, origin)
+    else:
+        for value in state.get():
+            _check(state.descriptor.serializer, value, state, origin)
 
 
 class OperatorStateStore:
@@ -272,8 +304,12 @@ class OperatorStateStore:
         store = self._store
         for name, state in self._states.items():
             prefix = state_prefix(state.mode, name, self._keyspace)
+            try:  # values were checked when given; one changed in place since may still not fit
+                entries = state._entries()
+            except Exception:
+                _check_held(state)
+                raise
             store.delete_many([k for k, _ in _scan(store, prefix)])
-            entries = state._entries()
             store.put_many([prefix + k for k, _ in entries], [v for _, v in entries])
 
 

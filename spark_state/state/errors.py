@@ -71,3 +71,25 @@ class StateDecodeError(StateSchemaError):
             f"state {state!r}: a stored value does not decode as {serializer} "
             f"({type(cause).__name__}: {cause}). The state was probably written with another "
             f"type or serializer. To fix: {FIXES}")
+
+
+class StateValueError(SparkStateError, TypeError, ValueError):
+    """A value given to a state (``update``, ``add``, ``put``) does not fit the type its
+    descriptor declares: raised by that call, before anything is stored, naming the state,
+    its declared type and the value. A ``TypeError`` and a ``ValueError`` (what serializers
+    raise for a wrong type or an unrepresentable value); the serializer's error is the cause.
+
+    Attributes: ``state`` (name), ``declared`` (the declared type), ``value``.
+    """
+
+    def __init__(self, state: str, kind: str, declared: str, origin: str, value: object,
+                 cause: BaseException, what: str = "value") -> None:
+        self.state, self.declared, self.value = state, declared, value
+        super().__init__(
+            f"{kind} state {state!r} holds {what}s of type {declared}, not {type(value).__name__} "
+            f"{_short(value)} ({origin}; {type(cause).__name__}: {cause})")
+
+
+def _short(value: object, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -13,7 +13,12 @@ staged in the store's pending epoch and become durable at the next commit.
 Key layout: :mod:`.keys`.
 
 A stored value that does not decode raises :class:`~.errors.StateDecodeError`, naming the
-state (not a bare ``struct.error``); the ``try`` blocks cost nothing when nothing fails.
+state (not a bare ``struct.error``); a value that does not fit the declared type raises
+:class:`~.errors.StateValueError` from the call that was given it (``update``, ``add``,
+``put``), naming the state, its declared type and the value, before anything is stored. Every
+value is serialized by that call already (or, on the write-back path, is of the serializer's
+exact type and range), so the check costs nothing more: the ``try`` blocks cost nothing when
+nothing fails.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from . import keys as K
-from .errors import StateDecodeError
+from .errors import StateDecodeError, StateValueError
 from .descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -68,6 +73,20 @@ class KeyedState:
 
     def _undecodable(self, exc: BaseException) -> StateDecodeError:
         return StateDecodeError(self.name, repr(self._ser), exc)
+
+    def _unfit(self, value: Any, exc: BaseException, origin: str, what: str = "value",
+               declared: Optional[str] = None) -> StateValueError:
+        """The error for ``value`` that the serializer refused (``exc``); ``origin`` says where
+        it came from (``given to update()``)."""
+        d = self.descriptor
+        return StateValueError(self.name, d.kind, declared or d.declared_type, origin, value, exc, what)
+
+    def _encode(self, value: Any, call: str) -> bytes:
+        """``value`` serialized, or :class:`StateValueError` naming ``call`` (off the hot paths)."""
+        try:
+            return self._ser.serialize(value)
+        except Exception as exc:
+            raise self._unfit(value, exc, f"given to {call}") from exc
 
 
 _ABSENT = object()
@@ -124,14 +143,18 @@ class ValueState(KeyedState):
         return v
 
     def update(self, value: Any) -> None:
-        """Set the value; ``None`` clears it."""
+        """Set the value; ``None`` clears it. A value that does not fit the declared type raises
+        :class:`~.errors.StateValueError` here, and the state keeps its value."""
         if type(value) is self._exact:
             if self._write_back:
                 if self._eager:
-                    self._craw = self._ser.serialize(value)  # text: a bad string fails here
+                    try:
+                        self._craw = self._ser.serialize(value)  # text: a bad string fails here
+                    except Exception as exc:
+                        raise self._unfit(value, exc, "given to update()") from exc
                 else:
                     if self._exact is int and not _I64_MIN <= value <= _I64_MAX:
-                        self._ser.serialize(value)  # raises what a write-through update raises
+                        self._encode(value, "update()")  # raises what a write-through update raises
                     self._craw = None  # serialized when written
                 if not self._dirty:
                     self._dirty = True
@@ -139,15 +162,20 @@ class ValueState(KeyedState):
                 self._ckey, self._cval = self._key, value
                 return
             key = self._key
-            self._put(key, self._ser.serialize(value))
+            try:
+                raw = self._ser.serialize(value)
+            except Exception as exc:
+                raise self._unfit(value, exc, "given to update()") from exc
+            self._put(key, raw)
             self._ckey, self._cval = key, value
             return
         if value is None:
             self.clear()
             return
+        raw = self._encode(value, "update()")
         self._dirty = False  # a pending write of this key is superseded
         self._ckey = None
-        self._put(self._key, self._ser.serialize(value))
+        self._put(self._key, raw)
 
     def clear(self) -> None:
         """Remove the current key's value."""
@@ -192,33 +220,46 @@ class ListState(KeyedState):
         """Append one element."""
         if value is None:
             raise ValueError(f"list state {self.name!r} cannot hold None elements")
+        raw = self._encode(value, "add()")
         base = self._key
         seq = self._next_seq(base)
         put = self._access.put
-        put(base + K.seq_suffix(seq), self._ser.serialize(value))
+        put(base + K.seq_suffix(seq), raw)
         put(base, K.seq_suffix(seq + 1))
 
     def add_all(self, values: Iterable[Any]) -> None:
-        """Append several elements."""
+        """Append several elements (none if one of them does not fit the declared type)."""
+        self._append(self._encode_all(values, "add_all()"))
+
+    def update(self, values: Iterable[Any]) -> None:
+        """Replace all elements (the list stays as it was if one of them does not fit)."""
+        raws = self._encode_all(values, "update()")
+        self.clear()
+        self._append(raws)
+
+    def _encode_all(self, values: Iterable[Any], call: str) -> list[bytes]:
+        """Every element serialized, before any is stored."""
         values = list(values)
-        if not values:
-            return
         if any(v is None for v in values):
             raise ValueError(f"list state {self.name!r} cannot hold None elements")
+        ser = self._ser.serialize
+        try:
+            return [ser(v) for v in values]
+        except Exception:
+            for v in values:  # find the element at fault, for the message
+                self._encode(v, call)
+            raise
+
+    def _append(self, raws: list[bytes]) -> None:
+        if not raws:
+            return
         base = self._key
         seq = self._next_seq(base)
         put = self._access.put
-        ser = self._ser.serialize
-        for value in values:
-            put(base + K.seq_suffix(seq), ser(value))
+        for raw in raws:
+            put(base + K.seq_suffix(seq), raw)
             seq += 1
         put(base, K.seq_suffix(seq))
-
-    def update(self, values: Iterable[Any]) -> None:
-        """Replace all elements."""
-        values = list(values)
-        self.clear()
-        self.add_all(values)
 
     def clear(self) -> None:
         base = self._key
@@ -251,24 +292,47 @@ class MapState(KeyedState):
         self._kser = descriptor.key_serializer
 
     def get(self, key: Any) -> Any:
-        raw = self._access.get(self._key + self._kser.serialize(key))
+        try:
+            k = self._kser.serialize(key)
+        except Exception as exc:
+            raise self._unfit_key(key, exc, "get()") from exc
+        raw = self._access.get(self._key + k)
         return None if raw is None else self._decode(raw)
 
     def put(self, key: Any, value: Any) -> None:
+        """Set the entry of ``key``; ``None`` removes it. A key or value that does not fit the
+        declared types raises :class:`~.errors.StateValueError` here."""
         if value is None:
             self.remove(key)
-        else:
-            self._access.put(self._key + self._kser.serialize(key), self._ser.serialize(value))
+            return
+        try:
+            k = self._kser.serialize(key)
+        except Exception as exc:
+            raise self._unfit_key(key, exc, "put()") from exc
+        try:
+            v = self._ser.serialize(value)
+        except Exception as exc:
+            raise self._unfit(value, exc, "given to put()") from exc
+        self._access.put(self._key + k, v)
 
     def put_all(self, entries: dict) -> None:
         for key, value in entries.items():
             self.put(key, value)
 
     def remove(self, key: Any) -> None:
-        self._access.delete(self._key + self._kser.serialize(key))
+        self._access.delete(self._key + self._map_key(key, "remove()"))
 
     def contains(self, key: Any) -> bool:
-        return self._access.get(self._key + self._kser.serialize(key)) is not None
+        return self._access.get(self._key + self._map_key(key, "contains()")) is not None
+
+    def _map_key(self, key: Any, call: str) -> bytes:
+        try:
+            return self._kser.serialize(key)
+        except Exception as exc:
+            raise self._unfit_key(key, exc, call) from exc
+
+    def _unfit_key(self, key: Any, exc: BaseException, call: str) -> StateValueError:
+        return self._unfit(key, exc, f"given to {call}", "key", self.descriptor.declared_key_type)
 
     def __contains__(self, key: Any) -> bool:
         return self.contains(key)
@@ -310,9 +374,15 @@ class ReducingState(KeyedState):
     def add(self, value: Any) -> None:
         base = self._key
         raw = self._access.get(base)
+        origin = "given to add()"
         if raw is not None:
             value = self.descriptor.reduce_function(self._decode(raw), value)
-        self._access.put(base, self._ser.serialize(value))
+            origin = "returned by the reduce function in add()"
+        try:
+            new = self._ser.serialize(value)
+        except Exception as exc:
+            raise self._unfit(value, exc, origin) from exc
+        self._access.put(base, new)
 
 
 class AggregatingState(KeyedState):
@@ -334,7 +404,7 @@ class AggregatingState(KeyedState):
         acc = self._accumulator(base)
         if acc is None:
             acc = fn.create_accumulator()
-        self._access.put(base, self._ser.serialize(fn.add(value, acc)))
+        self._access.put(base, self._encode_accumulator(fn.add(value, acc), f"{type(fn).__name__}.add()", "add()"))
 
     def merge_accumulator(self, accumulator: Any) -> None:
         """Merge an accumulator (e.g. a partial aggregate) into the current key's with the
@@ -343,4 +413,12 @@ class AggregatingState(KeyedState):
         base = self._key
         acc = self._accumulator(base)
         merged = accumulator if acc is None else fn.merge(acc, accumulator)
-        self._access.put(base, self._ser.serialize(merged))
+        made_by = None if acc is None else f"{type(fn).__name__}.merge()"
+        self._access.put(base, self._encode_accumulator(merged, made_by, "merge_accumulator()"))
+
+    def _encode_accumulator(self, acc: Any, made_by: Optional[str], call: str) -> bytes:
+        try:
+            return self._ser.serialize(acc)
+        except Exception as exc:
+            origin = f"returned by {made_by} in {call}" if made_by else f"given to {call}"
+            raise self._unfit(acc, exc, origin, "accumulator") from exc

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import re
 from typing import Any, Mapping, Optional
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigError
 from ..options import storage_options
@@ -53,7 +53,8 @@ from .local import LocalStorage
 from .remote import FsspecStorage, HdfsBackend, S3Backend
 from .retry import RETRY_OPTIONS, RetryPolicy
 
-__all__ = ["HDFS_DEFAULTS", "RETRY_OPTIONS", "S3_CLIENT_CONFIG", "S3_OPTIONS", "SUPPORTED_SCHEMES", "open_storage"]
+__all__ = ["HDFS_DEFAULTS", "RETRY_OPTIONS", "S3_CLIENT_CONFIG", "S3_OPTIONS", "SUPPORTED_SCHEMES", "check_options",
+           "open_storage"]
 
 SUPPORTED_SCHEMES = ("file", "s3", "s3a", "hdfs", "viewfs")
 
@@ -111,6 +112,7 @@ def open_storage(url: str, options: Optional[Mapping[str, str]] = None) -> Check
     # A one-letter "scheme" is a Windows drive letter (C:\ckpt), i.e. a local path.
     if not scheme or len(scheme) == 1:
         return LocalStorage(url)
+    _check_no_fragment(url)
     if scheme == "file":
         return LocalStorage(url)
     if scheme in ("s3", "s3a"):
@@ -121,6 +123,18 @@ def open_storage(url: str, options: Optional[Mapping[str, str]] = None) -> Check
         f"unsupported checkpoint location scheme {scheme!r} in {url!r}; supported: a local path, "
         "file://, s3:// (s3a:// is an alias), hdfs://, viewfs://"
     )
+
+
+def _check_no_fragment(url: str) -> None:
+    """A location given as a URL is a URI: its path ends at a ``?`` or ``#``. Refuse one that has
+    a query or fragment rather than silently store under the shorter path (Spark itself hands
+    such a directory over escaped, ``%23`` / ``%3F``, as the JVM shim does)."""
+    parts = urlsplit(url)
+    if parts.fragment or parts.query or url.endswith(("#", "?")):
+        raise ConfigError(
+            f"checkpoint location {url!r} has a '?' or '#', which ends the path of a URL; escape them in "
+            "a URL (%3F, %23) or give a local directory as a plain path"
+        )
 
 
 def _check_options(options: Mapping[str, Any]) -> dict[str, str]:
@@ -171,23 +185,31 @@ def _parse_seconds(key: str, value: str) -> float:
     return seconds
 
 
-def _open_s3(url: str, opts: dict[str, str], retry: RetryPolicy) -> FsspecStorage:
-    parts = urlsplit(url)
-    bucket, prefix = parts.netloc, parts.path.strip("/")
-    if not bucket:
-        raise ConfigError(f"S3 location {url!r} has no bucket; expected s3://bucket/prefix")
-    try:
-        import s3fs
-    except ImportError as e:
-        raise ConfigError(
-            f"checkpoint location {url!r} needs the s3fs package: pip install s3fs"
-        ) from e
+def check_options(options: Mapping[str, Any], *, together: bool = True) -> dict[str, str]:
+    """Check storage options as :func:`open_storage` does, without opening anything: names, the
+    ``retry.*`` values and every ``s3.*`` value (booleans, timeouts, the endpoint URL) and, with
+    ``together``, the rules across options (S3 credentials given in pairs, not with anonymous
+    access). ``configure()`` and the engine's config call it, so that a bad option fails before any
+    query starts. Returns the options as strings.
 
+    Raises:
+        ConfigError: naming the option and what is wrong with it.
+    """
+    opts = _check_options(options)
+    RetryPolicy.from_options(opts)
+    if any(k.startswith("s3.") for k in opts):
+        _s3_client_kwargs(opts, together=together)
+    return opts
+
+
+def _s3_client_kwargs(opts: Mapping[str, str], *, together: bool = True) -> dict[str, Any]:
+    """s3fs's keyword arguments from the ``s3.*`` options, each value checked (and, with
+    ``together``, the rules across options)."""
     anonymous = _parse_bool("s3.anonymous", opts.get("s3.anonymous", "false"))
     key, secret = opts.get("s3.access_key_id"), opts.get("s3.secret_access_key")
-    if (key is None) != (secret is None):
+    if together and (key is None) != (secret is None):
         raise ConfigError("set both s3.access_key_id and s3.secret_access_key, or neither")
-    if anonymous and key is not None:
+    if together and anonymous and key is not None:
         raise ConfigError("s3.anonymous=true cannot be combined with s3.access_key_id/s3.secret_access_key")
     endpoint = opts.get("s3.endpoint_url")
     if endpoint is not None and not re.match(r"^https?://[^/]", endpoint):
@@ -214,10 +236,26 @@ def _open_s3(url: str, opts: dict[str, str], retry: RetryPolicy) -> FsspecStorag
         kwargs["token"] = opts["s3.session_token"]
     if "s3.region" in opts:
         kwargs["client_kwargs"] = {"region_name": opts["s3.region"]}
+    return kwargs
+
+
+def _open_s3(url: str, opts: dict[str, str], retry: RetryPolicy) -> FsspecStorage:
+    parts = urlsplit(url)
+    bucket, prefix = parts.netloc, unquote(parts.path).strip("/")
+    if not bucket:
+        raise ConfigError(f"S3 location {url!r} has no bucket; expected s3://bucket/prefix")
+    try:
+        import s3fs
+    except ImportError as e:
+        raise ConfigError(
+            f"checkpoint location {url!r} needs the s3fs package: pip install s3fs"
+        ) from e
+
+    kwargs = _s3_client_kwargs(opts)
     fs = s3fs.S3FileSystem(**kwargs)
     fs.retries = S3FS_RETRIES
     root = f"{bucket}/{prefix}" if prefix else bucket
-    return FsspecStorage(fs, _normalize_url(url), root, S3Backend(endpoint), retry=retry)
+    return FsspecStorage(fs, _normalize_url(url), root, S3Backend(kwargs.get("endpoint_url")), retry=retry)
 
 
 def _open_hdfs(url: str, scheme: str, opts: dict[str, str], retry: RetryPolicy) -> FsspecStorage:
@@ -242,7 +280,7 @@ def _open_hdfs(url: str, scheme: str, opts: dict[str, str], retry: RetryPolicy) 
     except Exception as e:  # hdfs-native validates the URL and config here, without I/O
         raise ConfigError(f"cannot set up an HDFS client for {url!r}: {type(e).__name__}: {e}") from e
 
-    path = parts.path.rstrip("/") or "/"
+    path = unquote(parts.path).rstrip("/") or "/"
     namenode = parts.netloc or "named by fs.defaultFS in the Hadoop configuration"
     backend = HdfsBackend(namenode, config["dfs.client.failover.max.attempts"])
     storage = FsspecStorage(fs, _normalize_url(url), path, backend, retry=retry)

@@ -33,7 +33,7 @@ import secrets
 import shutil
 import stat
 from typing import BinaryIO, Callable, Iterator
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from ..errors import CheckpointFileMissingError, ConfigError, SparkStateError, StorageError
 from .base import CheckpointStorage, clean_path, is_temp_name, temp_name
@@ -170,7 +170,8 @@ class LocalStorage(CheckpointStorage):
             if not path:
                 raise ConfigError(f"file URL {url!r} has no path")
             self.root = os.path.abspath(os.path.expanduser(path))
-            self.url = "file://" + self.root
+            # Quoted, so that the URL parses back to this root (a '#', '?' or '%' in a directory name)
+            self.url = "file://" + quote(self.root, safe="/")
         else:
             if not url:
                 raise ConfigError("checkpoint location is empty")

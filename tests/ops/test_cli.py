@@ -104,6 +104,58 @@ def test_savepoint_restore_by_cli_and_refused_savepoints(checkpoint, tmp_path):
     assert not os.path.exists(tmp_path / "r4" / "metadata")
 
 
+def test_savepoint_refuses_the_checkpoint_itself_and_a_directory_that_is_not_empty(checkpoint, tmp_path):
+    """Into the checkpoint, a directory inside it or one holding it, or a directory with other
+    files: refused before anything is written (command line and Python alike)."""
+    for target, where in ((checkpoint, "is"), (checkpoint / "sp", "is inside"), (checkpoint.parent, "holds")):
+        out = cli("savepoint", str(checkpoint), str(target), "--json")
+        assert out.returncode == 1, out.stdout
+        message = (f"the savepoint directory {target} {where} the checkpoint {checkpoint}: a savepoint must live "
+                   "outside every checkpoint (the query and its retention write and delete files there); choose a "
+                   "new directory outside it")
+        assert json.loads(out.stdout) == {"error": "TargetInsideSourceError", "message": message}
+        assert out.stderr.strip().endswith(f"error: {message}")
+        with pytest.raises(ops.TargetInsideSourceError, match=f"{where} the checkpoint"):
+            ops.savepoint(str(checkpoint), str(target), progress=False)
+    assert not (checkpoint / "sp").exists() and not (checkpoint / "savepoint.json").exists()
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("not a savepoint")
+    out = cli("savepoint", str(checkpoint), str(mine), "--json")
+    assert out.returncode == 1
+    message = (f"the savepoint directory {mine} is not empty (it holds notes.txt): a savepoint is written into a new "
+               "or empty directory, so that its files cannot mix with others; choose a new directory")
+    assert json.loads(out.stdout) == {"error": "TargetExistsError", "message": message}
+    with pytest.raises(ops.TargetExistsError, match="is not empty"):
+        ops.savepoint(str(checkpoint), str(mine), progress=False)
+    assert os.listdir(mine) == ["notes.txt"]
+    (tmp_path / "empty").mkdir()
+    assert ops.savepoint(str(checkpoint), str(tmp_path / "empty"), progress=False).batch_id == 2  # empty is fine
+
+
+def test_restore_refuses_a_manifest_whose_batch_its_files_contradict(checkpoint, tmp_path):
+    """A manifest whose batch id was edited (its files still hold Spark's logs up to the real
+    batch) is refused at restore, naming the savepoint, the batch and what the files say."""
+    sp = tmp_path / "sp"
+    ops.savepoint(str(checkpoint), str(sp), progress=False)
+    manifest = sp / "savepoint.json"
+    doc = json.loads(manifest.read_text())
+    assert doc["batch_id"] == 2
+    doc["batch_id"] = 1
+    manifest.write_text(json.dumps(doc))
+    out = cli("restore", str(sp), str(tmp_path / "restored"), "--json")
+    assert out.returncode == 1
+    message = (f"{manifest} says batch 1, but its files hold Spark's logs up to another batch (the offset log has "
+               "batches 0..2; the commit log has batches 0..2): the manifest does not match its files (edited, or "
+               "copied from another savepoint), and a query restored from it would look for state of a batch the "
+               "savepoint does not hold. Take a new savepoint")
+    assert json.loads(out.stdout) == {"error": "SavepointError", "message": message}
+    with pytest.raises(ops.SavepointError, match="says batch 1, but its files"):
+        ops.restore(str(sp), str(tmp_path / "restored"), progress=False)
+    assert not (tmp_path / "restored").exists()
+
+
 def test_savepoint_of_a_running_query_is_consistent(spark, tmp_path, tmp_path_factory):
     """Savepoints are taken in a loop while the query runs (slow batches); each one restores
     to a query whose continuation equals the uninterrupted run."""

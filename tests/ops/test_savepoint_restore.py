@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -29,10 +31,10 @@ def _state_partitions(checkpoint, op: int = 0) -> set:
     return {d for d in os.listdir(os.path.join(checkpoint, "state", str(op))) if d.isdigit()}
 
 
-@pytest.mark.parametrize("case", E.CASES, ids=[c.name for c in E.CASES])
+@pytest.mark.parametrize("case", E.SEMANTIC_CASES, ids=[c.name for c in E.SEMANTIC_CASES])
 def test_savepoint_restore_3_5_2_equals_an_uninterrupted_run(spark, case, tmp_path, tmp_path_factory):
-    want = reference(spark, case, tmp_path_factory)
     cut1, cut2 = 2, 4 if case.num_batches > 5 else 3
+    want = reference(spark, case, tmp_path_factory, cuts=(cut1, cut2))
     ck1, ck2, ck3 = tmp_path / "ck1", tmp_path / "ck2", tmp_path / "ck3"
     dirs = E.write_inputs(case, tmp_path, upto=cut1)
     first = run(spark, case, ck1, dirs, partitions=3)
@@ -95,6 +97,47 @@ def test_keyed_process_savepoint_restore_and_parallelism_change(spark, tmp_path)
     write_batches(inp, batches[4:], INPUT_SCHEMA, start=4)
     third = _keyed(spark, str(inp), str(tmp_path / "ck3"), 6, roots[2])
     assert merge_runs(first, second, third) == expected
+
+
+def test_savepoint_demands_process_state_it_cannot_find(spark, tmp_path):
+    """Spark's checkpoint does not record keyed_process operators: a savepoint of a query whose
+    only state is keyed state under a custom root, taken without that root, is refused (it would
+    hold no state and could not be restored), naming the query and how to point at the state;
+    a root that holds none of the query's state is named too."""
+    ship_module_by_value(process_fns)
+    inp, ck, root = tmp_path / "in", tmp_path / "ck", str(tmp_path / "custom-root")
+    write_batches(inp, [[("a", 1), ("b", 2)], [("a", 3)]], INPUT_SCHEMA)
+    query_id = _keyed(spark, str(inp), str(ck), 2, root).query_id
+
+    out = subprocess.run([sys.executable, "-m", "spark_state", "savepoint", str(ck), str(tmp_path / "sp"), "--json"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)  # no ./spark-state here
+    assert out.returncode == 1, out.stderr
+    default = tmp_path / "spark-state"
+    message = (f"the savepoint of batch 1 of {ck} would hold no state: the checkpoint has no stateful operator of "
+               f"Spark's, and no keyed_process/checkpointed_process state of query {query_id} was found under the "
+               f"default root {default} (which does not exist here). Spark's checkpoint does not record those "
+               "operators or where their state lives: if the query runs one, point at its state with --process-root "
+               "DIR (the query's state_root= or spark.sql.streaming.stateStore.sparkState.process.root; the state is "
+               f"at DIR/{query_id}/<name>) or --process-location NAME=URL (an operator given state_location=); a "
+               "savepoint without it could not be restored. For a query that keeps no state, pass --allow-no-state. "
+               "(Python: process_root=, process_locations={name: url}, allow_no_state=True)")
+    assert json.loads(out.stdout) == {"error": "ProcessStateNotFoundError", "message": message}
+    with pytest.raises(ops.ProcessStateNotFoundError, match=f"no keyed_process/checkpointed_process state of query "
+                                                            f"{query_id} was found under the default root"):
+        ops.savepoint(str(ck), str(tmp_path / "sp"), progress=False)
+    wrong = str(tmp_path / "wrong-root")
+    with pytest.raises(ops.ProcessStateNotFoundError) as info:
+        ops.savepoint(str(ck), str(tmp_path / "sp"), process_root=wrong, progress=False)
+    assert str(info.value).startswith(
+        f"the process root {wrong} holds no keyed_process/checkpointed_process state of query {query_id}: no "
+        f"{wrong}/{query_id}/<name>/_operator.json. Pass the root the query's state_root= or the conf "
+        "spark.sql.streaming.stateStore.sparkState.process.root named")
+    assert not (tmp_path / "sp").exists()  # refused before anything was written
+
+    assert ops.savepoint(str(ck), str(tmp_path / "sp"), process_root=root, progress=False).process_states == [
+        "AllStates"]
+    empty = ops.savepoint(str(ck), str(tmp_path / "sp-no-state"), allow_no_state=True, progress=False)
+    assert empty.process_states == [] and empty.operators == []
 
 
 def test_checkpointed_process_operator_state_savepoint_restore(spark, tmp_path):

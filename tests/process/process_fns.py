@@ -173,6 +173,16 @@ class WrongOutput(KeyedProcessFunction):
         yield (ctx.current_key, "one", "[]", "[]", 0, 0.0)
 
 
+class NullKeyOutput(KeyedProcessFunction):
+    """Emits None for the key of rows with an odd ``v``, in a column declared ``not null``."""
+
+    def process_element(self, row, ctx):
+        yield (None if row.v % 2 else ctx.current_key, row.v)
+
+
+NULL_KEY_OUTPUT = "k string not null, v bigint"
+
+
 class ExpiringCount(KeyedProcessFunction):
     """A running count (value state) and the batches a key was seen in (list state, each
     element expiring on its own), both with a 2.5 s TTL on a clock that reads the batch id

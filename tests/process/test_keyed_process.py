@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 
 import pytest
 
@@ -117,6 +118,22 @@ def test_output_that_does_not_fit_the_schema_names_the_column(spark, keyed_input
                                                   parallelism=2, state_root=str(tmp_path / "s")),
                   provider_class=HDFS_PROVIDER, input_dir=input_dir, schema=INPUT_SCHEMA,
                   checkpoint_dir=str(tmp_path / "ckpt"), output_mode="append")
+
+
+def test_none_in_a_not_null_output_column_names_the_column_the_row_and_the_function(spark, keyed_input, tmp_path):
+    """Checked in Python before Spark's Arrow reader, which would fail with a bare
+    "Value at index is null"."""
+    input_dir, _ = keyed_input
+    with pytest.raises(Exception) as info:
+        run_query(spark, lambda df: keyed_process(df, "k", process_fns.NullKeyOutput(), process_fns.NULL_KEY_OUTPUT,
+                                                  parallelism=2, state_root=str(tmp_path / "s")),
+                  provider_class=HDFS_PROVIDER, input_dir=input_dir, schema=INPUT_SCHEMA,
+                  checkpoint_dir=str(tmp_path / "ckpt"), output_mode="append")
+    message = str(info.value)
+    assert re.search(r"OutputSchemaError: NullKeyOutput produced a row with None in column 'k', which output_schema "
+                     r"declares string not null: \{'k': None, 'v': \d*[13579]\}\. Give 'k' a value in every row, or "
+                     r"declare the column nullable \(drop 'not null'\)", message), message
+    assert "Value at index is null" not in message
 
 
 def test_changed_max_parallelism_and_unusable_location_fail_clearly(spark, keyed_input, tmp_path):

@@ -127,3 +127,37 @@ def test_operator_state_of_a_keyed_function_has_its_own_keyspace(tmp_path):
     assert value.value() == 7
     s.close()
     target.close()
+
+
+def test_a_value_that_does_not_fit_fails_the_put_or_add_naming_the_state(tmp_path):
+    """Broadcast and list operator state check a value when it is given (put, add), naming the
+    state and its declared type, not when the batch's write-back serializes it; a value changed
+    in place after it was given is named by the write-back."""
+    from spark_state.process.operator_state import OperatorStateStore
+    from spark_state.state.errors import StateValueError
+    from pyspark.sql.types import ArrayType, LongType
+
+    s = VersionedStore(str(tmp_path / "ops"), EngineConfig(backend="hashmap"))
+    s.load(0)
+    ops = OperatorStateStore(s)
+    rules = ops.get_broadcast_state(MapStateDescriptor("rules", str, int))
+    rules.put("min", 3)
+    with pytest.raises(StateValueError, match=r"^broadcast state 'rules' holds values of type Python int, not str "
+                                              r"'4' \(given to put\(\); TypeError: expected an integer state value, "
+                                              r"got str '4'\)$"):
+        rules.put("max", "4")
+    with pytest.raises(StateValueError, match=r"^broadcast state 'rules' holds keys of type Python str, not int 7 "
+                                              r"\(given to put\(\); "):
+        rules.put(7, 4)
+    buffer = ops.get_list_state(ListStateDescriptor("buffer", ArrayType(LongType())))
+    with pytest.raises(StateValueError, match=r"^list state 'buffer' holds values of type array<bigint>, not str "
+                                              r"'x' \(given to add\(\); "):
+        buffer.add("x")
+    held = [1]
+    buffer.add(held)
+    assert rules.items() == [("min", 3)] and buffer.get() == [[1]]
+    held.append("two")  # changed in place after add(): the write-back names it
+    with pytest.raises(StateValueError, match=r"^list state 'buffer' holds values of type array<bigint>, not list "
+                                              r"\[1, 'two'\] \(held at the end of the batch: changed in place"):
+        ops.flush()
+    s.close()

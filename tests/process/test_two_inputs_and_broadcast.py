@@ -115,6 +115,32 @@ def test_broadcast_state_is_read_only_for_keyed_rows(spark, tmp_path):
                                 broadcast_states=[MapStateDescriptor("p", "bigint", "string")], broadcast_order="nope")
 
 
+def test_a_broadcast_value_that_does_not_fit_fails_the_put_naming_the_state(spark, tmp_path):
+    """A str put into broadcast state declared with int values fails in
+    process_broadcast_element, at the put, naming the state and its type -- not the write-back
+    at the end of the task."""
+    ship_module_by_value(time_fns)
+    write_batches(tmp_path / "a", [[("u1", "login", 0)]], ACTION_SCHEMA)
+    write_batches(tmp_path / "r", [[(4, "login", "pay")]], RULE_SCHEMA)
+    rules = MapStateDescriptor("rules", str, int)
+
+    class StringRule(time_fns.PatternEvaluator):
+        def process_broadcast_element(self, row, ctx):
+            ctx.get_broadcast_state(rules).put(row.first, str(row.version))  # the state holds ints
+            return ()
+
+    with pytest.raises(Exception) as info:
+        run_query(spark, lambda a, r: keyed_broadcast_process(
+            a, "user", r, StringRule(), time_fns.PATTERN_OUTPUT, broadcast_states=[rules],
+            parallelism=2, state_root=str(tmp_path / "s")),
+            provider_class=HDFS_PROVIDER, input_dir=[str(tmp_path / "a"), str(tmp_path / "r")],
+            schema=[ACTION_SCHEMA, RULE_SCHEMA], checkpoint_dir=str(tmp_path / "ckpt"), output_mode="append")
+    message = str(info.value)
+    assert ("StateValueError: broadcast state 'rules' holds values of type Python int, not str '4' (given to "
+            "put(); TypeError: expected an integer state value, got str '4')") in message
+    assert "in process_broadcast_element" in message and "in flush" not in message
+
+
 def test_keyed_function_with_operator_state_across_rescales(spark, tmp_path):
     """Every row is counted per key (keyed state) and buffered in operator list state until a
     flush; the last run flushes at every row. Rows flushed over the whole run are exactly the

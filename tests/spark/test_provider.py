@@ -67,6 +67,19 @@ def test_custom_metrics_show_in_query_progress(spark, agg_input, tmp_path, ours_
     assert ours.state_operators(0)[0]["customMetrics"]["sparkStateRestoresFromCheckpoint"] == 0
 
 
+def test_a_checkpoint_directory_with_uri_characters_keeps_each_store_apart(spark, agg_input, tmp_path,
+                                                                          ours_provider):
+    """A '#' (or '?', '%') in the checkpoint directory's name: each partition's store lives in its own
+    directory under it, and the output equals the HDFS provider's. (The shim once handed the path
+    over unescaped, so the worker cut it at the '#': every partition's store in one directory.)"""
+    checkpoint = tmp_path / "q#1 50%?"
+    ours = _run(spark, ours_provider, agg_input, checkpoint)
+    assert ours.batches == _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs").batches
+    for partition in range(PARTITIONS):
+        assert glob.glob(str(checkpoint / "state" / "0" / str(partition) / "manifests" / "*")), partition
+    assert sorted(os.listdir(tmp_path)) == ["hdfs", "q#1 50%?"]
+
+
 def test_reads_stay_exact_when_every_commit_snapshots(spark, agg_input, tmp_path, ours_provider):
     """A snapshot flushes the worker's database. Reads must still see every committed value:
     a RocksDB secondary tailing the live database did not (a flushed memtable shadowed newer

@@ -476,6 +476,14 @@ def test_configure_minimal(no_build: list[int], monkeypatch: pytest.MonkeyPatch)
         ({"options": {"snapshotInterval": "often"}}, "must be an integer"),
         ({"backend": "leveldb"}, "unknown state backend"),
         ({"backend": "rocksdb", "options": {"backend": "hashmap"}}, "contradicts"),
+        # checkpoint storage options: names and values, checked by the storage layer's own checks
+        ({"options": {"storage.retry.attempts": "0"}},
+         r"^option 'storage.retry.attempts': storage option retry.attempts=0 must be an integer >= 1$"),
+        ({"options": {"storage.s3.endpointUrl": "http://localhost:9000"}},
+         r"^option 'storage.s3.endpointUrl': unknown storage option 's3.endpointUrl'; valid options: "
+         r".*s3.endpoint_url"),
+        ({"options": {"storage.s3.anonymous": "maybe"}}, "option 'storage.s3.anonymous': .* is not a boolean"),
+        ({"options": {"storage.s3.read_timeout": "-1"}}, "option 'storage.s3.read_timeout': .* positive number"),
     ],
 )
 def test_configure_rejects_bad_options(no_build: list[int], kwargs: dict, match: str) -> None:
@@ -543,6 +551,29 @@ def test_server_confs_are_what_configure_sets(no_build: list[int], capsys: pytes
     assert f"spark.jars {FAKE_JAR}" in capsys.readouterr().out.splitlines()
     assert main(["server-conf", "--option", "nope=1"]) == 1
     assert "unknown spark-state option" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option, message", [
+    ("storage.retry.attempts=0", "option 'storage.retry.attempts': storage option retry.attempts=0 must be an "
+                                 "integer >= 1"),
+    ("storage.s3.endpointUrl=http://localhost:9000", "option 'storage.s3.endpointUrl': unknown storage option "
+                                                     "'s3.endpointUrl'; valid options: "),
+    ("heap.maxBytes=-1", "option spark.sql.streaming.stateStore.sparkState.heap.maxBytes must be a size"),
+])
+def test_server_conf_refuses_bad_options_with_an_error_json(no_build: list[int], capsys: pytest.CaptureFixture[str],
+                                                            option: str, message: str) -> None:
+    """A bad option fails server-conf (exit status 1, the message on stderr) and, with --json, prints
+    the error JSON on stdout, as every other command does; nothing else is printed on stdout."""
+    from spark_state.__main__ import main
+
+    assert main(["server-conf", "--option", option]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith(f"error: {message}")
+    assert main(["server-conf", "--json", "--option", option]) == 1
+    captured = capsys.readouterr()
+    error = json.loads(captured.out)
+    assert error["error"] == "ConfigError" and error["message"].startswith(message)
+    assert captured.err.startswith(f"error: {message}")
 
 
 def test_configure_refuses_a_builder_for_a_connect_server(no_build: list[int], monkeypatch: pytest.MonkeyPatch) -> None:

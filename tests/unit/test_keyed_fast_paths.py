@@ -20,6 +20,7 @@ from spark_state.process.routing import KEY_GROUP_COLUMN, ROUTE_COLUMN
 from spark_state.process.gc_pacing import TASK_GEN0_THRESHOLD, task_gc_pacing
 from spark_state.process.runner import _BatchLayout, _gathered, _group_by_key, _paced
 from spark_state.state import KeyedStateBackend, ValueStateDescriptor, serializer_for
+from spark_state.state.errors import StateValueError
 from spark_state.ttl import ManualClock, TtlConfig
 
 
@@ -225,10 +226,11 @@ def test_a_bad_write_back_update_fails_in_update_not_at_the_flush(store) -> None
     n = b.get_state(ValueStateDescriptor("n", T.LongType()))
     s = b.get_state(ValueStateDescriptor("s", T.StringType()))
     b.set_current_key(b"a", 1)
-    with pytest.raises(Exception):
+    with pytest.raises(StateValueError, match="value state 'n' holds values of type bigint, not int"):
         n.update(1 << 63)
-    with pytest.raises(UnicodeEncodeError):
+    with pytest.raises(StateValueError, match="value state 's' .* UnicodeEncodeError") as info:
         s.update("\ud800")
+    assert isinstance(info.value.__cause__, UnicodeEncodeError)
     n.update((1 << 63) - 1)
     b.before_commit()
     assert n.value() == (1 << 63) - 1

@@ -86,6 +86,73 @@ def test_list_add_after_commit_continues_the_sequence(store) -> None:
         lst.add(None)
 
 
+@pytest.mark.parametrize("write_back", [False, True])
+def test_a_value_that_does_not_fit_fails_the_call_naming_the_state(store, write_back) -> None:
+    """A wrong value fails the update/add/put that was given it, naming the state, its declared
+    type and the value; the state keeps what it held (nothing is staged)."""
+    from spark_state.state.errors import StateValueError
+
+    b = KeyedStateBackend(store, write_back=write_back)
+    count = b.get_state(ValueStateDescriptor("count", T.LongType()))
+    name = b.get_state(ValueStateDescriptor("name", T.StringType()))
+    events = b.get_list_state(ListStateDescriptor("events", T.LongType()))
+    seen = b.get_map_state(MapStateDescriptor("seen", str, T.LongType()))
+    total = b.get_reducing_state(ReducingStateDescriptor("total", lambda a, c: f"{a}{c}", int))
+    b.set_current_key(b"a", 3)
+    count.update(3)
+    events.add_all([1, 2])
+    total.add(1)
+    with pytest.raises(StateValueError, match=r"^value state 'count' holds values of type bigint, not str '4' "
+                                              r"\(given to update\(\); TypeError: expected an integer state value, "
+                                              r"got str '4'\)$"):
+        count.update("4")
+    with pytest.raises(StateValueError, match=r"^value state 'count' holds values of type bigint, not int "
+                                              r"9223372036854775808 \(given to update\(\); "):
+        count.update(1 << 63)
+    with pytest.raises(StateValueError, match=r"^value state 'name' holds values of type string, not str "
+                                              r"'\\ud800' \(given to update\(\); UnicodeEncodeError: "):
+        name.update("\ud800")
+    with pytest.raises(StateValueError, match=r"^list state 'events' holds values of type bigint, not float 2.5 "
+                                              r"\(given to add_all\(\); "):
+        events.add_all([3, 2.5])
+    with pytest.raises(StateValueError, match=r"^list state 'events' holds values of type bigint, not str 'x' "
+                                              r"\(given to update\(\); "):
+        events.update(["x"])
+    with pytest.raises(StateValueError, match=r"^map state 'seen' holds keys of type Python str, not int 1 "
+                                              r"\(given to put\(\); TypeError: expected a str state value"):
+        seen.put(1, 1)
+    with pytest.raises(StateValueError, match=r"^map state 'seen' holds values of type bigint, not str '1' "
+                                              r"\(given to put\(\); "):
+        seen.put("s", "1")
+    with pytest.raises(StateValueError, match=r"^reducing state 'total' holds values of type Python int, not str "
+                                              r"'12' \(returned by the reduce function in add\(\); "):
+        total.add(2)
+    with pytest.raises(StateValueError) as info:
+        count.update("4")
+    assert isinstance(info.value, TypeError) and isinstance(info.value, ValueError)  # what serializers raise
+    b.before_commit()
+    store.commit()
+    b.set_current_key(b"a", 3)
+    assert (count.value(), name.value(), events.get(), seen.items(), total.get()) == (3, None, [1, 2], [], 1)
+
+
+def test_an_accumulator_that_does_not_fit_names_the_aggregate_function(store) -> None:
+    from spark_state.state.errors import StateValueError
+
+    class Broken(Mean):
+        def add(self, value, accumulator):
+            return ("not", "numbers")
+
+    b = KeyedStateBackend(store)
+    avg = b.get_aggregating_state(AggregatingStateDescriptor("avg", Broken(), ACC))
+    b.set_current_key(b"a", 3)
+    with pytest.raises(StateValueError, match=r"^aggregating state 'avg' holds accumulators of type "
+                                              r"struct<sum:bigint,n:bigint>, not tuple \('not', 'numbers'\) "
+                                              r"\(returned by Broken.add\(\) in add\(\); "):
+        avg.add(1)
+    assert avg.get() is None
+
+
 def test_state_names_are_checked(store) -> None:
     b = KeyedStateBackend(store)
     first = b.get_state(ValueStateDescriptor("s", int))

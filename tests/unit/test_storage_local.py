@@ -33,6 +33,22 @@ def test_open_storage_resolves_paths_and_file_urls(tmp_path: Path) -> None:
     assert url.full_url("a/b") == f"file://{tmp_path}/a/b"
 
 
+def test_file_urls_are_uris_whose_escapes_name_the_directory(tmp_path: Path) -> None:
+    """A URL's path is escaped: ``%23`` is a '#' of the directory's name (Spark's shim hands paths
+    over that way), and the storage's own URL parses back to the same root. A raw '#' or '?'
+    would end the path (everything after it silently dropped): refused, naming the fix."""
+    odd = tmp_path / "ck#1 50%?"
+    storage = open_storage("file://" + str(tmp_path) + "/ck%231%2050%25%3F")
+    assert storage.root == str(odd)
+    storage.write_bytes("x", b"1")
+    assert (odd / "x").read_bytes() == b"1"
+    assert open_storage(storage.url).root == str(odd)
+    assert open_storage(str(odd)).root == str(odd)  # a plain path is taken as it is
+    for url in (f"file://{tmp_path}/ck#1", f"file://{tmp_path}/ck?x=1", "s3://bucket/ck#1"):
+        with pytest.raises(ConfigError, match=r"'\?' or '#'.*%23"):
+            open_storage(url)
+
+
 def test_file_url_with_remote_host_is_rejected() -> None:
     with pytest.raises(ConfigError, match="host"):
         open_storage("file://otherhost/tmp/x")

@@ -7,6 +7,7 @@ import scala.jdk.CollectionConverters._
 
 import com.fasterxml.jackson.databind.JsonNode
 import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.Path
 
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.execution.streaming.state._
@@ -71,7 +72,9 @@ class SparkStateProvider extends StateStoreProvider with Logging {
     this.codec = new KeyCodec(keySchema, keyStateEncoderSpec, stateStoreId.storeName)
     this.valueFields = valueSchema.length
     this.instanceId = UUID.randomUUID().toString
-    this.checkpointUrl = stateStoreId.storeCheckpointLocation().toString
+    // As an escaped URI: the worker parses it as one, and Path.toString would hand over a '#' or '?'
+    // in a directory name raw, which ends a URI's path (every partition's store in one directory).
+    this.checkpointUrl = stateStoreId.storeCheckpointLocation().toUri.toString
     this.optionsJson = buildOptions(storeConfs, hadoopConf, stateStoreId)
     this.hadoopConf = hadoopConf
     val confs = storeConfs.sqlConfs
@@ -219,7 +222,7 @@ object SparkStateProvider {
     root.put("operatorId", storeId.operatorId)
     root.put("storeName", storeId.storeName)
     // The query's state directory (<checkpoint>/state): per-operator confs are checked against it.
-    root.put("stateRoot", storeId.checkpointRootLocation)
+    root.put("stateRoot", new Path(storeId.checkpointRootLocation).toUri.toString)
     // The query run this provider instance serves (Spark puts it in the provider's hadoopConf;
     // instances are per (store, run)). Without it (the state data source) the worker only reads.
     if (hadoopConf != null) Option(hadoopConf.get(RunIdConf)).foreach(root.put("runId", _))
