@@ -1,13 +1,13 @@
-"""The build step that puts the JVM shim jar into spark-state's wheel.
+"""The build step that puts the JVM shim jars into spark-state's wheel.
 
 Metadata and dependencies live in setup.cfg; this file only adds to ``build_py``: a wheel
-(``pip install .``, ``pip wheel .``, ``python -m build``) carries
-``spark_state/jars/spark-state-shim-<pyspark version>.jar``, compiled here with the Scala
-compiler inside pyspark's jars, for the pyspark version setup.cfg pins. That pyspark must be
-in the build environment: pyproject.toml's build requirements install it in an isolated build,
-and ``./dev`` builds without isolation in its virtualenv, which has it already. Editable
-installs (``pip install -e .``) compile nothing here: they build the jar into the cache on
-first use, from the sources they run (see spark_state/jvm.py).
+(``pip install .``, ``pip wheel .``, ``python -m build``) carries one jar per supported Spark line,
+``spark_state/jars/spark-state-shim-spark<line>.jar`` (spark_state/spark_lines.py), each compiled
+here with the Scala compiler inside that line's jars: the installed pyspark's for its own line, the
+others' fetched once with pip into spark-state's cache (``~/.cache/spark-state/spark-jars``; pip's
+own cache serves later builds). Editable installs (``pip install -e .``) compile nothing here: they
+build the running line's jar into the cache on first use, from the sources they run (see
+spark_state/jvm.py).
 """
 
 from __future__ import annotations
@@ -43,43 +43,24 @@ def _jvm_module() -> types.ModuleType:
     return importlib.import_module("spark_state.jvm")
 
 
-def _pinned_pyspark(requirements: list[str]) -> str:
-    for requirement in requirements:
-        match = re.fullmatch(r"\s*pyspark\s*==\s*([^\s;,]+)\s*", requirement)
-        if match:
-            return match.group(1)
-    raise RuntimeError("setup.cfg must pin pyspark (pyspark==X.Y.Z): the shim jar is built for that version")
-
-
 class BuildPyWithShim(build_py):
-    """``build_py`` that also compiles the shim jar into the build directory (not in editable
+    """``build_py`` that also compiles the shim jars into the build directory (not in editable
     mode, where the jar comes from the cache)."""
 
     def run(self) -> None:
         super().run()
         if not self.editable_mode:
-            self._shim_jar = self._build_shim()
+            self._shim_jars = self._build_shim()
 
-    def _build_shim(self) -> Path:
-        import pyspark
-
-        pinned = _pinned_pyspark(self.distribution.install_requires)
-        if pyspark.__version__ != pinned:
-            raise RuntimeError(
-                f"spark-state pins pyspark=={pinned}, but the build environment has pyspark "
-                f"{pyspark.__version__} ({pyspark.__file__}); the wheel's shim jar must be compiled "
-                f"against the pinned Spark: pip install pyspark=={pinned} there, or build with "
-                "build isolation (the default), which installs it"
-            )
+    def _build_shim(self) -> list[Path]:
         jvm = _jvm_module()
         dest = Path(self.build_lib) / "spark_state" / jvm.PACKAGED_JAR_DIR
-        print(f"building the spark-state JVM shim jar for pyspark {pinned} into {dest}", flush=True)
+        print(f"building the spark-state JVM shim jars for every supported Spark line into {dest}", flush=True)
         return jvm.build_packaged_jar(dest)
 
     def get_outputs(self, include_bytecode: bool = True) -> list[str]:
         outputs = super().get_outputs(include_bytecode)
-        jar = getattr(self, "_shim_jar", None)
-        return outputs + ([str(jar)] if jar is not None else [])
+        return outputs + [str(jar) for jar in getattr(self, "_shim_jars", [])]
 
 
 setup(cmdclass={"build_py": BuildPyWithShim})

@@ -29,6 +29,7 @@ import sys
 from typing import Any, Callable, Optional, Sequence
 
 from .errors import SparkStateError
+from .spark_lines import LINES
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m spark_state") -> int:
@@ -102,11 +103,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
     sub.add_parser("demo", help="run the demo job (python -m spark_state demo --help)")
 
-    p = sub.add_parser("jar", help="print the path of the JVM shim jar (the packaged one; built on first use "
-                                   "in a source checkout)",
-                       description="Print the shim jar's absolute path: the jar packaged in the installed wheel "
-                                   "(nothing is compiled), or in a source checkout the jar compiled from its "
-                                   "sources (on first use, ~10 s, into ~/.cache/spark-state).")
+    p = sub.add_parser("jar", help="print the path of the JVM shim jar of the installed pyspark's Spark line (the "
+                                   "packaged one; built on first use in a source checkout)",
+                       description="Print the shim jar's absolute path for a Spark line (default: the installed "
+                                   "pyspark's): the jar packaged in the installed wheel, which carries one per "
+                                   "supported line (nothing is compiled), or in a source checkout the jar compiled "
+                                   "from its sources (on first use, ~10 s, into ~/.cache/spark-state).")
+    p.add_argument("--spark", metavar="LINE",
+                   help="the Spark line of the cluster, e.g. 3.5 or 4.2 (a version such as 4.2.1 will do): for a "
+                        "spark-submit whose driver has no pyspark; supported: "
+                        + ", ".join(line.name for line in LINES))
     p.set_defaults(run=_jar)
 
     p = sub.add_parser(
@@ -291,7 +297,7 @@ def _jar(args) -> int:
     # just the path so that scripts can use $(python -m spark_state jar).
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     try:
-        print(jar_path())
+        print(jar_path(line=args.spark))
     except (SparkStateError, OSError) as exc:  # OSError: e.g. an unwritable cache directory
         print(f"error: {exc}", file=sys.stderr)
         return 1

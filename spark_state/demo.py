@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from .spark_lines import running_line
+
 WORDS = ("state", "stream", "spark", "flink", "epoch", "barrier", "key", "group", "snapshot", "changelog")
 
 
@@ -110,10 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         os.rename(os.path.join(input_dir, "." + name), os.path.join(input_dir, name))
     print(f"run 2: restart from the checkpoint, batches {first}..{args.batches - 1}")
     run()
-    state_rows = spark.read.format("statestore").load(args.checkpoint).count()
+    if running_line().name == "3.5":  # Spark's state data source is 4.0+; spark-state's inspect reads it too
+        from .ops import inspect
+
+        state_rows, source = sum(op["rows"] for op in inspect(args.checkpoint)["operators"]), "spark-state inspect"
+    else:
+        state_rows, source = spark.read.format("statestore").load(args.checkpoint).count(), "state data source"
     spark.stop()
     ok = counts == dict(expected)
-    print(f"state data source: {state_rows} keys; {len(counts)} word counts, "
+    print(f"{source}: {state_rows} keys; {len(counts)} word counts, "
           f"{sum(counts.values())} words, {time.time() - started:.1f} s")
     if not ok:
         print("FAILED: counts differ from the input", file=sys.stderr)

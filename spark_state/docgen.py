@@ -1,8 +1,10 @@
 """Generate the reference pages of ``docs/`` from the code that defines them.
 
-``docs/configuration.md`` comes from the option table (:mod:`spark_state.options`) and
+``docs/configuration.md`` comes from the option table (:mod:`spark_state.options`),
 ``docs/cli.md`` from the command line's own argparse parsers (:mod:`spark_state.cli`: the
-``--help`` output of ``spark-state`` and of every subcommand). Pages written by hand drift from
+``--help`` output of ``spark-state`` and of every subcommand), and ``docs/compatibility.md``
+from the table of Spark lines and the tests that show what works on each
+(:mod:`spark_state.spark_lines`). Pages written by hand drift from
 the code; these cannot, because ``tests/unit/test_docs_generated.py`` renders them in memory
 and fails, naming the command below, when a page in ``docs/`` differs.
 
@@ -175,8 +177,41 @@ def cli_python_version(page: str) -> Optional[str]:
 
 
 # ------------------------------------------------------------------------------ files
+def render_compatibility() -> str:
+    """The Markdown of ``docs/compatibility.md``: what works on which Spark line, and the tests that
+    show it (:data:`spark_state.spark_lines.COMPATIBILITY`)."""
+    from .spark_lines import COMPATIBILITY, LINES, NEWEST
+
+    names = [line.name for line in LINES]
+    out = [_HEADER.format(source="`spark_state/spark_lines.py`"), "# What works on which Spark line\n",
+           "spark-state runs on Spark " + ", ".join(names) + ": one wheel, with a JVM shim jar per line "
+           "(see [Install](install.md)). CI runs the whole test suite on the newest line "
+           f"({NEWEST.name}) and the compatibility suite (`./dev test-lines`: the tests marked `lines`, "
+           "named below) on each of the others, each next to its own pyspark. A cell says `yes` "
+           "when the feature works there; otherwise what Spark lacks on that line and what spark-state "
+           "does instead.\n",
+           "| Feature | " + " | ".join(names) + " | Tests |",
+           "|---|" + "---|" * len(names) + "---|"]
+    for feature in COMPATIBILITY:
+        tests = "<br>".join(f"`{t.split('::')[-1]}`" for t in feature.tests)
+        out.append(f"| {_cell(feature.name)} | " + " | ".join(_cell(feature.on(line)) for line in LINES)
+                   + f" | {tests} |")
+    lines = {line.name: line for line in LINES}
+    out += ["", "The pyspark release each line's jar is compiled against and tested with:\n",
+            "| Line | pyspark | Scala | Shim sources (`jvm-shim/src/`) |", "|---|---|---|---|"]
+    out += [f"| {name} | {lines[name].build_version} | {lines[name].scala} | "
+            + ", ".join(f"`{f}`" for f in ("main", *lines[name].source_folders)) + " |" for name in names]
+    out += ["", "Across lines (`tests/lines/test_cross_line.py`, in the newest line's suite): a query's "
+            "checkpoint written on Spark 4.2 continues in place on 4.3 (built-in operators on both "
+            "backends, and `keyed_process` with event-time timers), and a savepoint taken on Spark 3.5 "
+            "restores on 4.3 at another partition count and parallelism; every batch equals Spark's "
+            "HDFS provider stopped and restarted at the same batch, or the model.", ""]
+    return "\n".join(out)
+
+
 #: Page name (under docs/) -> renderer.
-PAGES: dict[str, Callable[[], str]] = {"configuration.md": render_configuration, "cli.md": render_cli}
+PAGES: dict[str, Callable[[], str]] = {"configuration.md": render_configuration, "cli.md": render_cli,
+                                       "compatibility.md": render_compatibility}
 
 
 def docs_dir() -> Path:

@@ -1,18 +1,21 @@
 """Build and locate the JVM shim jar (the Scala ``StateStoreProvider`` of spark-state).
 
-Two places hold a jar:
+One jar per Spark line (:mod:`spark_state.spark_lines`): the provider contract differs between
+lines, so each line's jar is compiled from ``jvm-shim/src/main`` plus the line's own source
+folders, against that line's jars. Two places hold a jar:
 
 * **Packaged** (an install from a wheel or ``pip install .``): the wheel build compiles the
-  shim for the pyspark version spark-state pins and ships it as package data,
-  ``spark_state/jars/spark-state-shim-<pyspark version>.jar`` (see ``setup.py``). Its
-  manifest records the pyspark version and the source key (below) it was built from.
-  :func:`jar_path` returns it, running no tool and writing nothing, when the installed
-  pyspark is that version and -- if the shim sources are present, as in a source
-  checkout -- the sources still hash to its key.
+  shim for every line and ships the jars as package data,
+  ``spark_state/jars/spark-state-shim-spark<line>.jar`` (see ``setup.py``). A jar's manifest
+  records the line, the pyspark version it was compiled against, its Scala compiler and the
+  source key (below). :func:`jar_path` returns the running line's jar (or another line's, for a
+  ``spark-submit`` whose driver has no pyspark), running no tool and writing nothing -- in a
+  source checkout only while the sources still hash to its key.
 * **Cached** (a source checkout, ``pip install -e .``): compiled on first use with the Scala
-  compiler that ships inside pyspark's own jars (Maven and sbt are not needed, and the
-  compiler always matches the Scala version Spark was built with). The jar is never
-  committed to the repository: it is a cache entry derived from the sources.
+  compiler that ships inside the line's own jars (Maven and sbt are not needed, and the
+  compiler always matches the Scala version Spark was built with): the installed pyspark's for
+  its line, jars fetched once into the cache (:func:`spark_jars_dir`) for another. The jar is
+  never committed to the repository: it is a cache entry derived from the sources.
 
 Cache layout::
 
@@ -21,11 +24,12 @@ Cache layout::
         <pyspark version>-<key>/spark-state-shim.jar   # a finished jar, never modified
         <pyspark version>-<key>.lock                   # flock target of that entry's builders
         .build-<random>/                               # a build in progress (or a crashed one)
+      spark-jars/<pyspark version>/jars/               # another line's jars, fetched for a build
 
 ``<key>`` is the first 16 hex digits of a SHA-256 over the sorted relative paths and the
-contents of every source file, the file name of the Scala compiler jar and
-:data:`_BUILD_RECIPE`. Any edit of a source therefore yields a new entry; old entries are
-left alone (other processes may still have them on their class path).
+contents of every source file of the line (common and the line's folders), the file name of
+the Scala compiler jar and :data:`_BUILD_RECIPE`. Any edit of a source therefore yields a new
+entry; old entries are left alone (other processes may still have them on their class path).
 
 Invariants:
 
@@ -41,11 +45,11 @@ Invariants:
   after compiling, and if they were edited meanwhile the jar is discarded and the build
   repeated for the new key.
 
-Source layout: ``.scala`` files anywhere below ``jvm-shim/src/main``; ``.java`` files are
-supported too (scalac reads them to resolve mixed references, then ``javac`` compiles them
-against scalac's output); files under ``jvm-shim/src/main/resources`` are copied into the
-jar verbatim (e.g. ``META-INF/services`` entries). Files whose name starts with ``.`` are
-ignored (editor lock and swap files).
+Source layout (under ``jvm-shim/src``): ``.scala`` files anywhere below ``main`` and below the
+line's folders (``spark-4.x``, ``spark-4.3``, ...); ``.java`` files are supported too (scalac
+reads them to resolve mixed references, then ``javac`` compiles them against scalac's output);
+files under ``main/resources`` are copied into the jar verbatim (e.g. ``META-INF/services``
+entries). Files whose name starts with ``.`` are ignored (editor lock and swap files).
 """
 
 from __future__ import annotations
@@ -59,9 +63,10 @@ import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import IO, Optional, Sequence
 
 from .errors import ConfigError
+from .spark_lines import LINES, SparkLine, get_line, running_line
 
 __all__ = [
     "PROVIDER_CLASS",
@@ -77,6 +82,8 @@ __all__ = [
     "packaged_jar_name",
     "build_packaged_jar",
     "jar_manifest",
+    "spark_jars_dir",
+    "fetch_spark_jars",
 ]
 
 log = logging.getLogger(__name__)
@@ -93,11 +100,12 @@ JAR_NAME = "spark-state-shim.jar"
 
 #: Directory, inside the ``spark_state`` package, of the jar a wheel ships.
 PACKAGED_JAR_DIR = "jars"
-_PACKAGED_PREFIX, _PACKAGED_SUFFIX = "spark-state-shim-", ".jar"
 
-#: Main attributes of every jar's manifest: the pyspark version and the source key (the
-#: ``<key>`` of a cache entry) it was compiled from.
+#: Main attributes of every jar's manifest: the Spark line, the pyspark version whose jars it was
+#: compiled against, the Scala compiler jar and the source key (the ``<key>`` of a cache entry).
+MANIFEST_SPARK_LINE = "Spark-Line"
 MANIFEST_SPARK_VERSION = "Spark-Version"
+MANIFEST_SCALA_COMPILER = "Scala-Compiler"
 MANIFEST_SOURCE_KEY = "Spark-State-Shim-Key"
 
 #: Environment variable that overrides the cache root (default ``~/.cache/spark-state``).
@@ -105,7 +113,7 @@ CACHE_DIR_ENV = "SPARK_STATE_CACHE_DIR"
 
 #: Part of the cache key: bump it when the way a jar is built changes (compiler flags,
 #: jar layout), so that jars built the old way are not reused.
-_BUILD_RECIPE = "2"  # 2: the manifest names the pyspark version and the source key
+_BUILD_RECIPE = "3"  # 3: one jar per Spark line, common sources plus the line's folders
 
 #: How much of the compiler's output an error message carries (the tail holds the summary
 #: line, and the first errors are usually near it for a small shim).
@@ -116,7 +124,9 @@ _OUTPUT_TAIL_CHARS = 4000
 _COMPILE_TIMEOUT_S = 900
 
 _SOURCE_SUFFIXES = (".scala", ".java")
-_RESOURCES_DIR = "resources"
+#: The folder of sources common to every line, and its resources (copied into the jar verbatim).
+_COMMON_DIR = "main"
+_RESOURCES_DIR = "main/resources"
 
 
 class ShimBuildError(ConfigError):
@@ -138,7 +148,8 @@ class ShimBuildError(ConfigError):
 
 
 def shim_source_dir() -> Path:
-    """The ``jvm-shim/src/main`` directory of the source checkout spark-state runs from.
+    """The ``jvm-shim/src`` directory of the source checkout spark-state runs from (``main``
+    and the line folders below it).
 
     Raises :class:`ConfigError` when it is absent (spark-state installed from a wheel,
     which carries the compiled jar instead): the jar is compiled from these sources.
@@ -157,7 +168,7 @@ def shim_source_dir() -> Path:
 def _expected_source_dir() -> Path:
     import spark_state
 
-    return Path(spark_state.__file__).resolve().parent.parent / "jvm-shim" / "src" / "main"
+    return Path(spark_state.__file__).resolve().parent.parent / "jvm-shim" / "src"
 
 
 def _source_dir_if_present() -> Optional[Path]:
@@ -200,6 +211,85 @@ def _pyspark_version() -> str:
     return pyspark.__version__
 
 
+def spark_jars_dir(line: SparkLine, fetch: bool = False) -> Path:
+    """The jars a line's shim jar is compiled against: the installed pyspark's when it is of that
+    line, else ``<cache>/spark-jars/<build version>/jars`` (fetched first with ``fetch``).
+
+    Raises :class:`ConfigError` when they are not there and ``fetch`` is off, naming how to get them.
+    """
+    if _installed_line() == line:
+        return pyspark_jars_dir()
+    cached = cache_dir() / "spark-jars" / line.build_version / "jars"
+    if cached.is_dir():
+        return cached
+    if fetch:
+        return fetch_spark_jars(line, cached.parent)
+    raise ConfigError(
+        f"building spark-state's JVM shim for Spark {line.name} needs the jars of pyspark {line.build_version}, "
+        f"which is not installed and not in {cached}; install spark-state from a wheel (it carries a jar for "
+        f"every line), or fetch them once: python -c \"from spark_state import jvm, spark_lines; "
+        f"jvm.fetch_spark_jars(spark_lines.get_line('{line.name}'))\"")
+
+
+def _installed_line() -> Optional[SparkLine]:
+    try:
+        return running_line()
+    except ConfigError:
+        return None
+
+
+def fetch_spark_jars(line: SparkLine, dest: Optional[Path] = None) -> Path:
+    """Download pyspark ``line.build_version`` with pip (its sdist or wheel, no dependencies) and
+    keep only its jars, in ``dest/jars`` (default ``<cache>/spark-jars/<version>``). Returns that
+    directory. Takes a minute on a first run (300-450 MB); pip's cache serves later ones."""
+    import sys
+    import tarfile
+
+    dest = dest or cache_dir() / "spark-jars" / line.build_version
+    target = dest / "jars"
+    if target.is_dir():
+        return target
+    dest.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=dest))
+    try:
+        log.warning("fetching the jars of pyspark %s (for spark-state's Spark %s shim) with pip...",
+                    line.build_version, line.name)
+        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(work),
+                               f"pyspark=={line.build_version}"], stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, check=False)
+        archives = list(work.glob(f"pyspark-{line.build_version}*"))
+        if proc.returncode != 0 or not archives:
+            raise ConfigError(f"pip could not download pyspark {line.build_version} (exit {proc.returncode}): "
+                              f"{(proc.stderr or proc.stdout)[-2000:]}")
+        jars = work / "jars"
+        jars.mkdir()
+        archive = archives[0]
+        if archive.name.endswith(".whl"):
+            with zipfile.ZipFile(archive) as zf:
+                for name in zf.namelist():
+                    if name.startswith("pyspark/jars/") and name.endswith(".jar"):
+                        (jars / Path(name).name).write_bytes(zf.read(name))
+        else:
+            with tarfile.open(archive) as tf:
+                for member in tf.getmembers():
+                    parts = member.name.split("/")
+                    if member.isfile() and member.name.endswith(".jar") and parts[-2:-1] == ["jars"] \
+                            and ("deps" in parts or "pyspark" in parts):
+                        source = tf.extractfile(member)
+                        if source is not None:
+                            (jars / parts[-1]).write_bytes(source.read())
+        if not any(jars.glob("scala-compiler-*.jar")):
+            raise ConfigError(f"{archive.name} holds no Spark jars with a Scala compiler")
+        try:
+            os.replace(jars, target)  # atomic: a concurrent fetch of the same line finds a whole directory
+        except OSError:
+            if not target.is_dir():
+                raise
+        return target
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def _scala_jars(jars_dir: Path) -> tuple[Path, Path, Path]:
     """The compiler, library and reflect jars among Spark's jars (found by glob, so a
     Spark built with another Scala 2.13 patch release works unchanged)."""
@@ -218,15 +308,18 @@ def _scala_jars(jars_dir: Path) -> tuple[Path, Path, Path]:
 # --- sources and cache key ----------------------------------------------------------------
 
 
-def _input_files(source_dir: Path) -> list[str]:
-    """Relative POSIX paths, sorted, of every file that goes into the jar."""
+def _input_files(source_dir: Path, line: SparkLine) -> list[str]:
+    """Relative POSIX paths (under ``jvm-shim/src``), sorted, of every file that goes into the
+    line's jar: the common folder's and the line's folders'."""
     inputs = []
-    for path in source_dir.rglob("*"):
-        rel = path.relative_to(source_dir)
-        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
-            continue
-        if rel.parts[0] == _RESOURCES_DIR or path.suffix in _SOURCE_SUFFIXES:
-            inputs.append(rel.as_posix())
+    for folder in (_COMMON_DIR, *line.source_folders):
+        base = source_dir / folder
+        for path in base.rglob("*"):
+            rel = path.relative_to(source_dir)
+            if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+                continue
+            if rel.as_posix().startswith(_RESOURCES_DIR + "/") or path.suffix in _SOURCE_SUFFIXES:
+                inputs.append(rel.as_posix())
     return sorted(inputs)
 
 
@@ -245,21 +338,24 @@ def _cache_key(source_dir: Path, inputs: Sequence[str], compiler_jar: Path) -> s
 # --- the public entry point ---------------------------------------------------------------
 
 
-def jar_path(build: bool = True) -> str:
-    """Absolute path of the shim jar for the installed pyspark (and the current sources).
+def jar_path(build: bool = True, line: Optional[str] = None) -> str:
+    """Absolute path of the shim jar for a Spark line (default: the installed pyspark's) and the
+    current sources.
 
     The packaged jar (see :func:`packaged_jar`) when it fits: no tool runs and nothing is
     written, so this works with a read-only home and without a compiler. Otherwise the
     cached jar compiled from the sources: with ``build`` (the default) it is compiled first
-    if the cache does not hold it yet (about 10 s, once per source change); with
+    if the cache does not hold it yet (about 10 s, once per source change; for another line
+    than the installed pyspark's, its jars are fetched once, see :func:`spark_jars_dir`); with
     ``build=False`` its path is returned whether or not it exists.
 
-    Raises :class:`ConfigError` when neither fits (e.g. a wheel's jar was built for another
-    pyspark and there are no sources), when the sources, Java or the Scala compiler are
-    missing, and :class:`ShimBuildError` (a ``ConfigError``) with the compiler's output when
-    the sources do not compile.
+    Raises :class:`ConfigError` when neither fits (e.g. an installation without sources that has
+    no jar for the line), for a version of no supported line, when the sources, Java or the
+    Scala compiler are missing, and :class:`ShimBuildError` (a ``ConfigError``) with the
+    compiler's output when the sources do not compile.
     """
-    packaged, mismatch = _packaged_jar()
+    target = running_line() if line is None else get_line(line)
+    packaged, mismatch = _packaged_jar(target)
     if packaged is not None:
         return str(packaged)
     try:
@@ -268,20 +364,21 @@ def jar_path(build: bool = True) -> str:
         if mismatch:
             raise ConfigError(f"{mismatch}; no shim jar can be built either: {exc}") from None
         raise
-    return str(_cached_jar(source_dir, cache_dir() / "jars", build))
+    return str(_cached_jar(source_dir, cache_dir() / "jars", build, target))
 
 
-def _cached_jar(source_dir: Path, jars_root: Path, build: bool) -> Path:
-    """The cache entry's jar for the sources in ``source_dir``; built first unless present
+def _cached_jar(source_dir: Path, jars_root: Path, build: bool, line: SparkLine) -> Path:
+    """The cache entry's jar for the line's sources in ``source_dir``; built first unless present
     (and ``build``)."""
-    jars_dir = pyspark_jars_dir()
+    jars_dir = spark_jars_dir(line, fetch=build)
     compiler_jar = _scala_jars(jars_dir)[0]
+    version = _jars_version(jars_dir, line)
     for _ in range(_MAX_BUILD_ATTEMPTS):
-        inputs, entry = _entry(source_dir, compiler_jar)
+        inputs, entry = _entry(source_dir, line, compiler_jar, version)
         target = jars_root / entry / JAR_NAME
         if not build or target.is_file():
             return target
-        if _build_entry(source_dir, inputs, jars_dir, jars_root, entry, compiler_jar):
+        if _build_entry(source_dir, line, inputs, jars_dir, jars_root, entry, compiler_jar, version):
             return target
         # The sources were edited while they compiled: the jar might mix two states of
         # them, so it was discarded; build again from the sources as they are now.
@@ -292,12 +389,19 @@ def _cached_jar(source_dir: Path, jars_root: Path, build: bool) -> Path:
     )
 
 
-# --- the packaged jar (wheels) ------------------------------------------------------------
+def _jars_version(jars_dir: Path, line: SparkLine) -> str:
+    """The pyspark version of a line's jars: the installed pyspark's, else the line's build version."""
+    if _installed_line() == line and jars_dir == pyspark_jars_dir():
+        return _pyspark_version()
+    return line.build_version
 
 
-def packaged_jar_name(spark_version: str) -> str:
-    """File name of the jar a wheel ships for ``spark_version``."""
-    return f"{_PACKAGED_PREFIX}{spark_version}{_PACKAGED_SUFFIX}"
+# --- the packaged jars (wheels) -----------------------------------------------------------
+
+
+def packaged_jar_name(line: str) -> str:
+    """File name of the jar a wheel ships for a Spark line (``3.5``; a version of it will do)."""
+    return get_line(line).jar_name
 
 
 def packaged_jar_dir() -> Path:
@@ -307,51 +411,50 @@ def packaged_jar_dir() -> Path:
     return Path(spark_state.__file__).resolve().parent / PACKAGED_JAR_DIR
 
 
-def packaged_jar() -> Optional[Path]:
-    """The jar shipped inside this installation, if it fits; else None.
+def packaged_jar(line: Optional[str] = None) -> Optional[Path]:
+    """The jar shipped inside this installation for a line (default: the installed pyspark's), if
+    it fits; else None.
 
-    It fits when it was built for the installed pyspark version and -- where the shim
-    sources are present (a source checkout) -- from sources that hash to the key in its
-    manifest. A checkout whose sources were edited since therefore builds from them.
+    It fits when its manifest names the line and -- where the shim sources are present (a source
+    checkout) -- it was built from sources that hash to the key in its manifest. A checkout whose
+    sources were edited since therefore builds from them.
     """
-    return _packaged_jar()[0]
+    return _packaged_jar(running_line() if line is None else get_line(line))[0]
 
 
-def _packaged_jar() -> tuple[Optional[Path], str]:
-    """``(jar, "")`` when the packaged jar fits; ``(None, why)`` when there is one that does
-    not fit the installed pyspark (``why`` is the reason, for an error message); ``(None,
-    "")`` when there is none or the sources differ from the ones it was built from."""
+def _packaged_jar(line: SparkLine) -> tuple[Optional[Path], str]:
+    """``(jar, "")`` when the packaged jar of ``line`` fits; ``(None, why)`` when the installation
+    ships jars but none that fits (``why`` is the reason, for an error message); ``(None, "")``
+    when it ships none or the sources differ from the ones it was built from."""
     directory = packaged_jar_dir()
-    shipped = sorted(directory.glob(packaged_jar_name("*"))) if directory.is_dir() else []
+    shipped = sorted(directory.glob("spark-state-shim-*.jar")) if directory.is_dir() else []
     if not shipped:
         return None, ""
-    version = _pyspark_version()
-    jar = directory / packaged_jar_name(version)
-    built_for = [p.name[len(_PACKAGED_PREFIX):-len(_PACKAGED_SUFFIX)] for p in shipped]
+    jar = directory / line.jar_name
     if not jar.is_file():
         return None, (
-            f"spark-state's packaged JVM shim jar ({shipped[0]}) was built for pyspark "
-            f"{', '.join(built_for)}, but pyspark {version} is installed; install the pyspark "
-            f"version spark-state pins (pip install pyspark=={built_for[0]})"
+            f"spark-state's installation ships JVM shim jars ({', '.join(p.name for p in shipped)}) but none for "
+            f"Spark {line.name}; reinstall spark-state (a wheel carries one jar per supported Spark line)"
         )
     manifest = jar_manifest(jar)
-    if manifest.get(MANIFEST_SPARK_VERSION) != version or not manifest.get(MANIFEST_SOURCE_KEY):
+    if manifest.get(MANIFEST_SPARK_LINE) != line.name or not manifest.get(MANIFEST_SOURCE_KEY):
         return None, (
-            f"spark-state's packaged JVM shim jar {jar} does not say it was built for pyspark "
-            f"{version} (its manifest: {MANIFEST_SPARK_VERSION}={manifest.get(MANIFEST_SPARK_VERSION)!r}); "
-            "reinstall spark-state"
+            f"spark-state's packaged JVM shim jar {jar} does not say it was built for Spark {line.name} "
+            f"(its manifest: {MANIFEST_SPARK_LINE}={manifest.get(MANIFEST_SPARK_LINE)!r}); reinstall spark-state"
         )
     source_dir = _source_dir_if_present()
     if source_dir is not None:
-        _, entry = _entry(source_dir, _scala_jars(pyspark_jars_dir())[0])
-        if entry != f"{version}-{manifest[MANIFEST_SOURCE_KEY]}":
+        compiler = manifest.get(MANIFEST_SCALA_COMPILER, "")
+        inputs = _input_files(source_dir, line)
+        if _cache_key(source_dir, inputs, Path(compiler)) != manifest[MANIFEST_SOURCE_KEY]:
             log.debug("packaged shim jar %s is older than the sources in %s; using the cache", jar, source_dir)
             return None, ""
     return jar, ""
 
 
-def jar_manifest(jar: "os.PathLike[str] | str") -> dict[str, str]:
-    """The main attributes of a jar's ``META-INF/MANIFEST.MF`` (empty if it has none)."""
+def jar_manifest(jar: "os.PathLike[str] | str | IO[bytes]") -> dict[str, str]:
+    """The main attributes of a jar's ``META-INF/MANIFEST.MF`` (empty if it has none); ``jar`` is a path or
+    a binary file."""
     try:
         with zipfile.ZipFile(jar) as zf:
             text = zf.read("META-INF/MANIFEST.MF").decode("utf-8")
@@ -370,47 +473,57 @@ def jar_manifest(jar: "os.PathLike[str] | str") -> dict[str, str]:
     return attributes
 
 
-def build_packaged_jar(dest_dir: "os.PathLike[str] | str") -> Path:
-    """Compile the shim for the installed pyspark into ``dest_dir`` as
-    :func:`packaged_jar_name` (the wheel build step; see ``setup.py``). Returns its path.
+def build_packaged_jar(dest_dir: "os.PathLike[str] | str", lines: Optional[Sequence[str]] = None,
+                       fetch: bool = True) -> list[Path]:
+    """Compile the shim for each of ``lines`` (default: every supported line) into ``dest_dir`` as
+    :func:`packaged_jar_name` (the wheel build step; see ``setup.py``). Returns their paths.
 
-    Goes through the cache (equal sources give a byte-identical jar, so a jar compiled for
-    the tests is reused), or a private temporary cache when the cache directory cannot be
-    written (a build sandbox without a home).
+    A line's jars are the installed pyspark's for its line, else fetched once into the cache
+    (``fetch``; see :func:`spark_jars_dir`). Goes through the cache (equal sources give a
+    byte-identical jar, so a jar compiled for the tests is reused), or a private temporary cache
+    when the cache directory cannot be written (a build sandbox without a home).
     """
     source_dir = shim_source_dir()
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
-    for stale in dest.glob(packaged_jar_name("*")):
+    for stale in dest.glob("spark-state-shim-*.jar"):
         stale.unlink()
-    target = dest / packaged_jar_name(_pyspark_version())
+    chosen = [get_line(name) for name in lines] if lines is not None else list(LINES)
     jars_root = cache_dir() / "jars"
     try:
         jars_root.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=jars_root).close()
+        writable = True
     except OSError as exc:
-        log.info("spark-state cache not writable (%s); building the shim jar in a temporary directory", exc)
-        with tempfile.TemporaryDirectory(prefix="spark-state-build-") as tmp:
-            shutil.copyfile(_cached_jar(source_dir, Path(tmp) / "jars", True), target)
-        return target
-    shutil.copyfile(_cached_jar(source_dir, jars_root, True), target)
-    return target
+        log.info("spark-state cache not writable (%s); building the shim jars in a temporary directory", exc)
+        writable = False
+    built = []
+    with tempfile.TemporaryDirectory(prefix="spark-state-build-") as tmp:
+        for line in chosen:
+            spark_jars_dir(line, fetch=fetch)  # fetched before the build, outside the entry's lock
+            root = jars_root if writable else Path(tmp) / "jars"
+            target = dest / line.jar_name
+            shutil.copyfile(_cached_jar(source_dir, root, True, line), target)
+            built.append(target)
+    return built
 
 
 #: Builds started by one jar_path() call before it gives up on sources that keep changing.
 _MAX_BUILD_ATTEMPTS = 3
 
 
-def _entry(source_dir: Path, compiler_jar: Path) -> tuple[list[str], str]:
+def _entry(source_dir: Path, line: SparkLine, compiler_jar: Path, version: str) -> tuple[list[str], str]:
     """The input files and the cache entry name (``<pyspark version>-<key>``)."""
-    inputs = _input_files(source_dir)
+    inputs = _input_files(source_dir, line)
     if not any(rel.endswith(".scala") for rel in inputs):
-        raise ConfigError(f"no .scala sources under {source_dir}; the JVM shim is not written yet")
-    return inputs, f"{_pyspark_version()}-{_cache_key(source_dir, inputs, compiler_jar)}"
+        raise ConfigError(f"no .scala sources under {source_dir} for Spark {line.name}; the JVM shim is not "
+                          "written yet")
+    return inputs, f"{version}-{_cache_key(source_dir, inputs, compiler_jar)}"
 
 
 def _build_entry(
-    source_dir: Path, inputs: list[str], jars_dir: Path, jars_root: Path, entry: str, compiler_jar: Path
+    source_dir: Path, line: SparkLine, inputs: list[str], jars_dir: Path, jars_root: Path, entry: str,
+    compiler_jar: Path, version: str,
 ) -> bool:
     """Build and publish ``jars_root/entry/JAR_NAME`` unless present; under the entry's lock.
 
@@ -426,13 +539,14 @@ def _build_entry(
         try:
             if target.is_file():  # built by the process we waited for
                 return True
-            log.info("building spark-state shim jar (first use, ~10 s)… -> %s", target)
+            log.info("building spark-state shim jar for Spark %s (first use, ~10 s)… -> %s", line.name, target)
             work = Path(tempfile.mkdtemp(prefix=".build-", dir=jars_root))
             try:
-                version, key = entry.rsplit("-", 1)
+                key = entry.rsplit("-", 1)[1]
                 _build(source_dir, inputs, jars_dir, work,
-                       {MANIFEST_SPARK_VERSION: version, MANIFEST_SOURCE_KEY: key})
-                if _entry(source_dir, compiler_jar) != (inputs, entry):
+                       {MANIFEST_SPARK_LINE: line.name, MANIFEST_SPARK_VERSION: version,
+                        MANIFEST_SCALA_COMPILER: compiler_jar.name, MANIFEST_SOURCE_KEY: key})
+                if _entry(source_dir, line, compiler_jar, version) != (inputs, entry):
                     return False
                 target.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(work / JAR_NAME, target)  # atomic: readers see no jar or all of it
@@ -549,8 +663,9 @@ def _build(
             ],
             "javac",
         )
-    resources = [rel for rel in inputs if rel.split("/", 1)[0] == _RESOURCES_DIR]
-    _write_jar(work / JAR_NAME, classes, {rel.split("/", 1)[1]: source_dir / rel for rel in resources}, attributes)
+    prefix = _RESOURCES_DIR + "/"
+    resources = {rel[len(prefix):]: source_dir / rel for rel in inputs if rel.startswith(prefix)}
+    _write_jar(work / JAR_NAME, classes, resources, attributes)
 
 
 def _quote_arg(arg: str) -> str:

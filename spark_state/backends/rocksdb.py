@@ -40,6 +40,8 @@ INFO_LOGS_KEPT = 2
 #: Size at which RocksDB starts a new MANIFEST (holding only the live files, ~200 bytes each,
 #: so a DB of up to ~1,000 SST files rolls rarely).
 MANIFEST_MAX_BYTES = 256 * 1024
+#: Block-based table format of the SST files written (see :func:`_options`).
+TABLE_FORMAT_VERSION = 5
 
 
 def _options(resources: SharedRocksDBResources) -> rocksdict.Options:
@@ -53,6 +55,10 @@ def _options(resources: SharedRocksDBResources) -> rocksdict.Options:
     table.set_bloom_filter(10, False)
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    # The table format every supported Spark line's RocksDB reads: the JVM opens exported views of
+    # this store with Spark's own rocksdbjni, and Spark 3.5's (8.3) reads formats up to 5, while
+    # RocksDB writes 6 by default since 9.0 (a later rocksdict defaulting to 7 would lock out 4.x too).
+    table.set_format_version(TABLE_FORMAT_VERSION)
     opts.set_block_based_table_factory(table)
     opts.set_write_buffer_manager(resources.write_buffer_manager)
     opts.set_max_open_files(-1)

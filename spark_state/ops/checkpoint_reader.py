@@ -27,7 +27,8 @@ Everything here goes through :class:`~spark_state.storage.CheckpointStorage`, so
 checkpoint on ``s3://`` or ``hdfs://`` reads as one on local disk. Directories are never
 listed (object stores have none): operators are found by probing ``state/<op>/_metadata/
 metadata`` from 0 on (Spark numbers operators from 0 without gaps), partitions come from the
-operator metadata.
+operator metadata. Spark 3.5 writes no operator metadata: there, an operator is found by its
+partition 0's schema file, and what the metadata would say is inferred from its schemas.
 
 Writes of Spark's log files (:meth:`SparkCheckpoint.write_log_file`) are atomic and remove a
 stale Hadoop ``.crc`` sibling, whose mismatch would otherwise fail Spark's read.
@@ -146,6 +147,31 @@ class OffsetEntry:
         except json.JSONDecodeError as exc:
             raise NotACheckpointError(f"{where}: the metadata line is not JSON ({exc})") from None
         return cls(batch_id, lines[0], metadata, tuple(lines[2:]))
+
+
+#: The stores of a stream-stream join (state format v1/v2), in Spark's order.
+JOIN_STORES = ("left-keyToNumValues", "left-keyWithIndexToValue", "right-keyToNumValues", "right-keyWithIndexToValue")
+
+
+def _operator_of_schemas(key: dict, value: dict) -> tuple[str, int]:
+    """``(operator name, prefix-scan key columns)`` of a one-store operator, by its state schemas:
+    the names Spark 4 writes in operator metadata, which Spark 3.5 does not write."""
+    key_fields = key.get("fields") or []
+    value_fields = value.get("fields") or []
+    value_names = [f.get("name") for f in value_fields]
+    if not key_fields:
+        return "globalLimit", 0
+    # A session window's key is the group keys and the session's start; prefix scans match the group keys.
+    if key_fields[-1].get("name") == "sessionStartTime" and \
+            any((f.get("metadata") or {}).get("spark.sessionWindow") for f in value_fields):
+        return "sessionWindowStateStoreSaveExec", len(key_fields) - 1
+    if value_names == ["__dummy__"]:
+        return "dedupe", 0
+    if value_names == ["expiresAtMicros"]:
+        return "dedupeWithinWatermark", 0
+    if value_names[:1] == ["groupState"]:
+        return "flatMapGroupsWithState", 0
+    return "stateStoreSave", 0
 
 
 def parse_schema_file(data: bytes, where: str) -> tuple[dict, dict]:
@@ -276,24 +302,45 @@ class SparkCheckpoint:
 
     # ------------------------------------------------------------------ operators
     def operators(self) -> list[OperatorInfo]:
-        """Every stateful operator with v1 operator metadata, by id."""
+        """Every stateful operator, by id: from its v1 operator metadata, or -- a checkpoint that has
+        none (Spark 3.5 writes none) -- from its state schema files (:meth:`_inferred_operator`)."""
         ops = []
         op = 0
         while True:
             path = f"state/{op}/{OPERATOR_METADATA}"
-            if not self.storage.exists(path):
-                if self.storage.list_dir(f"state/{op}/{OPERATOR_METADATA_V2_DIR}"):
-                    raise UnsupportedCheckpointError(
-                        f"operator {op} of {self.url} has v2 operator metadata (transformWithState): the "
-                        "operations tools handle the operators spark-state's provider runs")
-                if self.storage.exists(f"state/{op}/0/_metadata/schema"):
-                    raise UnsupportedCheckpointError(
-                        f"{self.storage.full_url(path)} is missing (the operator's metadata): run the query "
-                        "for one batch on Spark 3.5 or later, which writes it")
-                break
-            ops.append(self._operator(op, path))
+            if self.storage.exists(path):
+                ops.append(self._operator(op, path))
+            elif self.storage.list_dir(f"state/{op}/{OPERATOR_METADATA_V2_DIR}"):
+                raise UnsupportedCheckpointError(
+                    f"operator {op} of {self.url} has v2 operator metadata (transformWithState): the "
+                    "operations tools handle the operators spark-state's provider runs")
+            else:
+                inferred = self._inferred_operator(op)
+                if inferred is None:
+                    break
+                ops.append(inferred)
             op += 1
         return ops
+
+    def _inferred_operator(self, op: int) -> Optional[OperatorInfo]:
+        """Operator ``op`` of a checkpoint without operator metadata, from what partition 0's state
+        schema files say (None: there is no operator ``op``). Its stores: ``default``, or a join's
+        four; the partition count: the latest batch's; the operator name and the prefix-scan
+        columns (session windows) from the key and value schemas, as Spark 4 records them."""
+        if self.storage.exists(f"state/{op}/0/_metadata/schema"):
+            key, value = self.store_schema(OperatorInfo(op, "", ()), DEFAULT_STORE)
+            name, prefix = _operator_of_schemas(key, value)
+            stores: tuple[tuple[str, int], ...] = ((DEFAULT_STORE, prefix),)
+        elif self.storage.exists(f"state/{op}/0/{JOIN_STORES[0]}/_metadata/schema"):
+            name, stores = "symmetricHashJoin", tuple((store, 0) for store in JOIN_STORES)
+        else:
+            return None
+        last = self.last_committed()
+        partitions = self.partitions(last) if last is not None else 0
+        doc = {"operatorInfo": {"operatorId": op, "operatorName": name},
+               "stateStoreInfo": [{"storeName": s, "numColsPrefixKey": p, "numPartitions": partitions}
+                                  for s, p in stores]}
+        return OperatorInfo(op, name, tuple(StoreInfo(s, p, partitions) for s, p in stores), doc)
 
     def _operator(self, op: int, path: str) -> OperatorInfo:
         doc = self._json(path)

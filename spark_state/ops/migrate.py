@@ -32,9 +32,27 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .checkpoint_reader import PROVIDERS, SPARKSTATE_PROVIDER, SparkCheckpoint, provider_short_name
+from ..spark_lines import get_line, running_line
+from .checkpoint_reader import PROVIDERS, ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER, SparkCheckpoint, provider_short_name
+from .errors import UnsupportedCheckpointError
 from .restore import restore
 from .savepoint import savepoint
+
+
+#: The Spark line from which Spark's RocksDB provider writes a version other than 1 from an empty store
+#: (``getStore(..., loadEmpty=true)``), as a migration into it needs.
+ROCKSDB_IMPORT_LINE = "4.2"
+
+
+def check_line_can_write(provider_class: str, version: int) -> None:
+    """Fail at once, naming the Spark line, where the running Spark cannot write ``version`` of a store
+    with ``provider_class`` (Spark's RocksDB provider before 4.2, past version 1)."""
+    line = running_line()
+    if provider_class == ROCKSDB_PROVIDER and version > 1 and line < get_line(ROCKSDB_IMPORT_LINE):
+        raise UnsupportedCheckpointError(
+            f"migrating to Spark's RocksDB provider at batch {version - 1} needs Spark {ROCKSDB_IMPORT_LINE} or newer "
+            f"(its provider writes a version from an empty store only from {ROCKSDB_IMPORT_LINE} on); this is Spark "
+            f"{line.name}. Migrate to spark-state or to Spark's HDFS provider instead")
 
 
 @dataclass
@@ -63,6 +81,7 @@ def migrate(checkpoint: str, target: str, *, to: str, batch: Optional[int] = Non
     src = SparkCheckpoint(checkpoint, storage_options)
     n = src.committed_batch(batch)
     from_class = src.provider_class(n)
+    check_line_can_write(to_class, n + 1)
     if from_class == to_class:
         raise ValueError(f"{src.url} already uses {provider_short_name(to_class)}'s provider; nothing to migrate "
                          "(use savepoint/restore to copy it)")

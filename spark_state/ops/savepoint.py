@@ -37,7 +37,7 @@ from ..process import location as L
 from ..process.clock import time_files
 from ..storage import CheckpointStorage, LocalStorage, open_storage
 from . import savepoint_format as F
-from .checkpoint_reader import SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint
+from .checkpoint_reader import OPERATOR_METADATA, SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint
 from .errors import ProcessStateNotFoundError, RetentionRaceError, TargetExistsError, TargetInsideSourceError
 from .progress import Progress
 from .state_io import (default_process_root, find_process_locations, process_entries, process_layout, reader_config,
@@ -218,6 +218,12 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
                                                    loc.url, loc.under_root))
         for path in _spark_files(ckpt, operators, n):
             _copy(ckpt.storage, target, path, manifest)
+        for op in operators:  # operator metadata: Spark's file, or what was inferred without one (3.5)
+            path = f"state/{op.id}/{OPERATOR_METADATA}"
+            if ckpt.storage.exists(path):
+                _copy(ckpt.storage, target, path, manifest)
+            else:
+                _write(target, f"{F.SPARK_DIR}/{path}", op.encode_metadata(), manifest)
     finally:
         bar.close()
     return manifest
@@ -254,8 +260,10 @@ def _write_state(target: CheckpointStorage, path: str, entries: Iterator[tuple[b
 
 def _copy(source: CheckpointStorage, target: CheckpointStorage, path: str, manifest: F.SavepointManifest,
           dest: Optional[str] = None) -> None:
-    data = source.read_bytes(path)
-    dest = dest or f"{F.SPARK_DIR}/{path}"
+    _write(target, dest or f"{F.SPARK_DIR}/{path}", source.read_bytes(path), manifest)
+
+
+def _write(target: CheckpointStorage, dest: str, data: bytes, manifest: F.SavepointManifest) -> None:
     target.write_bytes(dest, data)
     manifest.files.append(F.FileEntry(dest, len(data), F.crc32(data)))
 
@@ -268,6 +276,5 @@ def _spark_files(ckpt: SparkCheckpoint, operators: list[OperatorInfo], n: int) -
     for i in range(ckpt.source_count()):
         paths += [f"sources/{i}/{name}" for name, b in ckpt.source_files(i) if b is None or b <= n]
     for op in operators:
-        paths.append(f"state/{op.id}/_metadata/metadata")
         paths += [op.schema_path(s) for s in op.store_names]
     return paths

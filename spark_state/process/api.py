@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from ..config import EngineConfig
+from ..pyspark_compat import parse_ddl
 from ..state import MapStateDescriptor
 from ..keygroups import check_max_parallelism, check_parallelism_preconditions, compute_default_max_parallelism
 from .errors import ProcessDefinitionError
@@ -343,7 +344,7 @@ def _schema(df: DataFrame, output_schema: Union[StructType, str]) -> StructType:
         return output_schema
     if isinstance(output_schema, str):
         try:
-            parsed = StructType.fromDDL(output_schema)
+            parsed = parse_ddl(output_schema)
         except Exception as exc:
             raise ProcessDefinitionError(f"output_schema {output_schema!r} is not a valid DDL schema: {exc}") from None
         if isinstance(parsed, StructType):

@@ -22,6 +22,7 @@ import pyarrow as pa
 from pyspark.sql import Row
 from pyspark.sql.types import StructType
 
+from ..pyspark_compat import arrow_schema
 from . import datetimes
 from .errors import OutputSchemaError
 
@@ -49,12 +50,11 @@ class OutputWriter:
     """Collects output rows and turns them into record batches of ``schema``."""
 
     def __init__(self, schema: StructType, function_name: str) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
 
         self._schema = schema
         self._names = schema.fieldNames()
         self._width = len(self._names)
-        self._arrow = to_arrow_schema(schema, timezone="UTC")
+        self._arrow = arrow_schema(schema)
         #: per column: declared ``not null`` (its nulls are refused here, not by Spark's reader)
         self._not_null = [not f.nullable for f in schema.fields]
         self._function = function_name

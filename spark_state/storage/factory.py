@@ -248,7 +248,8 @@ def _open_s3(url: str, opts: dict[str, str], retry: RetryPolicy) -> FsspecStorag
         import s3fs
     except ImportError as e:
         raise ConfigError(
-            f"checkpoint location {url!r} needs the s3fs package: pip install s3fs"
+            f"checkpoint location {url!r} is on S3, which needs spark-state's s3 extra: pip install 'spark-state[s3]' "
+            f"(the s3fs package; {e})"
         ) from e
 
     kwargs = _s3_client_kwargs(opts)
@@ -263,7 +264,8 @@ def _open_hdfs(url: str, scheme: str, opts: dict[str, str], retry: RetryPolicy) 
         from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
     except ImportError as e:
         raise ConfigError(
-            f"checkpoint location {url!r} needs the hdfs-native package: pip install hdfs-native"
+            f"checkpoint location {url!r} is on HDFS, which needs spark-state's hdfs extra: pip install "
+            f"'spark-state[hdfs]' (the hdfs-native package; {e})"
         ) from e
 
     parts = urlsplit(url)

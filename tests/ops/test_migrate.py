@@ -14,6 +14,8 @@ import pytest
 import test_operator_equivalence as E
 from ops_support import assert_equal_to_uninterrupted, reference, run
 from spark_state import ops
+from spark_state.ops.errors import UnsupportedCheckpointError
+from spark_state.spark_lines import get_line, running_line
 from streaming_harness import HDFS_PROVIDER, ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER
 
 pytestmark = pytest.mark.spark
@@ -82,3 +84,23 @@ def test_savepoint_of_a_spark_provider_checkpoint_restores_as_spark_state(spark,
     E.write_inputs(case, tmp_path, start=3)
     second = run(spark, case, tmp_path / "dst", dirs, provider=ROCKSDB_PROVIDER)
     assert_equal_to_uninterrupted(case, [first, second], want, "RocksDB savepoint restored on spark-state")
+
+
+@pytest.mark.lines
+def test_migrating_to_sparks_rocksdb_provider_on_each_line(spark, tmp_path, tmp_path_factory):
+    """Spark's RocksDB provider writes a store version from an empty store only from Spark 4.2 on
+    (``loadEmpty``): there a migration into it continues exactly; before, it is refused at once,
+    naming the line, and nothing is written."""
+    case = E.CASES_BY_NAME["agg_update"]
+    dirs = E.write_inputs(case, tmp_path, upto=3)
+    first = run(spark, case, tmp_path / "src", dirs, provider=HDFS_PROVIDER, partitions=3)
+    if running_line() < get_line("4.2"):
+        with pytest.raises(UnsupportedCheckpointError, match=f"needs Spark 4.2 or newer .*Spark {running_line().name}"):
+            ops.migrate(str(tmp_path / "src"), str(tmp_path / "dst"), to="rocksdb", progress=False)
+        assert not (tmp_path / "dst").exists()
+        return
+    ops.migrate(str(tmp_path / "src"), str(tmp_path / "dst"), to="rocksdb", progress=False)
+    E.write_inputs(case, tmp_path, start=3)
+    second = run(spark, case, tmp_path / "dst", dirs, provider=HDFS_PROVIDER)
+    want = reference(spark, case, tmp_path_factory, cuts=(3,))
+    assert_equal_to_uninterrupted(case, [first, second], want, "agg_update migrated HDFS -> rocksdb")

@@ -31,7 +31,12 @@ def _state_partitions(checkpoint, op: int = 0) -> set:
     return {d for d in os.listdir(os.path.join(checkpoint, "state", str(op))) if d.isdigit()}
 
 
-@pytest.mark.parametrize("case", E.SEMANTIC_CASES, ids=[c.name for c in E.SEMANTIC_CASES])
+#: Cases the compatibility suite of every Spark line runs (``-m lines``).
+_ON_EVERY_LINE = {"agg_update", "session_window"}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, marks=[pytest.mark.lines] if c.name in _ON_EVERY_LINE else [])
+                                  for c in E.SEMANTIC_CASES], ids=[c.name for c in E.SEMANTIC_CASES])
 def test_savepoint_restore_3_5_2_equals_an_uninterrupted_run(spark, case, tmp_path, tmp_path_factory):
     cut1, cut2 = 2, 4 if case.num_batches > 5 else 3
     want = reference(spark, case, tmp_path_factory, cuts=(cut1, cut2))
@@ -66,6 +71,7 @@ def _keyed(spark, input_dir, checkpoint, parallelism, state_root):
                      checkpoint_dir=checkpoint, output_mode="append")
 
 
+@pytest.mark.lines
 def test_keyed_process_savepoint_restore_and_parallelism_change(spark, tmp_path):
     """keyed_process state is saved with its layout and key groups, restored into the new
     query's location, and its runtime rescales it (4 -> 3 -> 6) at the next batch."""

@@ -1,15 +1,19 @@
 """The wheel as users get it: built from the sources (``pip wheel``, as ``pip install .`` and
-``./dev wheel`` build it), installed into a fresh virtualenv, and run from there -- a
-streaming aggregation on spark-state's provider -- with no compiler (``javac`` and the Scala
-compiler refuse to run) and no writable home (so no jar cache either).
+``./dev wheel`` build it), with a shim jar for every supported Spark line; pip's resolver keeps the
+installed pyspark (and what it needs) when it installs the wheel; installed into a fresh virtualenv
+and run from there -- a streaming aggregation on spark-state's provider -- with no compiler
+(``javac`` and the Scala compiler refuse to run) and no writable home (so no jar cache either).
+The compatibility suite runs the last two on every Spark line (``-m lines``), next to that line's
+pyspark.
 
-Lean on purpose: one build, ``pip install --no-deps --no-index`` of the wheel alone, and the
-dependencies (pyspark is ~450 MB) taken from this test's own environment through a ``.pth``
-file instead of being downloaded again.
+Lean on purpose: one build (the jars come from the jar cache when the sources are unchanged),
+``pip install --no-deps --no-index`` of the wheel alone, and the dependencies (pyspark is ~450 MB)
+taken from this test's own environment through a ``.pth`` file instead of being downloaded again.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -57,7 +61,8 @@ QUERY = textwrap.dedent(
     query = (df.groupBy("k").agg(F.sum("v").alias("total")).writeStream.format("memory").queryName("totals")
              .outputMode("complete").option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     assert query.awaitTermination(240)
-    metrics = [op.customMetrics for p in query.recentProgress for op in p.stateOperators]
+    progress = [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]  # 3.5: dicts
+    metrics = [op["customMetrics"] for p in progress for op in p["stateOperators"]]
     print(json.dumps({
         "spark_state": spark_state.__file__, "jar": jar, "spark_jars": spark.conf.get("spark.jars"),
         "totals": sorted([r.k, r.total] for r in spark.table("totals").collect()),
@@ -90,27 +95,45 @@ def wheel(tmp_path_factory) -> tuple[Path, str]:
     return path, built.stdout + built.stderr
 
 
-def test_the_wheel_carries_the_jar_and_spdx_license_metadata(wheel):
-    import pyspark
-
-    from spark_state import jvm
+def test_the_wheel_carries_a_jar_per_spark_line_and_spdx_license_metadata(wheel):
+    from spark_state import jvm, spark_lines
 
     path, log = wheel
     with zipfile.ZipFile(path) as zf:
         names = zf.namelist()
         metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
-        jar_name = f"spark_state/{jvm.PACKAGED_JAR_DIR}/{jvm.packaged_jar_name(pyspark.__version__)}"
-        assert jar_name in names
-        jar_bytes = zf.read(jar_name)
+        jars = {line.name: f"spark_state/{jvm.PACKAGED_JAR_DIR}/{line.jar_name}" for line in spark_lines.LINES}
+        assert sorted(n for n in names if n.endswith(".jar")) == sorted(jars.values())
+        running = spark_lines.running_line().name
+        jar_bytes = zf.read(jars[running])
+        for name, jar in jars.items():
+            attributes = jvm.jar_manifest(io.BytesIO(zf.read(jar)))
+            assert attributes[jvm.MANIFEST_SPARK_LINE] == name, attributes
+            assert attributes[jvm.MANIFEST_SPARK_VERSION] == spark_lines.get_line(name).build_version
     assert not [n for n in names if n.startswith("jvm-shim/") or n.endswith(".scala")]
     assert "License-Expression: Apache-2.0" in metadata
     assert "License :: " not in metadata  # no deprecated license classifier
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert not [r for r in requires if "==" in r and "extra ==" not in r], f"pinned dependencies: {requires}"
+    assert "pyspark<4.4,>=3.5" in requires
     warnings = [line for line in log.splitlines() if "licen" in line.lower() and "warn" in line.lower()]
     assert "SetuptoolsDeprecationWarning" not in log and warnings == []
-    # The packaged jar is the one the sources compile to (the checkout's cached build).
+    # The running line's packaged jar is the one the sources compile to (the checkout's cached build).
     assert jar_bytes == Path(jvm.jar_path()).read_bytes()
 
 
+@pytest.mark.lines
+def test_installing_the_wheel_keeps_the_installed_pyspark(wheel):
+    """pip's resolver, asked to install the wheel (with its dependencies) into this environment,
+    keeps the pyspark here and every library it already has: ranges, not pins."""
+    path, _ = wheel
+    report = json.loads(_run([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
+                              path]).stdout)
+    changed = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in report["install"]}
+    assert set(changed) <= {"spark-state"}, f"installing the wheel would install or change {changed}"
+
+
+@pytest.mark.lines
 def test_the_installed_wheel_runs_a_provider_query_without_compiler_or_writable_home(wheel, tmp_path):
     path, _ = wheel
     env_dir = tmp_path / "venv"
@@ -135,9 +158,15 @@ def test_the_installed_wheel_runs_a_provider_query_without_compiler_or_writable_
     env.update(HOME=str(tmp_path / "not-a-dir" / "home"), JAVA_HOME=str(no_compiler.parent),
                PATH=f"{no_compiler}:{env_dir / 'bin'}:{os.environ['PATH']}", PYTHONNOUSERSITE="1")
 
-    # spark-state jar: the packaged jar, nothing compiled, nothing written.
+    # spark-state jar: the packaged jar of this pyspark's line, nothing compiled, nothing written;
+    # --spark names another line's (a spark-submit whose driver has no pyspark).
+    from spark_state import spark_lines
+
     printed = _run([env_dir / "bin" / "spark-state", "jar"], env=env, cwd=tmp_path).stdout.strip()
-    assert Path(printed).parent == purelib / "spark_state" / "jars"
+    assert Path(printed) == purelib / "spark_state" / "jars" / spark_lines.running_line().jar_name
+    for line in spark_lines.LINES:
+        other = _run([env_dir / "bin" / "spark-state", "jar", "--spark", line.build_version], env=env, cwd=tmp_path)
+        assert Path(other.stdout.strip()) == purelib / "spark_state" / "jars" / line.jar_name
 
     input_dir = tmp_path / "input"
     input_dir.mkdir()

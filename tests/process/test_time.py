@@ -66,6 +66,7 @@ def page_views(spark, events, tmp_path_factory):
     return _run(spark, input_dir, str(tmp / "ckpt"), time_fns.PageViews(), time_fns.PV_OUTPUT, 4, str(tmp / "state"))
 
 
+@pytest.mark.lines
 def test_event_time_page_view_counter_matches_the_model(events, page_views):
     _, batches = events
     expected = time_fns.expected_page_views(batches, DELAY_MS)
@@ -77,6 +78,7 @@ def test_event_time_page_view_counter_matches_the_model(events, page_views):
     assert late >= NUM_BATCHES - 1, "the input has late rows, which the model drops"
 
 
+@pytest.mark.lines
 def test_restart_and_a_task_retry_inside_on_timer_give_identical_results(spark, events, page_views, tmp_path):
     """Batch 4 (the first whose watermark passes the first timers) fails inside on_timer on
     its first attempt, after two timers fired and cleared state; the query also stops after

@@ -20,6 +20,7 @@ from time_fns import ACTION_SCHEMA, JOIN_SCHEMA, RULE_SCHEMA
 pytestmark = pytest.mark.spark
 
 
+@pytest.mark.lines
 def test_two_stream_full_join_in_list_state(spark, tmp_path):
     ship_module_by_value(time_fns)
     rng = random.Random(3)
@@ -67,6 +68,7 @@ def _actions(seed: int, batches: int) -> list[list[tuple]]:
     return out
 
 
+@pytest.mark.lines
 def test_broadcast_rules_change_mid_stream_and_survive_a_rescale(spark, tmp_path):
     ship_module_by_value(time_fns)
     actions = _actions(9, 7)

@@ -112,7 +112,7 @@ class Shim:
     def exported(self, store) -> int:
         """1 if the worker exported or shipped the version for this store's load, else 0."""
         sparkstate = self.jvm.org.apache.spark.sql.execution.streaming.state.sparkstate
-        metric = sparkstate.SparkStateProvider.ViewExportsMetric()
+        metric = sparkstate.ProviderCore.ViewExportsMetric()
         return store.metrics().customMetrics().apply(metric)
 
     def _drain(self, store, it, evict) -> dict:

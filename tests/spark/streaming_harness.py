@@ -116,9 +116,9 @@ def write_batches(
     arrow_schema = None
     if fmt == "parquet":
         import pyarrow.parquet as pq
-        from pyspark.sql.pandas.types import to_arrow_schema
+        from spark_state.pyspark_compat import arrow_schema as to_arrow
 
-        arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        arrow_schema = to_arrow(schema)
     elif fmt != "json":
         raise ValueError(f"unknown input format {fmt!r} (parquet or json)")
     for j, rows in enumerate(batches):
@@ -224,7 +224,11 @@ def merge_runs(*runs: RunResult) -> dict[int, list]:
 
 
 def _explicit_confs(spark) -> dict[str, str]:
-    return dict(spark.conf.getAll)  # only explicitly set confs
+    """The session's explicitly set confs (``RuntimeConfig.getAll`` is 4.0+; 3.5 asks the JVM)."""
+    if hasattr(spark.conf, "getAll"):
+        return dict(spark.conf.getAll)
+    jmap = spark._jvm.scala.collection.JavaConverters.mapAsJavaMap(spark._jsparkSession.conf().getAll())
+    return {str(k): str(v) for k, v in jmap.items()}
 
 
 def run_query(

@@ -812,6 +812,7 @@ PROVIDER_IDS = [short_name(p) for p in PROVIDERS_UNDER_TEST]
 # Tests
 
 
+@pytest.mark.lines
 @pytest.mark.parametrize("provider", PROVIDERS_UNDER_TEST, ids=PROVIDER_IDS)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_operator_matches_hdfs(spark, case_inputs, reference, case, provider, tmp_path):
@@ -840,6 +841,7 @@ def test_restart_from_checkpoint(spark, tmp_path_factory, name, provider, tmp_pa
     assert_same_batches(merge_runs(first, second), want.batches, f"{name} restarted on {short_name(provider)}")
 
 
+@pytest.mark.lines
 @pytest.mark.parametrize("provider", PROVIDERS_UNDER_TEST, ids=PROVIDER_IDS)
 def test_restart_after_crash_between_batches(spark, case_inputs, reference, provider, tmp_path):
     """All input present; the first run dies after 2 batches, when batch 2's offsets are

@@ -15,8 +15,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
-from spark_state import keygroups
+from spark_state import keygroups, ops
 from spark_state.checkpoint.metadata import Manifest
+from spark_state.spark_lines import running_line
 from streaming_harness import (HDFS_PROVIDER, SPARKSTATE_BACKENDS, SPARKSTATE_HASHMAP, SPARKSTATE_PROVIDER,
                                run_query, split_provider, write_batches)
 
@@ -99,9 +100,13 @@ def test_reads_stay_exact_when_every_commit_snapshots(spark, agg_input, tmp_path
             f"partition {part}: no version was re-pointed at its own background snapshot"
 
 
+@pytest.mark.lines
 def test_state_data_source_reads_our_state(spark, agg_input, tmp_path, ours_provider):
     _run(spark, ours_provider, agg_input, tmp_path / "ours")
     _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs")
+    if running_line().name == "3.5":  # Spark's reader is 4.0+: spark-state's inspect counts the rows instead
+        assert [op["rows"] for op in ops.inspect(str(tmp_path / "ours"))["operators"]] == [40]
+        return
 
     def state(path, batch_id=None):
         reader = spark.read.format("statestore")
@@ -247,6 +252,7 @@ def _run_killing(spark, provider, agg_input, checkpoint, markers, every_attempt)
                      input_dir=agg_input, schema=SCHEMA, checkpoint_dir=checkpoint, output_mode="update")
 
 
+@pytest.mark.lines
 def test_worker_killed_between_load_and_commit_is_replaced_transparently(spark, agg_input, tmp_path,
                                                                           ours_provider):
     """The commit finds the worker gone, starts a new one, which restores the loaded version from

@@ -102,3 +102,24 @@ def _anchors(markdown: str) -> set[str]:
         slug = re.sub(r"[^\w\- ]", "", title).replace(" ", "-")
         out.add(slug)
     return out
+
+
+def test_compatibility_page_is_current():
+    _check("compatibility.md")
+
+
+def test_every_test_the_compatibility_page_names_runs_on_every_line():
+    """A cell of docs/compatibility.md rests on its tests: each is in the compatibility suite (marked
+    ``lines``), which ./dev test runs on every Spark line."""
+    import subprocess
+
+    from spark_state.spark_lines import COMPATIBILITY
+
+    root = Path(__file__).resolve().parents[2]
+    named = sorted({t for f in COMPATIBILITY for t in f.tests})
+    files = sorted({t.split("::")[0] for t in named})
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "lines", "-p", "no:xdist",
+                           "-p", "no:cacheprovider", *files], cwd=root, capture_output=True, text=True, timeout=300)
+    collected = [line.split("[")[0] for line in proc.stdout.splitlines() if "::" in line]
+    missing = [t for t in named if t not in collected]
+    assert not missing, f"not in the compatibility suite (-m lines): {missing}\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"

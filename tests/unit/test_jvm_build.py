@@ -21,7 +21,7 @@ from typing import Callable
 import pytest
 
 import spark_state
-from spark_state import jvm
+from spark_state import jvm, spark_lines
 from spark_state.errors import ConfigError
 
 HELLO = textwrap.dedent(
@@ -37,14 +37,15 @@ HELLO = textwrap.dedent(
 
 @pytest.fixture
 def shim_src(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A throwaway shim source tree (``<tmp>/src``) and cache (``<tmp>/cache``) in use."""
+    """A throwaway shim source tree (``<tmp>/src``: its common folder ``main``, returned) and cache
+    (``<tmp>/cache``) in use."""
     src = tmp_path / "src"
-    (src / "scala" / "demo").mkdir(parents=True)
-    (src / "scala" / "demo" / "Hello.scala").write_text(HELLO)
+    (src / "main" / "scala" / "demo").mkdir(parents=True)
+    (src / "main" / "scala" / "demo" / "Hello.scala").write_text(HELLO)
     monkeypatch.setattr(jvm, "shim_source_dir", lambda: src)
     monkeypatch.setattr(jvm, "_source_dir_if_present", lambda: src)
     monkeypatch.setenv(jvm.CACHE_DIR_ENV, str(tmp_path / "cache"))
-    return src
+    return src / "main"
 
 
 @pytest.fixture
@@ -108,11 +109,38 @@ def test_missing_source_dir_is_a_config_error(tmp_path: Path, monkeypatch: pytes
 
 
 def test_real_source_dir_is_located() -> None:
-    # The checkout holds jvm-shim/src/main (its contents are written elsewhere).
-    expected = Path(spark_state.__file__).resolve().parent.parent / "jvm-shim" / "src" / "main"
-    if not expected.is_dir():
-        pytest.skip(f"{expected} not created yet")
+    # The checkout holds jvm-shim/src: main (every line) and each line's folders.
+    expected = Path(spark_state.__file__).resolve().parent.parent / "jvm-shim" / "src"
     assert jvm.shim_source_dir() == expected
+    for line in spark_lines.LINES:
+        for folder in ("main", *line.source_folders):
+            assert (expected / folder).is_dir(), f"{folder} of Spark {line.name}"
+
+
+def test_each_line_compiles_its_own_folders_and_the_common_one(shim_src: Path) -> None:
+    """A line's jar is built from main plus that line's folders only: a change in another line's
+    folder leaves its key alone, a change in its own changes it."""
+    root = shim_src.parent
+    for folder in ("spark-3.5", "spark-4.x", "spark-4.3"):
+        (root / folder).mkdir()
+        (root / folder / "Line.scala").write_text(f"package demo.hello\nobject Line // {folder}\n")
+    newest = spark_lines.NEWEST.name
+    before = jvm.jar_path(build=False, line=newest)
+    (root / "spark-3.5" / "Line.scala").write_text("package demo.hello\nobject Line // edited\n")
+    assert jvm.jar_path(build=False, line=newest) == before
+    (root / "spark-4.x" / "Line.scala").write_text("package demo.hello\nobject Line // edited\n")
+    assert jvm.jar_path(build=False, line=newest) != before
+    assert jvm._input_files(root, spark_lines.get_line("3.5")) == ["main/scala/demo/Hello.scala",
+                                                                    "spark-3.5/Line.scala"]
+
+
+def test_spark_lines_name_versions_and_refuse_unsupported_ones() -> None:
+    assert [line.name for line in spark_lines.LINES] == ["3.5", "4.0", "4.1", "4.2", "4.3"]
+    assert spark_lines.line_of("4.2.1").name == "4.2" and spark_lines.line_of("3.5").scala == "2.12"
+    assert spark_lines.get_line("4.0").jar_name == "spark-state-shim-spark4.0.jar"
+    for bad in ("3.4.4", "4.4.0", "5", "x"):
+        with pytest.raises(ConfigError, match=r"not supported by spark-state: it runs on Spark 3.5, 4.0, 4.1, 4.2, 4.3"):
+            spark_lines.line_of(bad)
 
 
 def test_no_scala_sources_is_a_config_error(shim_src: Path) -> None:
@@ -239,7 +267,7 @@ _WORKER = textwrap.dedent(
     """\
     import json, sys, time
     from pathlib import Path
-    from spark_state import jvm
+    from spark_state import jvm, spark_lines
 
     src, go = Path(sys.argv[1]), Path(sys.argv[2])
     jvm.shim_source_dir = lambda: src
@@ -263,7 +291,7 @@ def test_concurrent_builds_from_two_processes_produce_one_jar(shim_src: Path, tm
     env = dict(os.environ)  # carries SPARK_STATE_CACHE_DIR set by the fixture
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _WORKER, str(shim_src), str(go)],
+            [sys.executable, "-c", _WORKER, str(shim_src.parent), str(go)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
         for _ in range(2)
@@ -285,14 +313,18 @@ def test_concurrent_builds_from_two_processes_produce_one_jar(shim_src: Path, tm
 # --- the packaged jar (installs from a wheel) --------------------------------------------
 
 
-def _fake_packaged_jar(directory: Path, spark_version: str, key: str, extra: str = "") -> Path:
-    """A jar as a wheel ships it: named for ``spark_version``, its manifest naming the key."""
+def _fake_packaged_jar(directory: Path, line: str, key: str, extra: str = "", compiler: str = "") -> Path:
+    """A jar as a wheel ships it: named for the Spark ``line``, its manifest naming the line, the
+    line's pyspark version, the Scala compiler and the key."""
     directory.mkdir(parents=True, exist_ok=True)
-    jar = directory / jvm.packaged_jar_name(spark_version)
+    spark_line = spark_lines.get_line(line)
+    jar = directory / spark_line.jar_name
     with zipfile.ZipFile(jar, "w") as zf:
         zf.writestr(
             "META-INF/MANIFEST.MF",
-            f"Manifest-Version: 1.0\r\n{jvm.MANIFEST_SPARK_VERSION}: {spark_version}\r\n"
+            f"Manifest-Version: 1.0\r\n{jvm.MANIFEST_SPARK_LINE}: {spark_line.name}\r\n"
+            f"{jvm.MANIFEST_SPARK_VERSION}: {spark_line.build_version}\r\n"
+            f"{jvm.MANIFEST_SCALA_COMPILER}: {compiler}\r\n"
             f"{jvm.MANIFEST_SOURCE_KEY}: {key}\r\n{extra}\r\nName: section\r\nIgnored: yes\r\n",
         )
         zf.writestr("demo/hello/Hello.class", b"not really")
@@ -314,40 +346,36 @@ def wheel_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_packaged_jar_is_used_without_sources_compiler_or_cache(
     wheel_install: Path, compiler_runs: list[list[str]]
 ) -> None:
-    import pyspark
-
-    jar = _fake_packaged_jar(wheel_install, pyspark.__version__, "0123456789abcdef")
-    assert jvm.packaged_jar() == jar
-    assert jvm.jar_path() == str(jar) and jvm.jar_path(build=False) == str(jar)
+    jars = {line.name: _fake_packaged_jar(wheel_install, line.name, "0123456789abcdef") for line in spark_lines.LINES}
+    running = spark_lines.running_line().name
+    assert jvm.packaged_jar() == jars[running]
+    assert jvm.jar_path() == str(jars[running]) and jvm.jar_path(build=False) == str(jars[running])
+    for name, jar in jars.items():  # another line's jar, for a spark-submit whose driver has no pyspark
+        assert jvm.jar_path(line=name) == str(jar) == jvm.jar_path(line=spark_lines.get_line(name).build_version)
     assert compiler_runs == []
     with pytest.raises(OSError):  # the cache really is unusable: jar_path never touched it
         Path(jvm.cache_dir()).mkdir(parents=True)
 
 
-def test_packaged_jar_for_another_pyspark_is_a_config_error(wheel_install: Path) -> None:
-    import pyspark
-
-    _fake_packaged_jar(wheel_install, "9.9.9", "0123456789abcdef")
+def test_an_installation_without_the_running_lines_jar_is_a_config_error(wheel_install: Path) -> None:
+    other = next(line for line in spark_lines.LINES if line != spark_lines.running_line())
+    _fake_packaged_jar(wheel_install, other.name, "0123456789abcdef")
     assert jvm.packaged_jar() is None
     with pytest.raises(ConfigError) as info:
         jvm.jar_path()
     message = str(info.value)
-    assert "built for pyspark 9.9.9" in message and f"pyspark {pyspark.__version__} is installed" in message
-    assert "pip install pyspark==9.9.9" in message
+    assert other.jar_name in message and f"none for Spark {spark_lines.running_line().name}" in message
     assert "no shim jar can be built either" in message and "pip install -e ." in message
+    with pytest.raises(ConfigError, match="Spark 3.4.1 is not supported"):
+        jvm.jar_path(line="3.4.1")
 
 
-def test_packaged_jar_whose_manifest_names_another_pyspark_is_not_used(wheel_install: Path) -> None:
-    import pyspark
-
-    jar = _fake_packaged_jar(wheel_install, pyspark.__version__, "0123456789abcdef")
-    jar.rename(wheel_install / "tmp.jar")
-    renamed = _fake_packaged_jar(wheel_install, "9.9.9", "0123456789abcdef")
-    (wheel_install / "tmp.jar").rename(wheel_install / jvm.packaged_jar_name(pyspark.__version__))
-    renamed.unlink()
+def test_packaged_jar_whose_manifest_names_another_line_is_not_used(wheel_install: Path) -> None:
+    running = spark_lines.running_line()
+    jar = _fake_packaged_jar(wheel_install, running.name, "0123456789abcdef")
     with zipfile.ZipFile(jar, "w") as zf:  # right file name, wrong manifest
-        zf.writestr("META-INF/MANIFEST.MF", f"Manifest-Version: 1.0\r\n{jvm.MANIFEST_SPARK_VERSION}: 9.9.9\r\n\r\n")
-    with pytest.raises(ConfigError, match="does not say it was built for pyspark"):
+        zf.writestr("META-INF/MANIFEST.MF", f"Manifest-Version: 1.0\r\n{jvm.MANIFEST_SPARK_LINE}: 9.9\r\n\r\n")
+    with pytest.raises(ConfigError, match=f"does not say it was built for Spark {running.name}"):
         jvm.jar_path()
 
 
@@ -359,13 +387,12 @@ def test_no_packaged_jar_and_no_sources_names_both_ways_to_install(wheel_install
 def test_packaged_jar_is_used_in_a_checkout_only_while_the_sources_match(
     shim_src: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, compiler_runs: list[list[str]]
 ) -> None:
-    import pyspark
-
     packaged = tmp_path / "pkg" / "spark_state" / "jars"
     monkeypatch.setattr(jvm, "packaged_jar_dir", lambda: packaged)
     cached = jvm.jar_path(build=False)  # the cache entry of the sources as they are
     key = Path(cached).parent.name.rsplit("-", 1)[1]
-    jar = _fake_packaged_jar(packaged, pyspark.__version__, key)
+    compiler = jvm._scala_jars(jvm.pyspark_jars_dir())[0].name
+    jar = _fake_packaged_jar(packaged, spark_lines.running_line().name, key, compiler=compiler)
     assert jvm.jar_path() == str(jar) and compiler_runs == []
     # An edited source: the packaged jar is stale; the checkout's own build is used.
     (shim_src / "scala" / "demo" / "Hello.scala").write_text(HELLO.replace("hello", "hi"))
@@ -376,9 +403,10 @@ def test_packaged_jar_is_used_in_a_checkout_only_while_the_sources_match(
 
 def test_jar_manifest_reads_the_main_section_with_continuation_lines(tmp_path: Path) -> None:
     long_value = "x" * 100
-    jar = _fake_packaged_jar(tmp_path, "4.3.0", "abc", extra=f"Long: {long_value[:60]}\r\n {long_value[60:]}\r\n")
+    jar = _fake_packaged_jar(tmp_path, "4.3", "abc", extra=f"Long: {long_value[:60]}\r\n {long_value[60:]}\r\n")
     manifest = jvm.jar_manifest(jar)
     assert manifest[jvm.MANIFEST_SPARK_VERSION] == "4.3.0" and manifest[jvm.MANIFEST_SOURCE_KEY] == "abc"
+    assert manifest[jvm.MANIFEST_SPARK_LINE] == "4.3"
     assert manifest["Long"] == long_value
     assert "Ignored" not in manifest  # a per-entry section, not the main one
     with zipfile.ZipFile(tmp_path / "bare.jar", "w") as zf:
@@ -392,21 +420,23 @@ def test_build_packaged_jar_compiles_for_the_installed_pyspark(
 ) -> None:
     import pyspark
 
+    running = spark_lines.running_line()
     dest = tmp_path / "build" / "lib" / "spark_state" / "jars"
-    _fake_packaged_jar(dest, "9.9.9", "stale")  # a jar of another pyspark left in the build dir
-    jar = jvm.build_packaged_jar(dest)
-    assert sorted(p.name for p in dest.iterdir()) == [jvm.packaged_jar_name(pyspark.__version__)] == [jar.name]
+    _fake_packaged_jar(dest, "3.5" if running.name != "3.5" else "4.0", "stale")  # left in the build dir
+    [jar] = jvm.build_packaged_jar(dest, lines=[running.name])
+    assert sorted(p.name for p in dest.iterdir()) == [running.jar_name] == [jar.name]
     assert "demo/hello/Hello.class" in _entries(str(jar))
     manifest = jvm.jar_manifest(jar)
     cached = jvm.jar_path(build=False)
     assert manifest[jvm.MANIFEST_SPARK_VERSION] == pyspark.__version__
+    assert manifest[jvm.MANIFEST_SPARK_LINE] == running.name
     assert f"{pyspark.__version__}-{manifest[jvm.MANIFEST_SOURCE_KEY]}" == Path(cached).parent.name
     assert Path(cached).read_bytes() == jar.read_bytes()  # built through the cache
     assert len(compiler_runs) == 1
     # With a cache directory that cannot be created, the build goes to a temporary one.
     (tmp_path / "not-a-dir").write_text("")
     monkeypatch.setenv(jvm.CACHE_DIR_ENV, str(tmp_path / "not-a-dir" / "cache"))
-    again = jvm.build_packaged_jar(dest)
+    [again] = jvm.build_packaged_jar(dest, lines=[running.name])
     assert again.read_bytes() == jar.read_bytes() == Path(cached).read_bytes()  # reproducible
     assert len(compiler_runs) == 2
 
@@ -421,7 +451,7 @@ def no_build(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Stub the jar build: jar_path returns FAKE_JAR and counts its calls."""
     calls: list[int] = []
 
-    def fake_jar_path(build: bool = True) -> str:
+    def fake_jar_path(build: bool = True, line=None) -> str:
         calls.append(1)
         return FAKE_JAR
 
@@ -509,7 +539,7 @@ def test_cli_jar_prints_path(no_build: list[int], capsys: pytest.CaptureFixture[
 def test_cli_jar_reports_errors(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from spark_state.__main__ import main
 
-    def failing(build: bool = True) -> str:
+    def failing(build: bool = True, line=None) -> str:
         raise jvm.ShimBuildError("scalac failed", "Provider.scala:3: error: not found: type Foo")
 
     monkeypatch.setattr(jvm, "jar_path", failing)

@@ -140,13 +140,14 @@ def test_bad_option_values_are_config_errors() -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "url", "package"),
-    [("hdfs_native.fsspec", "hdfs://nn:8020/x", "hdfs-native"), ("s3fs", "s3://bucket/x", "s3fs")],
+    ("module", "url", "extra"),
+    [("hdfs_native.fsspec", "hdfs://nn:8020/x", "hdfs"), ("s3fs", "s3://bucket/x", "s3")],
 )
-def test_missing_client_library_says_what_to_install(monkeypatch: pytest.MonkeyPatch, module: str, url: str,
-                                                      package: str) -> None:
+def test_missing_client_library_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch, module: str, url: str,
+                                                           extra: str) -> None:
+    """S3 and HDFS are optional extras of spark-state: without the client library, the error names the extra."""
     monkeypatch.setitem(sys.modules, module, None)  # makes `import module` raise ImportError
-    with pytest.raises(ConfigError, match=f"pip install {package}"):
+    with pytest.raises(ConfigError, match=rf"pip install 'spark-state\[{extra}\]'"):
         open_storage(url)
 
 

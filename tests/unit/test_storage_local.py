@@ -232,3 +232,4 @@ def test_file_in_the_way_of_a_directory_is_a_storage_error(storage: LocalStorage
     with pytest.raises(StorageError) as info:
         storage.write_bytes("a/b", b"x")
     assert "a/b" in str(info.value)
+

@@ -320,10 +320,10 @@ private[sparkstate] object HeapBudget {
     val setting = if (configured) s"${mb(maxBytes)}" else
       s"${mb(maxBytes)}, the default: ${(DefaultFraction * 100).toInt}% of this JVM's ${mb(Runtime.getRuntime.maxMemory)} heap"
     throw new SparkStateException(s"spark-state: the heap state of this executor would grow to ${mb(wouldBe)} " +
-      s"($what), beyond ${SparkStateProvider.ConfPrefix}${ViewOptions.HeapMaxBytesConf} ($setting). The hashmap " +
+      s"($what), beyond ${ProviderCore.ConfPrefix}${ViewOptions.HeapMaxBytesConf} ($setting). The hashmap " +
       "backend keeps all state in the executor's JVM heap. Raise that conf together with the executor memory " +
       "(spark.executor.memory; spark.driver.memory in local mode), spread the state over more executors, bound it " +
-      s"(watermarks, ${SparkStateProvider.ConfPrefix}ttl), or set ${SparkStateProvider.ConfPrefix}backend=rocksdb, " +
+      s"(watermarks, ${ProviderCore.ConfPrefix}ttl), or set ${ProviderCore.ConfPrefix}backend=rocksdb, " +
       "which keeps state on local disk.")
   }
 }

@@ -1,13 +1,13 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, Murmur3HashFunction, UnsafeProjection, UnsafeRow}
-import org.apache.spark.sql.execution.streaming.state.{KeyStateEncoderSpec, PrefixKeyScanStateEncoderSpec}
 import org.apache.spark.sql.types.{DataType, IntegerType, LongType, StringType, StructType}
 import org.apache.spark.unsafe.Platform
 import org.apache.spark.unsafe.hash.Murmur3_x86_32
 
 /**
- * Stored-key layout of the provider: key-group prefixed, so that every key group is contiguous and
+ * Stored-key layout of the provider (`prefixColumns`: the number of leading key columns a prefix scan
+ * matches on, 0 for none): key-group prefixed, so that every key group is contiguous and
  * state can be re-split when the partition count changes. All integers big-endian.
  *
  * {{{
@@ -26,16 +26,10 @@ import org.apache.spark.unsafe.hash.Murmur3_x86_32
  * scan of one byte prefix, and decoding needs no re-assembly of rows. UnsafeRow bytes are canonical
  * for equal keys (Spark's HDFS and RocksDB providers rely on that too).
  */
-private[sparkstate] final class KeyCodec(keySchema: StructType, spec: KeyStateEncoderSpec, storeName: String) {
+private[sparkstate] final class KeyCodec(keySchema: StructType, val prefixColumns: Int, storeName: String) {
   import KeyCodec._
 
   val numKeyFields: Int = keySchema.length
-
-  /** Number of leading key columns a prefix scan matches on (0: no prefix scans). */
-  val prefixColumns: Int = spec match {
-    case p: PrefixKeyScanStateEncoderSpec => p.numColsPrefixKey
-    case _ => 0
-  }
 
   private val partitionColumns: Array[(Int, DataType)] = {
     val count =

@@ -29,7 +29,8 @@ import org.apache.spark.sql.util.ArrowUtils
  *    a file: the header (and the 8-byte TTL stamp of stamped values) is dropped and system keys
  *    (`0xFF...`: the TTL index and markers, which Spark's providers do not have) are skipped.
  *    RocksDB: `getStore(version - 1, loadEmpty = true)`, puts, `commit()` -- the path Spark's offline
- *    repartition uses. HDFS (no `loadEmpty`): version `version - 1` is made an empty snapshot, then
+ *    repartition uses (Spark 4.2+; older lines have no `loadEmpty`: version 1 only, see [[SparkLine]]).
+ *    HDFS (no `loadEmpty`): version `version - 1` is made an empty snapshot, then
  *    `getStore(version - 1)`, puts, `commit()` writes `<version>.delta` through the provider. The
  *    empty snapshot is the bytes the provider itself writes for a commit without changes (a
  *    delta of no records and a snapshot of no rows are the same stream: the end marker alone).
@@ -54,17 +55,14 @@ object OpsBridge {
                    confs: java.util.Map[String, String]): (StateStoreProvider, KeyCodec, StructType, StructType) = {
     val keySchema = DataType.fromJson(keySchemaJson).asInstanceOf[StructType]
     val valueSchema = DataType.fromJson(valueSchemaJson).asInstanceOf[StructType]
-    val spec =
-      if (numColsPrefixKey > 0) PrefixKeyScanStateEncoderSpec(keySchema, numColsPrefixKey)
-      else NoPrefixKeyStateEncoderSpec(keySchema)
     val withProvider = new java.util.HashMap[String, String](confs)
     withProvider.put("spark.sql.streaming.stateStore.providerClass", providerClass)
     val conf = storeConf(withProvider)
     val id = StateStoreId(stateRoot, operatorId, partition, storeName)
     val hadoopConf = SparkSession.active.sessionState.newHadoopConf()
-    val provider = StateStoreProvider.createAndInit(StateStoreProviderId(id, UUID.randomUUID()), keySchema,
-      valueSchema, spec, false, conf, hadoopConf, false, None)
-    (provider, new KeyCodec(keySchema, spec, storeName), keySchema, valueSchema)
+    val provider = SparkLine.createProvider(StateStoreProviderId(id, UUID.randomUUID()), keySchema, valueSchema,
+      numColsPrefixKey, conf, hadoopConf)
+    (provider, new KeyCodec(keySchema, numColsPrefixKey, storeName), keySchema, valueSchema)
   }
 
   /** Read `version` of a store with `providerClass`; write its rows to `out`. Returns the row count. */
@@ -75,11 +73,12 @@ object OpsBridge {
       open(stateRoot, operatorId, partition, storeName, keySchemaJson, valueSchemaJson, numColsPrefixKey,
         providerClass, confs)
     try {
-      val store = provider.getReadStore(version, None)
+      val store = provider.getReadStore(version)
       try {
-        writeArrow(new File(out), store.iterator().map(p => (codec.encode(p.key), KeyCodec.valueBytes(p.value))))
+        val rows = SparkLine.entries(store).map(p => (codec.encode(p.key), KeyCodec.valueBytes(p.value)))
+        writeArrow(new File(out), rows)
       } finally {
-        store.release()
+        SparkLine.finishRead(store)
       }
     } finally {
       provider.close()
@@ -100,7 +99,7 @@ object OpsBridge {
           if (version > 1) writeEmptySnapshot(provider, version - 1, stateRoot, operatorId, storeName, keySchema,
             valueSchema, confs)
           provider.getStore(version - 1)
-        case _ => provider.getStore(version - 1, None, forceSnapshotOnCommit = true, loadEmpty = true)
+        case _ => SparkLine.emptyStoreToImport(provider, version - 1)
       }
       var rows = 0L
       try {
@@ -108,7 +107,7 @@ object OpsBridge {
         readArrow(new File(in)) { (k, v) =>
           if (k.length > 0 && k(0) != 0xff.toByte) {
             val offset = if (stamped) 8 else 0
-            store.put(codec.decode(k).copy(), KeyCodec.valueRow(v, offset, valueFields).copy())
+            SparkLine.put(store, codec.decode(k).copy(), KeyCodec.valueRow(v, offset, valueFields).copy())
             rows += 1
           }
         }

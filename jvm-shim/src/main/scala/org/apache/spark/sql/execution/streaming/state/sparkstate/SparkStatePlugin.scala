@@ -32,5 +32,5 @@ class SparkStatePlugin extends SparkPlugin {
 }
 
 object SparkStatePlugin {
-  val PrestartConf: String = SparkStateProvider.ConfPrefix + "prestartWorkers"
+  val PrestartConf: String = ProviderCore.ConfPrefix + "prestartWorkers"
 }

@@ -121,7 +121,7 @@ private[sparkstate] object StoreViews {
   def forBackend(backend: String, options: ViewOptions, describe: => String): StoreViews = backend match {
     case RocksDB => new RocksViews(options, describe)
     case HashMap => new HeapViews(options, describe)
-    case other => throw new IllegalArgumentException(s"${SparkStateProvider.ConfPrefix}backend must be " +
+    case other => throw new IllegalArgumentException(s"${ProviderCore.ConfPrefix}backend must be " +
       s"'$RocksDB' or '$HashMap', got '$other'")
   }
 }

@@ -3,18 +3,20 @@ package org.apache.spark.sql.execution.streaming.state.sparkstate
 import java.io.File
 import java.util.UUID
 
-import scala.jdk.CollectionConverters._
-
 import com.fasterxml.jackson.databind.JsonNode
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 
+import org.apache.spark.TaskContext
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.StructType
 
 /**
- * spark-state's `StateStoreProvider`. Enable it with
+ * What spark-state's `StateStoreProvider` does on every Spark line. The provider class itself,
+ * `SparkStateProvider`, lives in the line's source folder (`jvm-shim/src/spark-<line>/`): it takes
+ * the line's `init` / `getStore` / `getReadStore` / maintenance signatures and calls this class.
+ * Enable it with
  * `spark.sql.streaming.stateStore.providerClass=org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider`.
  *
  * A thin shim: versions, changelogs, snapshots, key groups and cleanup live in the executor's Python
@@ -23,64 +25,57 @@ import org.apache.spark.sql.types.StructType
  * with the later epochs layered over it, or the state itself in a JVM hash map), buffers writes, and
  * commits them as one Arrow file. Options are the SQL confs under `spark.sql.streaming.stateStore.sparkState.`.
  */
-class SparkStateProvider extends StateStoreProvider with Logging {
-  import SparkStateProvider._
+abstract class ProviderCore extends StateStoreProvider with Logging {
+  import ProviderCore._
 
   @volatile private var storeId: StateStoreId = _
   private var codec: KeyCodec = _
   private var valueFields = 0
   private var instanceId: String = _
   private var checkpointUrl: String = _
-  private var optionsJson: String = _
+  @volatile private var optionsJson: String = _
+  /** Whether [[optionsJson]] names the query run this instance serves. */
+  @volatile private var hasRunId = false
   private var hadoopConf: Configuration = _
   /** The versions of this store the JVM can serve (per backend); created in `init`. */
   @volatile private[sparkstate] var views: StoreViews = _
   /** Keys the last commit of this store wrote: the size the next epoch's [[ChangeBuffer]] starts at. */
   @volatile private[sparkstate] var lastEpochWrites: Int = 0
+  /**
+   * The store a task attempt opened last (lines without `upgradeReadStoreToWriteStore`, 3.5 and 4.0,
+   * open a read store and then a write store of the same version in one task: the write store is
+   * that same object, as 4.1+ upgrades it, see [[openForWrite]]).
+   */
+  @volatile private var lastOpened: (Long, SparkStateStore) = (-1L, null)
   /** The worker this store is pinned to (chosen lazily: the pool size needs SparkEnv). */
   private lazy val slot: Int = java.lang.Math.floorMod(storeId.partitionId, PythonWorker.slots)
 
-  override def init(
+  /**
+   * The line-independent part of `init`: `prefixColumns` is the number of leading key columns prefix
+   * scans match on (0: none). Only cheap checks here: Spark runs init under an executor-wide lock.
+   * The worker starts later.
+   */
+  protected def initStore(
       stateStoreId: StateStoreId,
       keySchema: StructType,
       valueSchema: StructType,
-      keyStateEncoderSpec: KeyStateEncoderSpec,
-      useColumnFamilies: Boolean,
+      prefixColumns: Int,
       storeConfs: StateStoreConf,
-      hadoopConf: Configuration,
-      useMultipleValuesPerKey: Boolean,
-      stateSchemaProvider: Option[StateSchemaProvider]): Unit = {
-    // Only cheap checks here: Spark runs init under an executor-wide lock. The worker starts later.
-    if (useColumnFamilies) {
-      throw new UnsupportedOperationException("spark-state does not support column families yet; they " +
-        "are used by transformWithState, which Spark 4.3 allows only with its own RocksDB provider")
-    }
-    if (useMultipleValuesPerKey) {
-      throw new UnsupportedOperationException("spark-state does not support multiple values per key yet")
-    }
-    keyStateEncoderSpec match {
-      case _: NoPrefixKeyStateEncoderSpec | _: PrefixKeyScanStateEncoderSpec =>
-      case other => throw new UnsupportedOperationException(s"spark-state does not support key encoder $other yet")
-    }
-    if (storeConfs.enableStateStoreCheckpointIds) {
-      throw new UnsupportedOperationException("spark-state does not support checkpoint format v2 " +
-        "(spark.sql.streaming.stateStore.checkpointFormatVersion=2) yet; its commits are already atomic " +
-        "and idempotent per version. Set spark.sql.streaming.stateStore.checkpointFormatVersion=1 for " +
-        "queries that use spark-state.")
-    }
+      hadoopConf: Configuration): Unit = {
     this.storeId = stateStoreId
-    this.codec = new KeyCodec(keySchema, keyStateEncoderSpec, stateStoreId.storeName)
+    this.codec = new KeyCodec(keySchema, prefixColumns, stateStoreId.storeName)
     this.valueFields = valueSchema.length
     this.instanceId = UUID.randomUUID().toString
     // As an escaped URI: the worker parses it as one, and Path.toString would hand over a '#' or '?'
     // in a directory name raw, which ends a URI's path (every partition's store in one directory).
     this.checkpointUrl = stateStoreId.storeCheckpointLocation().toUri.toString
     this.optionsJson = buildOptions(storeConfs, hadoopConf, stateStoreId)
+    this.hasRunId = hadoopConf != null && hadoopConf.get(RunIdConf) != null
     this.hadoopConf = hadoopConf
     val confs = storeConfs.sqlConfs
     this.views = StoreViews.forBackend(conf(confs, "backend").getOrElse(StoreViews.RocksDB).trim.toLowerCase,
       ViewOptions(
-        prefixScans = codec.prefixColumns > 0,
+        prefixScans = prefixColumns > 0,
         layerEpochs = conf(confs, ViewOptions.LayerEpochsConf).map(positiveInt(ViewOptions.LayerEpochsConf, _))
           .getOrElse(ViewOptions.DefaultLayerEpochs),
         layerBytes = conf(confs, ViewOptions.LayerBytesConf).map(bytes(ViewOptions.LayerBytesConf, _))
@@ -95,33 +90,32 @@ class SparkStateProvider extends StateStoreProvider with Logging {
 
   def describe: String = s"spark-state store $checkpointUrl"
 
-  override def getStore(
-      version: Long,
-      stateStoreCkptId: Option[String],
-      forceSnapshotOnCommit: Boolean,
-      loadEmpty: Boolean): StateStore = {
-    rejectCheckpointId(stateStoreCkptId)
-    if (loadEmpty) throw new UnsupportedOperationException("spark-state does not support loadEmpty (offline repartition) yet")
-    open(version)
+  /** A store of `version` (a read store, or a write store on lines that upgrade read stores). */
+  protected def openStore(version: Long): SparkStateStore = {
+    val store = open(version)
+    lastOpened = (taskAttempt, store)
+    store
   }
 
-  override def getReadStore(version: Long, uniqueId: Option[String]): ReadStateStore = {
-    rejectCheckpointId(uniqueId)
-    open(version)
+  /**
+   * A write store of `version` on a line without `upgradeReadStoreToWriteStore` (3.5, 4.0): the read
+   * store this task attempt opened for the same version, if it is still open, else a new one. Spark
+   * reads through the one and writes through the other in the same task, key by key, as 4.1+ does
+   * through the one store it upgrades; so a pending write is never read before it is written. One
+   * object also keeps the heap views' commit in place (a second reader of the version would make
+   * the views forget it) and saves a load.
+   */
+  protected def openForWrite(version: Long): SparkStateStore = {
+    val (attempt, store) = lastOpened
+    if (store != null && attempt == taskAttempt && attempt >= 0 && store.version == version && store.isUpdating) {
+      store
+    } else openStore(version)
   }
 
-  override def upgradeReadStoreToWriteStore(
-      readStore: ReadStateStore,
-      version: Long,
-      uniqueId: Option[String],
-      forceSnapshotOnCommit: Boolean): StateStore = readStore match {
-    case s: SparkStateStore if s.version == version && s.isUpdating => s
-    case other =>
-      other.release()
-      getStore(version, uniqueId, forceSnapshotOnCommit, loadEmpty = false)
-  }
+  private def taskAttempt: Long = Option(TaskContext.get()).map(_.taskAttemptId()).getOrElse(-1L)
 
-  private def rejectCheckpointId(id: Option[String]): Unit = {
+  /** Reject a checkpoint v2 id (4.0+ pass `None` unless `checkpointFormatVersion=2`). */
+  protected def rejectCheckpointId(id: Option[String]): Unit = {
     if (id.isDefined) {
       throw new UnsupportedOperationException("spark-state does not support checkpoint format v2 ids")
     }
@@ -134,15 +128,28 @@ class SparkStateProvider extends StateStoreProvider with Logging {
     // (hashmap) the version only if the JVM lacks it, or a layered view asks for a refresh.
     val request = views.request(version)
     val reply = PythonWorker.callOn(worker, s"loading version $version of $checkpointUrl") {
-      _.load(instanceId, checkpointUrl, optionsJson, version, request.toJson)
+      _.load(instanceId, checkpointUrl, optionsJsonForTask, version, request.toJson)
     }
     val view = views.open(version, reply)
     val loadMs = (System.nanoTime() - started) / 1000000
     new SparkStateStore(this, version, view, codec, valueFields, reply, loadMs, TtlView.fromReply(reply))
   }
 
+  /**
+   * The options for a call made in a task. Lines whose `createAndInit` does not put the query's run id
+   * into the provider's hadoop conf (3.5) have it from the task ([[SparkLine.runIdOfTask]]); without
+   * one the worker only reads (the state data source).
+   */
+  private def optionsJsonForTask: String = {
+    if (!hasRunId) SparkLine.runIdOfTask().foreach { id =>
+      optionsJson = withRunId(optionsJson, id)
+      hasRunId = true
+    }
+    optionsJson
+  }
+
   /** Ship a store's buffered writes to the worker as one Arrow file and commit them. */
-  private[sparkstate] def commitChanges(store: SparkStateStore, buffer: ChangeBuffer, nowMs: Long,
+  private[sparkstate] def commitChanges(store: StoreCore, buffer: ChangeBuffer, nowMs: Long,
                                         priorFromView: Array[Byte] => Long): JsonNode = {
     val next = store.version + 1
     val file = new File(PythonWorker.baseDir, s"changes-$instanceId-$next-${UUID.randomUUID()}.arrow")
@@ -150,7 +157,7 @@ class SparkStateProvider extends StateStoreProvider with Logging {
       lastEpochWrites = buffer.size
       buffer.writeArrow(file, priorFromView)
       PythonWorker.call(slot, s"committing version $next of $checkpointUrl") {
-        _.commit(instanceId, checkpointUrl, optionsJson, store.version, file.getPath, nowMs)
+        _.commit(instanceId, checkpointUrl, optionsJsonForTask, store.version, file.getPath, nowMs)
       }
     } finally {
       file.delete()
@@ -158,14 +165,14 @@ class SparkStateProvider extends StateStoreProvider with Logging {
   }
 
   /**
-   * Tell the driver's coordinator that this partition committed `version`: Spark 4.3 validates at
-   * the end of a batch that every store committed (STATE_STORE_COMMIT_VALIDATION_FAILED otherwise),
-   * and its own providers report the same way.
+   * Tell the driver's coordinator that this partition committed `version`, on lines that validate
+   * commits at the end of a batch (4.1+: STATE_STORE_COMMIT_VALIDATION_FAILED otherwise), as Spark's
+   * own providers do.
    */
-  private[sparkstate] def reportCommit(version: Long): Unit =
-    StateStore.reportCommitToCoordinator(version, storeId, hadoopConf)
+  private[sparkstate] def reportCommit(version: Long): Unit = SparkLine.reportCommit(version, storeId, hadoopConf)
 
-  override def doCleanupMaintenance(): Unit = {
+  /** Cleanup of old versions (Spark's maintenance thread; the hook's name depends on the line). */
+  protected def cleanup(): Unit = {
     // Never start a worker just for maintenance; a worker that is not running has nothing to clean.
     PythonWorker.running(slot).foreach { w =>
       try PythonWorker.callOn(w, s"cleanup of $checkpointUrl")(_.maintenance(instanceId, "cleanup"))
@@ -186,7 +193,7 @@ class SparkStateProvider extends StateStoreProvider with Logging {
   override def supportedCustomMetrics: Seq[StateStoreCustomMetric] = CustomMetrics
 }
 
-object SparkStateProvider {
+object ProviderCore {
   val ConfPrefix = "spark.sql.streaming.stateStore.sparkState."
   /** `StreamExecution.RUN_ID_KEY`: set in the hadoopConf that providers of a running query get. */
   val RunIdConf = "sql.streaming.runId"
@@ -245,6 +252,13 @@ object SparkStateProvider {
     root.put("minDeltasForSnapshot", storeConfs.minDeltasForSnapshot)
     root.put("localDir", new File(PythonWorker.baseDir, "stores").getAbsolutePath)
     Json.write(root)
+  }
+
+  /** `options` (the JSON of [[buildOptions]]) with `runId` set. */
+  private[sparkstate] def withRunId(options: String, runId: String): String = {
+    val node = Json.parse(options).asInstanceOf[com.fasterxml.jackson.databind.node.ObjectNode]
+    node.put("runId", runId)
+    Json.write(node)
   }
 
   private def conf(confs: Map[String, String], key: String): Option[String] = confs.get(ConfPrefix + key)

@@ -4,16 +4,20 @@ import java.util.{Arrays => JArrays}
 
 import com.fasterxml.jackson.databind.JsonNode
 
+import org.apache.spark.TaskContext
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state._
-import org.apache.spark.sql.types.StructType
 
 /**
- * One task's view of a store version: reads from the version's [[StateView]] (the backend's: a
- * layered RocksDB view or the heap map), writes into a [[ChangeBuffer]], `commit()` ships the buffer
- * to the Python worker and then brings the provider's views up to date. Serves as both the read store
- * and, upgraded in place, the write store of aggregation-style operators (Spark never releases the
- * read store it upgrades, so there is only ever one object to finish).
+ * One task's view of a store version, on every Spark line: reads from the version's [[StateView]]
+ * (the backend's: a layered RocksDB view or the heap map), writes into a [[ChangeBuffer]], `commit()`
+ * ships the buffer to the Python worker and then brings the provider's views up to date. Serves as
+ * both the read store and, upgraded in place, the write store of aggregation-style operators (Spark
+ * never releases the read store it upgrades, so there is only ever one object to finish).
+ *
+ * The class Spark sees, `SparkStateStore`, lives in the line's source folder: it implements the
+ * line's `StateStore` signatures (column families or not, `StateStoreIterator` or a plain iterator)
+ * with the methods here.
  *
  * TTL ([[TtlView]]): values of a stamped version carry an 8-byte last-access stamp that reads strip;
  * expired entries read as absent (NeverReturnExpired) or are returned (ReturnExpiredIfNotCleanedUp);
@@ -21,16 +25,16 @@ import org.apache.spark.sql.types.StructType
  * format markers, which no view returns). Buffered writes are bare rows: the worker stamps them at
  * commit, and the views apply what the worker stored ([[CommitDelta]]).
  */
-private[sparkstate] final class SparkStateStore(
-    provider: SparkStateProvider,
-    override val version: Long,
+private[sparkstate] abstract class StoreCore(
+    provider: ProviderCore,
+    val version: Long,
     db: StateView,
     codec: KeyCodec,
     valueFields: Int,
     loadReply: JsonNode,
     loadMs: Long,
-    ttl: TtlView) extends StateStore {
-  import SparkStateStore._
+    ttl: TtlView) {
+  import StoreCore._
 
   private val buffer = new ChangeBuffer(provider.lastEpochWrites)
   /** Committed state's answer per key is asked of the view at commit, not remembered per read. */
@@ -41,14 +45,18 @@ private[sparkstate] final class SparkStateStore(
   private var commitReply: JsonNode = _
   private var commitMs = 0L
   private var newVersion = -1L
+  /** The view and the buffer were given up (see [[finish]]). */
+  private var released = false
 
-  override def id: StateStoreId = provider.stateStoreId
+  def id: StateStoreId = provider.stateStoreId
 
   def isUpdating: Boolean = status == Updating
 
+  /** The version this store committed (-1 before its commit). */
+  protected def committedVersion: Long = newVersion
+
   // ---------------------------------------------------------------------------------- reads
-  override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow = {
-    checkFamily(colFamilyName)
+  protected def readRow(key: UnsafeRow): UnsafeRow = {
     val k = codec.encode(key)
     val pending = buffer.lookup(k)
     if (pending != null) {
@@ -74,44 +82,34 @@ private[sparkstate] final class SparkStateStore(
     }
   }
 
-  /** Point reads of several keys, in order (Spark's own default refuses; each is one [[get]]). */
-  override def multiGet(keys: Array[UnsafeRow], colFamilyName: String): Iterator[UnsafeRow] = {
-    checkFamily(colFamilyName)
-    keys.iterator.map(get(_, colFamilyName))
-  }
+  /** Every entry: the view merged with this store's pending writes. */
+  protected def scanAll(): MergedScan = scan(null, null)
 
-  override def iterator(colFamilyName: String): StateStoreIterator[UnsafeRowPair] = {
-    checkFamily(colFamilyName)
-    scan(null, null)
-  }
-
-  override def prefixScan(prefixKey: UnsafeRow, colFamilyName: String): StateStoreIterator[UnsafeRowPair] = {
-    checkFamily(colFamilyName)
+  /** The entries whose leading key columns equal `prefixKey`'s (prefix-scan stores). */
+  protected def scanPrefix(prefixKey: UnsafeRow): MergedScan = {
     val from = codec.encodePrefix(prefixKey)
     scan(from, KeyCodec.prefixEnd(from))
   }
 
-  private def scan(from: Array[Byte], until: Array[Byte]): StateStoreIterator[UnsafeRowPair] = {
+  private def scan(from: Array[Byte], until: Array[Byte]): MergedScan = {
     val merged = new MergedScan(db, buffer, from, until, codec, valueFields, ttl)
     openScans.synchronized(openScans += merged)
-    new StateStoreIterator[UnsafeRowPair](merged, () => merged.close())
+    merged
   }
 
   // --------------------------------------------------------------------------------- writes
-  override def put(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit = {
-    checkFamily(colFamilyName)
+  protected def writeRow(key: UnsafeRow, value: UnsafeRow): Unit = {
     checkUpdating("put")
     provider.views.checkWrite(buffer)
     buffer.put(codec.encode(key), KeyCodec.valueBytes(value))
   }
 
-  override def remove(key: UnsafeRow, colFamilyName: String): Unit = {
-    checkFamily(colFamilyName)
+  protected def deleteRow(key: UnsafeRow): Unit = {
     checkUpdating("remove")
     buffer.remove(codec.encode(key))
   }
 
-  override def commit(): Long = {
+  def commit(): Long = {
     checkUpdating("commit")
     val started = System.nanoTime()
     try {
@@ -145,76 +143,56 @@ private[sparkstate] final class SparkStateStore(
     else TtlView.stampOf(v)
   }
 
-  override def abort(): Unit = if (status == Updating) finish(Aborted)
+  def abort(): Unit = if (status == Updating) finish(Aborted)
 
-  override def release(): Unit = if (status == Updating) finish(Released)
+  /** The reader is done without a commit (`ReadStateStore.release`, 4.1+). */
+  protected def releaseStore(): Unit = if (status == Updating) finish(Released)
 
-  override def hasCommitted: Boolean = status == Committed
+  def hasCommitted: Boolean = status == Committed
 
   private def closeScans(): Unit = openScans.synchronized {
     openScans.foreach(_.close())
     openScans.clear()
   }
 
+  /**
+   * End the epoch. A committed store stays readable until its task ends, as version `version + 1`
+   * (the view and the epoch's writes): Spark 3.5's complete-mode aggregation iterates the store
+   * after committing it, as Spark's HDFS provider allows. Outside a task (the ops bridge, tests
+   * driving a store directly) and on abort or release, the view goes now.
+   */
   private def finish(next: Status): Unit = {
-    closeScans()
-    if (status == Updating) db.release()
+    val held = status == Updating
     status = next
+    val ctx = if (next == Committed && held) TaskContext.get() else null
+    if (ctx != null) ctx.addTaskCompletionListener[Unit](_ => releaseResources(held))
+    else releaseResources(held)
+  }
+
+  private def releaseResources(held: Boolean): Unit = synchronized {
+    closeScans()
+    if (held && !released) db.release()
+    released = true
     buffer.clear()
   }
 
   // -------------------------------------------------------------------------------- metrics
-  override def metrics: StateStoreMetrics = {
+  def metrics: StateStoreMetrics = {
     val reply = if (commitReply != null) commitReply else loadReply
     val custom = Map[StateStoreCustomMetric, Long](
-      SparkStateProvider.CommitTimeMetric -> commitMs,
-      SparkStateProvider.LoadTimeMetric -> loadMs,
-      SparkStateProvider.ChangelogBytesMetric -> Json.long(reply, "commit", "changelog_bytes"),
-      SparkStateProvider.SnapshotBytesMetric -> Json.long(reply, "commit", "snapshot_bytes_uploaded"),
-      SparkStateProvider.SnapshotFilesUploadedMetric -> Json.long(reply, "commit", "snapshot_files_uploaded"),
-      SparkStateProvider.SnapshotFilesReusedMetric -> Json.long(reply, "commit", "snapshot_files_reused"),
-      SparkStateProvider.RestoresMetric -> (if (Json.text(loadReply.path("restore"), "mode") == "restore") 1L else 0L),
-      SparkStateProvider.TtlExpiredMetric -> Json.long(commitReply, "ttl", "expired"),
-      SparkStateProvider.TtlMigratedMetric -> Json.long(commitReply, "ttl", "migrated"),
-      SparkStateProvider.ViewExportsMetric ->
+      ProviderCore.CommitTimeMetric -> commitMs,
+      ProviderCore.LoadTimeMetric -> loadMs,
+      ProviderCore.ChangelogBytesMetric -> Json.long(reply, "commit", "changelog_bytes"),
+      ProviderCore.SnapshotBytesMetric -> Json.long(reply, "commit", "snapshot_bytes_uploaded"),
+      ProviderCore.SnapshotFilesUploadedMetric -> Json.long(reply, "commit", "snapshot_files_uploaded"),
+      ProviderCore.SnapshotFilesReusedMetric -> Json.long(reply, "commit", "snapshot_files_reused"),
+      ProviderCore.RestoresMetric -> (if (Json.text(loadReply.path("restore"), "mode") == "restore") 1L else 0L),
+      ProviderCore.TtlExpiredMetric -> Json.long(commitReply, "ttl", "expired"),
+      ProviderCore.TtlMigratedMetric -> Json.long(commitReply, "ttl", "migrated"),
+      ProviderCore.ViewExportsMetric ->
         (if (Json.text(loadReply, "viewPath").nonEmpty || Json.text(loadReply, "heapPath").nonEmpty) 1L else 0L))
     val worker = if (provider.views.reportsWorkerMemory) Json.long(reply, "memoryBytes") else 0L
     StateStoreMetrics(Json.long(reply, "numKeys"), worker + db.memoryBytes + buffer.memoryBytes, custom)
-  }
-
-  override def getStateStoreCheckpointInfo(): StateStoreCheckpointInfo =
-    StateStoreCheckpointInfo(id.partitionId, newVersion, None, None)
-
-  // ------------------------------------------------------------------ column families: only "default"
-  override def allColumnFamilyNames: Set[String] = Set(StateStore.DEFAULT_COL_FAMILY_NAME)
-
-  override def removeColFamilyIfExists(colFamilyName: String): Boolean = unsupported("column families")
-
-  override def createColFamilyIfAbsent(
-      colFamilyName: String, keySchema: StructType, valueSchema: StructType,
-      keyStateEncoderSpec: KeyStateEncoderSpec, useMultipleValuesPerKey: Boolean, isInternal: Boolean): Unit =
-    unsupported("column families")
-
-  override def valuesIterator(key: UnsafeRow, colFamilyName: String): Iterator[UnsafeRow] =
-    unsupported("multiple values per key")
-
-  override def prefixScanWithMultiValues(prefixKey: UnsafeRow, colFamilyName: String): StateStoreIterator[UnsafeRowPair] =
-    unsupported("multiple values per key")
-
-  override def iteratorWithMultiValues(colFamilyName: String): StateStoreIterator[UnsafeRowPair] =
-    unsupported("multiple values per key")
-
-  override def putList(key: UnsafeRow, values: Array[UnsafeRow], colFamilyName: String): Unit =
-    unsupported("multiple values per key")
-
-  override def merge(key: UnsafeRow, value: UnsafeRow, colFamilyName: String): Unit =
-    unsupported("merge")
-
-  override def mergeList(key: UnsafeRow, values: Array[UnsafeRow], colFamilyName: String): Unit =
-    unsupported("merge")
-
-  private def checkFamily(name: String): Unit = {
-    if (name != StateStore.DEFAULT_COL_FAMILY_NAME) unsupported(s"column family '$name'")
   }
 
   private def checkUpdating(op: String): Unit = {
@@ -224,7 +202,7 @@ private[sparkstate] final class SparkStateStore(
     }
   }
 
-  private def unsupported(what: String): Nothing =
+  protected def unsupported(what: String): Nothing =
     throw new UnsupportedOperationException(s"spark-state does not support $what yet " +
       "(used by transformWithState and stream-stream join state format v3+, which Spark only enables " +
       "for its own RocksDB provider)")
@@ -232,7 +210,7 @@ private[sparkstate] final class SparkStateStore(
   override def toString: String = s"SparkStateStore[${provider.describe}, version $version, $status]"
 }
 
-private[sparkstate] object SparkStateStore {
+private[sparkstate] object StoreCore {
   sealed trait Status
   case object Updating extends Status
   case object Committed extends Status

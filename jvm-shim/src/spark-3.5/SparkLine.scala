@@ -1,0 +1,51 @@
+package org.apache.spark.sql.execution.streaming.state.sparkstate
+
+import org.apache.hadoop.conf.Configuration
+
+import org.apache.spark.TaskContext
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow
+import org.apache.spark.sql.execution.streaming.state._
+import org.apache.spark.sql.types.StructType
+
+/** What differs between Spark lines outside the provider and the store: here, Spark 3.5. */
+private[sparkstate] object SparkLine {
+  private val RunIdLine = "(?m)^runId = ([0-9a-fA-F-]{36})$".r
+
+  /**
+   * The query run a task belongs to: 3.5's `createAndInit` does not put it in the provider's hadoop
+   * conf, but its streaming execution runs every batch's jobs in a job group named by the run id
+   * and describes them with a `runId = <uuid>` line (the rule of `spark_state.process.location`).
+   * None outside a streaming query (the state data source): the worker then only reads.
+   */
+  def runIdOfTask(): Option[String] = Option(TaskContext.get()).flatMap { ctx =>
+    if (ctx.getLocalProperty("sql.streaming.queryId") == null) None
+    else {
+      Option(ctx.getLocalProperty("spark.job.description")).flatMap(d => RunIdLine.findFirstMatchIn(d).map(_.group(1)))
+        .orElse(Option(ctx.getLocalProperty("spark.jobGroup.id")))
+    }
+  }
+
+  /** 3.5 does not validate commits (nothing to report to). */
+  def reportCommit(version: Long, storeId: StateStoreId, hadoopConf: Configuration): Unit = ()
+
+  def createProvider(providerId: StateStoreProviderId, keySchema: StructType, valueSchema: StructType,
+                     numColsPrefixKey: Int, conf: StateStoreConf, hadoopConf: Configuration): StateStoreProvider =
+    StateStoreProvider.createAndInit(providerId, keySchema, valueSchema, numColsPrefixKey, conf, hadoopConf)
+
+  def entries(store: ReadStateStore): Iterator[UnsafeRowPair] = store.iterator()
+
+  /** 3.5's read stores have no `release`: `abort` is how Spark itself finishes them. */
+  def finishRead(store: ReadStateStore): Unit = store.abort()
+
+  def put(store: StateStore, key: UnsafeRow, value: UnsafeRow): Unit = store.put(key, value)
+
+  /** An empty write store of `version`: without `loadEmpty` (4.2+) only version 0 is one. */
+  def emptyStoreToImport(provider: StateStoreProvider, version: Long): StateStore = {
+    if (version != 0) {
+      throw new UnsupportedOperationException(s"writing version ${version + 1} of a store with Spark's RocksDB " +
+        "provider needs Spark 4.2 or newer (loadEmpty); Spark 3.5 can write version 1 only. Restore or migrate " +
+        "to spark-state's provider, or to Spark's HDFS provider, instead")
+    }
+    provider.getStore(0)
+  }
+}

@@ -1,0 +1,77 @@
+package org.apache.spark.sql.execution.streaming.state.sparkstate
+
+import org.apache.hadoop.conf.Configuration
+
+import org.apache.spark.sql.execution.streaming.state._
+import org.apache.spark.sql.types.StructType
+
+/**
+ * `init` and `getReadStore` of Spark 4.x (the same on 4.0-4.3) over [[ProviderCore]]. The line's
+ * `SparkStateProvider` adds `getStore`, the read-store upgrade and the maintenance hook.
+ */
+private[sparkstate] abstract class Spark4Provider extends ProviderCore {
+  override def init(
+      stateStoreId: StateStoreId,
+      keySchema: StructType,
+      valueSchema: StructType,
+      keyStateEncoderSpec: KeyStateEncoderSpec,
+      useColumnFamilies: Boolean,
+      storeConfs: StateStoreConf,
+      hadoopConf: Configuration,
+      useMultipleValuesPerKey: Boolean,
+      stateSchemaProvider: Option[StateSchemaProvider]): Unit = {
+    if (useColumnFamilies) {
+      throw new UnsupportedOperationException("spark-state does not support column families yet; they " +
+        "are used by transformWithState, which Spark 4 allows only with its own RocksDB provider")
+    }
+    if (useMultipleValuesPerKey) {
+      throw new UnsupportedOperationException("spark-state does not support multiple values per key yet")
+    }
+    if (storeConfs.enableStateStoreCheckpointIds) {
+      throw new UnsupportedOperationException("spark-state does not support checkpoint format v2 " +
+        "(spark.sql.streaming.stateStore.checkpointFormatVersion=2) yet; its commits are already atomic " +
+        "and idempotent per version. Set spark.sql.streaming.stateStore.checkpointFormatVersion=1 for " +
+        "queries that use spark-state.")
+    }
+    initStore(stateStoreId, keySchema, valueSchema, Spark4Provider.prefixColumns(keyStateEncoderSpec), storeConfs,
+      hadoopConf)
+  }
+
+  override def getReadStore(version: Long, uniqueId: Option[String]): ReadStateStore = {
+    rejectCheckpointId(uniqueId)
+    openStore(version)
+  }
+}
+
+private[sparkstate] object Spark4Provider {
+  /** Leading key columns prefix scans match on (0: none); other encoders are refused. */
+  def prefixColumns(spec: KeyStateEncoderSpec): Int = spec match {
+    case _: NoPrefixKeyStateEncoderSpec => 0
+    case p: PrefixKeyScanStateEncoderSpec => p.numColsPrefixKey
+    case other => throw new UnsupportedOperationException(s"spark-state does not support key encoder $other yet")
+  }
+
+  /** The key encoder of a store with `numColsPrefixKey` prefix columns (0: none). */
+  def encoderSpec(keySchema: StructType, numColsPrefixKey: Int): KeyStateEncoderSpec =
+    if (numColsPrefixKey > 0) PrefixKeyScanStateEncoderSpec(keySchema, numColsPrefixKey)
+    else NoPrefixKeyStateEncoderSpec(keySchema)
+
+  /**
+   * An empty write store of `version` for an import into Spark's RocksDB provider on a line without
+   * `loadEmpty` (4.0, 4.1): version 0 is empty; later versions cannot be made so through the provider.
+   */
+  def emptyStoreWithoutLoadEmpty(provider: StateStoreProvider, version: Long, line: String): StateStore = {
+    if (version != 0) {
+      throw new UnsupportedOperationException(s"writing version ${version + 1} of a store with Spark's RocksDB " +
+        s"provider needs Spark 4.2 or newer (loadEmpty); Spark $line can write version 1 only. Restore or migrate " +
+        "to spark-state's provider, or to Spark's HDFS provider, instead")
+    }
+    provider.getStore(0)
+  }
+
+  /** A provider of another class (the ops bridge: Spark's own providers). */
+  def createProvider(providerId: StateStoreProviderId, keySchema: StructType, valueSchema: StructType,
+                     numColsPrefixKey: Int, conf: StateStoreConf, hadoopConf: Configuration): StateStoreProvider =
+    StateStoreProvider.createAndInit(providerId, keySchema, valueSchema, encoderSpec(keySchema, numColsPrefixKey),
+      false, conf, hadoopConf, false, None)
+}
