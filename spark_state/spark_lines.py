@@ -108,7 +108,8 @@ class Feature:
 
 COMPATIBILITY: tuple[Feature, ...] = (
     Feature("The provider: every built-in stateful operator on both backends, each batch equal to Spark's "
-            "HDFS provider's", ("tests/spark/test_operator_equivalence.py::test_operator_matches_hdfs",)),
+            "HDFS provider's, batch ids included (many-key cases with eviction in rounds: on the default backend)",
+            ("tests/spark/test_operator_equivalence.py::test_operator_matches_hdfs",)),
     Feature("A restart after the query died between batches",
             ("tests/spark/test_operator_equivalence.py::test_restart_after_crash_between_batches",)),
     Feature("A provider worker killed mid-stream is replaced, nothing lost",
@@ -124,9 +125,18 @@ COMPATIBILITY: tuple[Feature, ...] = (
     Feature("Broadcast rules (`keyed_broadcast_process`) across a rescale",
             ("tests/process/test_two_inputs_and_broadcast.py::"
              "test_broadcast_rules_change_mid_stream_and_survive_a_rescale",)),
+    Feature("TTL: the provider's (`dropDuplicates` kept bounded, on both backends) and a keyed function's "
+            "state descriptors'",
+            ("tests/spark/test_provider_ttl.py::test_dedup_with_ttl_keeps_state_bounded_while_hdfs_grows",
+             "tests/process/test_keyed_ttl.py::test_values_and_list_elements_expire_on_the_injected_clock")),
+    Feature("Operator state redistributed when the parallelism changes",
+            ("tests/process/test_operator_state.py::test_operator_state_redistribution_on_4_3_6",)),
     Feature("Savepoint, then restore at another partition count and parallelism",
             ("tests/ops/test_savepoint_restore.py::test_savepoint_restore_3_5_2_equals_an_uninterrupted_run",
              "tests/ops/test_savepoint_restore.py::test_keyed_process_savepoint_restore_and_parallelism_change")),
+    Feature("The command line: `inspect`, `savepoint` and `restore` with `--json`, refused savepoints",
+            ("tests/ops/test_cli.py::test_inspect_json_and_text",
+             "tests/ops/test_cli.py::test_savepoint_restore_by_cli_and_refused_savepoints")),
     Feature("Migrate a checkpoint to Spark's RocksDB provider",
             ("tests/ops/test_migrate.py::test_migrating_to_sparks_rocksdb_provider_on_each_line",),
             tuple((name, "Spark 4.2+ (`loadEmpty`); refused at once, naming 4.2, past batch 0")

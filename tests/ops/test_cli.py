@@ -49,6 +49,7 @@ def test_top_level_help_and_bad_arguments():
     assert cli("restore", "a", "b", "--backend", "nope").returncode == 2
 
 
+@pytest.mark.lines
 def test_inspect_json_and_text(checkpoint):
     out = cli("inspect", str(checkpoint), "--json")
     assert out.returncode == 0, out.stderr
@@ -70,6 +71,7 @@ def test_missing_checkpoint_is_exit_1_with_the_path(tmp_path):
     assert json.loads(out.stdout)["error"] == "NotACheckpointError"
 
 
+@pytest.mark.lines
 def test_savepoint_restore_by_cli_and_refused_savepoints(checkpoint, tmp_path):
     sp = tmp_path / "sp"
     out = cli("savepoint", str(checkpoint), str(sp), "--json")

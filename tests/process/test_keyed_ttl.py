@@ -22,6 +22,7 @@ BATCHES = [
 ]
 
 
+@pytest.mark.lines
 def test_values_and_list_elements_expire_on_the_injected_clock(spark, tmp_path):
     ship_module_by_value(process_fns)
     write_batches(tmp_path / "in", BATCHES, INPUT_SCHEMA)

@@ -52,6 +52,7 @@ def test_redistribute_from_stores(tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.lines
 def test_operator_state_redistribution_on_4_3_6(spark, tmp_path):
     ship_module_by_value(process_fns)
     batches = [[(f"r{b}", b * 100 + i) for i in range(12)] for b in range(6)]

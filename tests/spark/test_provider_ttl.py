@@ -87,6 +87,7 @@ def hdfs_dedup(spark, dedup_input, tmp_path_factory):
                      checkpoint_dir=tmp_path_factory.mktemp("dedup-ttl-hdfs") / "ckpt", output_mode="append")
 
 
+@pytest.mark.lines
 def test_dedup_with_ttl_keeps_state_bounded_while_hdfs_grows(spark, tmp_path, ours, dedup_input, hdfs_dedup):
     ours = run_query(spark, _dedup, provider_class=ours, input_dir=dedup_input,
                      schema=SCHEMA, checkpoint_dir=tmp_path / "ours", output_mode="append",

@@ -3,7 +3,6 @@ package org.apache.spark.sql.execution.streaming.state.sparkstate
 import org.apache.hadoop.conf.Configuration
 
 import org.apache.spark.TaskContext
-import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.StructType
 
@@ -32,20 +31,9 @@ private[sparkstate] object SparkLine {
                      numColsPrefixKey: Int, conf: StateStoreConf, hadoopConf: Configuration): StateStoreProvider =
     StateStoreProvider.createAndInit(providerId, keySchema, valueSchema, numColsPrefixKey, conf, hadoopConf)
 
-  def entries(store: ReadStateStore): Iterator[UnsafeRowPair] = store.iterator()
-
   /** 3.5's read stores have no `release`: `abort` is how Spark itself finishes them. */
   def finishRead(store: ReadStateStore): Unit = store.abort()
 
-  def put(store: StateStore, key: UnsafeRow, value: UnsafeRow): Unit = store.put(key, value)
-
-  /** An empty write store of `version`: without `loadEmpty` (4.2+) only version 0 is one. */
-  def emptyStoreToImport(provider: StateStoreProvider, version: Long): StateStore = {
-    if (version != 0) {
-      throw new UnsupportedOperationException(s"writing version ${version + 1} of a store with Spark's RocksDB " +
-        "provider needs Spark 4.2 or newer (loadEmpty); Spark 3.5 can write version 1 only. Restore or migrate " +
-        "to spark-state's provider, or to Spark's HDFS provider, instead")
-    }
-    provider.getStore(0)
-  }
+  /** No `loadEmpty` before 4.2. */
+  def loadEmpty(provider: StateStoreProvider, version: Long): Option[StateStore] = None
 }

@@ -1,7 +1,5 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
-import com.fasterxml.jackson.databind.JsonNode
-
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state._
 
@@ -10,16 +8,7 @@ import org.apache.spark.sql.execution.streaming.state._
  * (operators never close them: a scan closes itself when exhausted, and the store closes what is
  * left at its commit or abort).
  */
-private[sparkstate] final class SparkStateStore(
-    provider: ProviderCore,
-    version: Long,
-    db: StateView,
-    codec: KeyCodec,
-    valueFields: Int,
-    loadReply: JsonNode,
-    loadMs: Long,
-    ttl: TtlView)
-  extends StoreCore(provider, version, db, codec, valueFields, loadReply, loadMs, ttl) with StateStore {
+private[sparkstate] final class SparkStateStore(parts: StoreParts) extends StoreCore(parts) with StateStore {
 
   override def get(key: UnsafeRow): UnsafeRow = readRow(key)
 

@@ -1,17 +1,7 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
-import com.fasterxml.jackson.databind.JsonNode
-
 /** One task's store on Spark 4.1 (see [[Spark4Store]]): `release` has a default body there. */
-private[sparkstate] final class SparkStateStore(
-    provider: ProviderCore,
-    version: Long,
-    db: StateView,
-    codec: KeyCodec,
-    valueFields: Int,
-    loadReply: JsonNode,
-    loadMs: Long,
-    ttl: TtlView) extends Spark4Store(provider, version, db, codec, valueFields, loadReply, loadMs, ttl) {
+private[sparkstate] final class SparkStateStore(parts: StoreParts) extends Spark4Store(parts) {
 
   override def release(): Unit = releaseStore()
 }

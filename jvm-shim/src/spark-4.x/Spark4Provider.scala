@@ -55,23 +55,4 @@ private[sparkstate] object Spark4Provider {
   def encoderSpec(keySchema: StructType, numColsPrefixKey: Int): KeyStateEncoderSpec =
     if (numColsPrefixKey > 0) PrefixKeyScanStateEncoderSpec(keySchema, numColsPrefixKey)
     else NoPrefixKeyStateEncoderSpec(keySchema)
-
-  /**
-   * An empty write store of `version` for an import into Spark's RocksDB provider on a line without
-   * `loadEmpty` (4.0, 4.1): version 0 is empty; later versions cannot be made so through the provider.
-   */
-  def emptyStoreWithoutLoadEmpty(provider: StateStoreProvider, version: Long, line: String): StateStore = {
-    if (version != 0) {
-      throw new UnsupportedOperationException(s"writing version ${version + 1} of a store with Spark's RocksDB " +
-        s"provider needs Spark 4.2 or newer (loadEmpty); Spark $line can write version 1 only. Restore or migrate " +
-        "to spark-state's provider, or to Spark's HDFS provider, instead")
-    }
-    provider.getStore(0)
-  }
-
-  /** A provider of another class (the ops bridge: Spark's own providers). */
-  def createProvider(providerId: StateStoreProviderId, keySchema: StructType, valueSchema: StructType,
-                     numColsPrefixKey: Int, conf: StateStoreConf, hadoopConf: Configuration): StateStoreProvider =
-    StateStoreProvider.createAndInit(providerId, keySchema, valueSchema, encoderSpec(keySchema, numColsPrefixKey),
-      false, conf, hadoopConf, false, None)
 }

@@ -1,7 +1,5 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
-import com.fasterxml.jackson.databind.JsonNode
-
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.StructType
@@ -13,15 +11,7 @@ import org.apache.spark.sql.types.StructType
  * (it is optional for abstract members); the line's `SparkStateStore` adds those a line gives a
  * default body (`release` from 4.1, `multiGet` from 4.2), which need it.
  */
-private[sparkstate] abstract class Spark4Store(
-    provider: ProviderCore,
-    version: Long,
-    db: StateView,
-    codec: KeyCodec,
-    valueFields: Int,
-    loadReply: JsonNode,
-    loadMs: Long,
-    ttl: TtlView) extends StoreCore(provider, version, db, codec, valueFields, loadReply, loadMs, ttl) with StateStore {
+private[sparkstate] abstract class Spark4Store(parts: StoreParts) extends StoreCore(parts) with StateStore {
 
   override def get(key: UnsafeRow, colFamilyName: String): UnsafeRow = {
     checkFamily(colFamilyName)

@@ -75,7 +75,7 @@ object OpsBridge {
     try {
       val store = provider.getReadStore(version)
       try {
-        val rows = SparkLine.entries(store).map(p => (codec.encode(p.key), KeyCodec.valueBytes(p.value)))
+        val rows = store.iterator().map(p => (codec.encode(p.key), KeyCodec.valueBytes(p.value)))
         writeArrow(new File(out), rows)
       } finally {
         SparkLine.finishRead(store)
@@ -84,6 +84,20 @@ object OpsBridge {
       provider.close()
     }
   }
+
+  /**
+   * An empty write store of `version` for an import into Spark's RocksDB provider: `loadEmpty` where the
+   * line has it (4.2+); before, version 0 is empty and later versions cannot be made so through the provider.
+   */
+  private def emptyStoreToImport(provider: StateStoreProvider, version: Long): StateStore =
+    SparkLine.loadEmpty(provider, version).getOrElse {
+      if (version != 0) {
+        throw new UnsupportedOperationException(s"writing version ${version + 1} of a store with Spark's RocksDB " +
+          s"provider needs Spark 4.2 or newer (loadEmpty); Spark ${org.apache.spark.SPARK_VERSION} can write " +
+          "version 1 only. Restore or migrate to spark-state's provider, or to Spark's HDFS provider, instead")
+      }
+      provider.getStore(0)
+    }
 
   /** Write `version` of a store with Spark's HDFS or RocksDB provider from the rows in `in`. */
   def importStore(stateRoot: String, operatorId: Long, partition: Int, storeName: String, version: Long,
@@ -99,7 +113,7 @@ object OpsBridge {
           if (version > 1) writeEmptySnapshot(provider, version - 1, stateRoot, operatorId, storeName, keySchema,
             valueSchema, confs)
           provider.getStore(version - 1)
-        case _ => SparkLine.emptyStoreToImport(provider, version - 1)
+        case _ => emptyStoreToImport(provider, version - 1)
       }
       var rows = 0L
       try {
@@ -107,7 +121,7 @@ object OpsBridge {
         readArrow(new File(in)) { (k, v) =>
           if (k.length > 0 && k(0) != 0xff.toByte) {
             val offset = if (stamped) 8 else 0
-            SparkLine.put(store, codec.decode(k).copy(), KeyCodec.valueRow(v, offset, valueFields).copy())
+            store.put(codec.decode(k).copy(), KeyCodec.valueRow(v, offset, valueFields).copy())
             rows += 1
           }
         }

@@ -132,7 +132,7 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
     }
     val view = views.open(version, reply)
     val loadMs = (System.nanoTime() - started) / 1000000
-    new SparkStateStore(this, version, view, codec, valueFields, reply, loadMs, TtlView.fromReply(reply))
+    new SparkStateStore(StoreParts(this, version, view, codec, valueFields, reply, loadMs, TtlView.fromReply(reply)))
   }
 
   /**

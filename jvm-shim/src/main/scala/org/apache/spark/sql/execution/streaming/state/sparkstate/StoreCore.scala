@@ -9,6 +9,21 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state._
 
 /**
+ * What a store of one version is made of, as [[ProviderCore]] opens it: the version's view and the
+ * worker's load reply (with its TTL settings), the key codec and the value's field count. One value, so
+ * that the line's `SparkStateStore` classes pass it on without repeating the list.
+ */
+private[sparkstate] final case class StoreParts(
+    provider: ProviderCore,
+    version: Long,
+    db: StateView,
+    codec: KeyCodec,
+    valueFields: Int,
+    loadReply: JsonNode,
+    loadMs: Long,
+    ttl: TtlView)
+
+/**
  * One task's view of a store version, on every Spark line: reads from the version's [[StateView]]
  * (the backend's: a layered RocksDB view or the heap map), writes into a [[ChangeBuffer]], `commit()`
  * ships the buffer to the Python worker and then brings the provider's views up to date. Serves as
@@ -25,16 +40,17 @@ import org.apache.spark.sql.execution.streaming.state._
  * format markers, which no view returns). Buffered writes are bare rows: the worker stamps them at
  * commit, and the views apply what the worker stored ([[CommitDelta]]).
  */
-private[sparkstate] abstract class StoreCore(
-    provider: ProviderCore,
-    val version: Long,
-    db: StateView,
-    codec: KeyCodec,
-    valueFields: Int,
-    loadReply: JsonNode,
-    loadMs: Long,
-    ttl: TtlView) {
+private[sparkstate] abstract class StoreCore(parts: StoreParts) {
   import StoreCore._
+
+  val version: Long = parts.version
+  private val provider = parts.provider
+  private val db = parts.db
+  private val codec = parts.codec
+  private val valueFields = parts.valueFields
+  private val loadReply = parts.loadReply
+  private val loadMs = parts.loadMs
+  private val ttl = parts.ttl
 
   private val buffer = new ChangeBuffer(provider.lastEpochWrites)
   /** Committed state's answer per key is asked of the view at commit, not remembered per read. */
