@@ -123,8 +123,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
     # --- engine ---------------------------------------------------------------------------------
     OptionSpec("backend", "engine", field="backend", default=f"`{C.DEFAULT_BACKEND}`", meaning=(
         "`rocksdb` (rocksdict; state may exceed memory) or `hashmap` (a dict; fastest, must fit in "
-        "memory). The provider needs `rocksdb`. A query can switch backend on restart: a snapshot "
-        "written by one backend is converted on restore.")),
+        "memory). For the provider it chooses where the executor JVM reads state from (a RocksDB view "
+        "or its heap; see [Provider backends](provider-backends.md)); the checkpoint format is the same. "
+        "A query can switch backend on restart: a snapshot written by one backend is converted on "
+        "restore.")),
     OptionSpec("snapshotInterval", "engine", field="snapshot_interval", kind="int",
                default=f"`{C.DEFAULT_SNAPSHOT_INTERVAL}`", meaning=(
                    "commits between snapshots; `0` = only on `snapshot()` (restores then replay every "

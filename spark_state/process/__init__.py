@@ -4,7 +4,7 @@
   map, reducing, aggregating) on a streaming DataFrame; partitions own whole key groups.
   A keyed function handles one row per call (``process_element(row, ctx)``) or, in the
   vectorized form, one key's rows at once (``process_elements(rows, ctx)``; see
-  docs/keyed-functions-performance.md).
+  docs/performance-keyed.md).
 * :func:`checkpointed_process` runs a non-keyed :class:`CheckpointedFunction` with operator
   state (list = even-split, union list, broadcast).
 * Keyed functions have timers (``ctx.timer_service()``, ``on_timer``), event time from

@@ -11,7 +11,7 @@ Keyed::
             yield (ctx.current_key, n)
 
 Keyed, vectorized (one call per key and group of input rows; see
-:meth:`KeyedProcessFunction.process_elements` and docs/keyed-functions-performance.md)::
+:meth:`KeyedProcessFunction.process_elements` and docs/performance-keyed.md)::
 
     class CountWords(KeyedProcessFunction):
         def open(self, ctx):
