@@ -2,12 +2,12 @@
 
 Metadata and dependencies live in setup.cfg; this file only adds to ``build_py``: a wheel
 (``pip install .``, ``pip wheel .``, ``python -m build``) carries one jar per supported Spark line,
-``spark_state/jars/spark-state-shim-spark<line>.jar`` (spark_state/spark_lines.py), each compiled
+``spark_state/jars/spark-state-shim-spark<line>.jar`` (spark_state/spark/lines.py), each compiled
 here with the Scala compiler inside that line's jars: the installed pyspark's for its own line, the
 others' fetched once with pip into spark-state's cache (``~/.cache/spark-state/spark-jars``; pip's
 own cache serves later builds). Editable installs (``pip install -e .``) compile nothing here: they
 build the running line's jar into the cache on first use, from the sources they run (see
-spark_state/jvm.py).
+spark_state/spark/jvm.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent
 
 
 def _jvm_module() -> types.ModuleType:
-    """``spark_state.jvm``, imported without running ``spark_state/__init__.py``, whose
+    """``spark_state.spark.jvm``, imported without running ``spark_state/__init__.py``, whose
     imports (pyarrow, rocksdict, ...) a build environment does not have. ``jvm`` itself needs
     only the standard library, ``spark_state.errors`` and the package's ``__version__``."""
     package_dir = ROOT / "spark_state"
@@ -40,7 +40,7 @@ def _jvm_module() -> types.ModuleType:
         stub.__path__ = [str(package_dir)]  # submodules import from the checkout
         stub.__version__ = version.group(1)
         sys.modules["spark_state"] = stub
-    return importlib.import_module("spark_state.jvm")
+    return importlib.import_module("spark_state.spark.jvm")
 
 
 class BuildPyWithShim(build_py):

@@ -31,7 +31,7 @@ def _session():
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from spark_state.jvm import jar_path
+    from spark_state.spark.jvm import jar_path
 
     spark = (SparkSession.builder.master("local[2,4]").appName("spark-state-differential")
              .config("spark.jars", jar_path()).config("spark.pyspark.python", sys.executable)

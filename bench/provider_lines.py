@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from spark_state.spark_lines import LINES, NEWEST, get_line  # noqa: E402
+from spark_state.spark.lines import LINES, NEWEST, get_line  # noqa: E402
 
 DEFAULT_BENCH_ARGS = ["--workloads", "agg", "--batches", "4", "--warmup", "1"]
 

@@ -23,7 +23,7 @@ from .errors import (
     StoreStateError,
     VersionNotFoundError,
 )
-from .session import configure, server_confs
+from .spark.session import configure, server_confs
 from .store import CommitMetrics, RestoreMetrics, VersionedStore
 
 __version__ = "0.1.0"

@@ -29,13 +29,13 @@ import sys
 from typing import Any, Callable, Optional, Sequence
 
 from .errors import SparkStateError
-from .spark_lines import LINES
+from .spark.lines import LINES
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m spark_state") -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["demo"]:  # the demo parses its own options
-        from .demo import main as demo_main
+        from .demos.query import main as demo_main
 
         return demo_main(argv[1:])
     parser = _parser(prog)
@@ -274,7 +274,7 @@ def _server_conf(args) -> int:
     """Print :func:`spark_state.server_confs` as spark-submit arguments, properties or JSON."""
     import shlex
 
-    from .session import server_confs
+    from .spark.session import server_confs
 
     try:
         confs = server_confs(backend=args.backend, options=_pairs(args.option, "--option"), python=args.python)
@@ -291,7 +291,7 @@ def _server_conf(args) -> int:
 
 def _jar(args) -> int:
     """Print the shim jar's absolute path, building it if needed; errors go to stderr."""
-    from .jvm import jar_path
+    from .spark.jvm import jar_path
 
     # Show the "building ..." line on stderr: a first build takes a while, stdout stays
     # just the path so that scripts can use $(python -m spark_state jar).

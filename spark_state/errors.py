@@ -21,7 +21,7 @@ class ConfigError(SparkStateError, ValueError):
 class ConnectUnsupportedError(ConfigError):
     """Something that needs a classic PySpark driver (a ``SparkContext``, the Py4J gateway,
     or the driver's start-up confs) was used with a Spark Connect session or builder; the
-    message says what to do instead (see ``spark_state.connect``)."""
+    message says what to do instead (see ``spark_state.spark.connect``)."""
 
 
 class VersionNotFoundError(SparkStateError, LookupError):

@@ -3,7 +3,7 @@
 Why one table: options are read in five places (the engine's :class:`~spark_state.config.EngineConfig`,
 checkpoint storage, the provider's TTL policy, the JVM shim, the Python API), and a reference
 written by hand beside them drifts. This module is the reference: ``docs/configuration.md`` is
-generated from it (``python -m spark_state.docgen``, checked by ``tests/unit/test_docs_generated.py``),
+generated from it (``python tools/docgen.py``, checked by ``tests/unit/test_docs_generated.py``),
 the engine derives its option parser from it (:data:`spark_state.config._OPTIONS`), storage
 derives its lists of valid keys from it (``S3_OPTIONS``, ``RETRY_OPTIONS``), and
 ``tests/unit/test_options_registry.py`` checks that the readers that keep their own names

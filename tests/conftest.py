@@ -30,7 +30,7 @@ def spark():
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from spark_state.jvm import jar_path
+    from spark_state.spark.jvm import jar_path
 
     # The shim jar is on the classpath of every test session; each query chooses its provider
     # (tests compare ours with Spark's), so the session default stays Spark's HDFS provider.

@@ -39,7 +39,7 @@ def session():
         return active
     import sys
 
-    from ..jvm import jar_path
+    from ..spark.jvm import jar_path
 
     return (SparkSession.builder.master("local[1]").appName("spark-state-ops")
             .config("spark.jars", jar_path()).config("spark.ui.enabled", "false")
@@ -49,7 +49,7 @@ def session():
 def _bridge(spark):
     from py4j.java_gateway import JavaClass
 
-    from ..connect import is_connect
+    from ..spark.connect import is_connect
 
     if is_connect(spark):
         raise UnsupportedCheckpointError(

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..spark_lines import get_line, running_line
+from ..spark.lines import get_line, running_line
 from .checkpoint_reader import PROVIDERS, ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER, SparkCheckpoint, provider_short_name
 from .errors import UnsupportedCheckpointError
 from .restore import restore

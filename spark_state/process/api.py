@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from ..config import EngineConfig
-from ..pyspark_compat import parse_ddl
+from ..spark.compat import parse_ddl
 from ..state import MapStateDescriptor
 from ..keygroups import check_max_parallelism, check_parallelism_preconditions, compute_default_max_parallelism
 from .errors import ProcessDefinitionError

@@ -22,7 +22,7 @@ import pyarrow as pa
 from pyspark.sql import Row
 from pyspark.sql.types import StructType
 
-from ..pyspark_compat import arrow_schema
+from ..spark.compat import arrow_schema
 from . import datetimes
 from .errors import OutputSchemaError
 

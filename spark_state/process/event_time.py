@@ -23,7 +23,7 @@ from typing import Any, Optional
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from ..connect import is_connect
+from ..spark.connect import is_connect
 from .errors import ProcessDefinitionError
 
 _TIME_TYPES = (T.TimestampType, T.TimestampNTZType)

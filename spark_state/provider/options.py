@@ -8,7 +8,7 @@ worker's fault injection, never by :class:`~spark_state.config.EngineConfig`:
     Python workers per executor JVM (default: the executor's task slots, at most 4). Read by
     ``PythonWorker.scala`` when the executor starts its first worker.
 ``prestartWorkers``
-    ``true`` (default) or ``false``: whether :data:`spark_state.jvm.PLUGIN_CLASS` (the Spark plugin
+    ``true`` (default) or ``false``: whether :data:`spark_state.spark.jvm.PLUGIN_CLASS` (the Spark plugin
     ``configure`` adds to ``spark.plugins``) starts the executor's Python workers when the executor
     starts, so the first batch does not wait for them. ``false``: they start at the first store load.
 ``heap.maxBytes``

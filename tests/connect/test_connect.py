@@ -35,7 +35,7 @@ import process_fns
 import time_fns
 import spark_state
 from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, OPERATOR_OUTPUT, AllStates, OperatorStates, expected_all_states
-from spark_state.connect import is_connect
+from spark_state.spark.connect import is_connect
 from spark_state.errors import ConnectUnsupportedError
 from spark_state.process import (ProcessDefinitionError, checkpointed_process, keyed_broadcast_process, keyed_co_process,
                                  keyed_process)

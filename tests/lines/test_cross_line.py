@@ -18,7 +18,7 @@ import pytest
 import cross_line_fns as X
 import test_operator_equivalence as E
 from spark_state import ops
-from spark_state.spark_lines import NEWEST, running_line
+from spark_state.spark.lines import NEWEST, running_line
 from streaming_harness import SPARKSTATE_BACKENDS, SPARKSTATE_PROVIDER, short_name
 
 pytestmark = pytest.mark.spark

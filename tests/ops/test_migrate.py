@@ -15,7 +15,7 @@ import test_operator_equivalence as E
 from ops_support import assert_equal_to_uninterrupted, reference, run
 from spark_state import ops
 from spark_state.ops.errors import UnsupportedCheckpointError
-from spark_state.spark_lines import get_line, running_line
+from spark_state.spark.lines import get_line, running_line
 from streaming_harness import HDFS_PROVIDER, ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER
 
 pytestmark = pytest.mark.spark

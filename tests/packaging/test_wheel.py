@@ -50,7 +50,7 @@ QUERY = textwrap.dedent(
     """
     import json, os, sys
     import spark_state
-    from spark_state import jvm
+    from spark_state.spark import jvm
     from pyspark.sql import SparkSession, functions as F
 
     jar = jvm.jar_path()
@@ -96,7 +96,7 @@ def wheel(tmp_path_factory) -> tuple[Path, str]:
 
 
 def test_the_wheel_carries_a_jar_per_spark_line_and_spdx_license_metadata(wheel):
-    from spark_state import jvm, spark_lines
+    from spark_state.spark import jvm, lines as spark_lines
 
     path, log = wheel
     with zipfile.ZipFile(path) as zf:
@@ -160,7 +160,7 @@ def test_the_installed_wheel_runs_a_provider_query_without_compiler_or_writable_
 
     # spark-state jar: the packaged jar of this pyspark's line, nothing compiled, nothing written;
     # --spark names another line's (a spark-submit whose driver has no pyspark).
-    from spark_state import spark_lines
+    from spark_state.spark import lines as spark_lines
 
     printed = _run([env_dir / "bin" / "spark-state", "jar"], env=env, cwd=tmp_path).stdout.strip()
     assert Path(printed) == purelib / "spark_state" / "jars" / spark_lines.running_line().jar_name

@@ -116,7 +116,7 @@ def write_batches(
     arrow_schema = None
     if fmt == "parquet":
         import pyarrow.parquet as pq
-        from spark_state.pyspark_compat import arrow_schema as to_arrow
+        from spark_state.spark.compat import arrow_schema as to_arrow
 
         arrow_schema = to_arrow(schema)
     elif fmt != "json":

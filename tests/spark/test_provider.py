@@ -17,7 +17,7 @@ from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, Str
 
 from spark_state import keygroups, ops
 from spark_state.checkpoint.metadata import Manifest
-from spark_state.spark_lines import running_line
+from spark_state.spark.lines import running_line
 from streaming_harness import (HDFS_PROVIDER, SPARKSTATE_BACKENDS, SPARKSTATE_HASHMAP, SPARKSTATE_PROVIDER,
                                run_query, split_provider, write_batches)
 

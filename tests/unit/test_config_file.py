@@ -6,7 +6,7 @@ import os
 
 from spark_state import EngineConfig
 from spark_state.constants import CONF_PREFIX
-from spark_state.jvm import PLUGIN_CLASS, PROVIDER_CLASS
+from spark_state.spark.jvm import PLUGIN_CLASS, PROVIDER_CLASS
 
 CONF_FILE = os.path.join(os.path.dirname(__file__), "..", "..", "conf", "spark-defaults.conf")
 

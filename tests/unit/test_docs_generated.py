@@ -1,7 +1,7 @@
 """The generated reference pages in docs/ are what the code says today.
 
 ``docs/configuration.md`` is rendered from :mod:`spark_state.options` and ``docs/cli.md`` from
-the command line's parsers (:mod:`spark_state.docgen`). A change to either source without
+the command line's parsers (``tools/docgen.py``). A change to either source without
 regenerating fails here, with the command that fixes it.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_state import docgen
+import docgen
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -113,7 +113,7 @@ def test_every_test_the_compatibility_page_names_runs_on_every_line():
     ``lines``), which ./dev test runs on every Spark line."""
     import subprocess
 
-    from spark_state.spark_lines import COMPATIBILITY
+    from spark_state.spark.lines import COMPATIBILITY
 
     root = Path(__file__).resolve().parents[2]
     named = sorted({t for f in COMPATIBILITY for t in f.tests})

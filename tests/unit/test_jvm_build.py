@@ -1,4 +1,4 @@
-"""Building and caching the JVM shim jar (spark_state.jvm), ``configure()`` and ``python -m
+"""Building and caching the JVM shim jar (spark_state.spark.jvm), ``configure()`` and ``python -m
 spark_state jar``.
 
 The build tests compile a tiny throwaway Scala tree, not the real shim: they exercise the
@@ -21,7 +21,7 @@ from typing import Callable
 import pytest
 
 import spark_state
-from spark_state import jvm, spark_lines
+from spark_state.spark import jvm, lines as spark_lines
 from spark_state.errors import ConfigError
 
 HELLO = textwrap.dedent(
@@ -267,7 +267,7 @@ _WORKER = textwrap.dedent(
     """\
     import json, sys, time
     from pathlib import Path
-    from spark_state import jvm, spark_lines
+    from spark_state.spark import jvm, lines as spark_lines
 
     src, go = Path(sys.argv[1]), Path(sys.argv[2])
     jvm.shim_source_dir = lambda: src

@@ -107,7 +107,7 @@ def test_a_python_api_conf_is_no_engine_error():
 
 
 def test_environment_variables_match_their_readers():
-    from spark_state import jvm
+    from spark_state.spark import jvm
     from spark_state.ops.rescale import CRASH_AFTER_STORES_ENV
     from spark_state.testing.crashpoints import ENV_VAR
 

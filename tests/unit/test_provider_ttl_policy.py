@@ -113,7 +113,7 @@ def test_configure_accepts_and_validates_ttl_options(monkeypatch):
     from pyspark.sql import SparkSession
 
     import spark_state
-    from spark_state import jvm
+    from spark_state.spark import jvm
 
     monkeypatch.setattr(jvm, "jar_path", lambda build=True: "/nonexistent/spark-state-shim.jar")
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)  # configure() sets it when unset

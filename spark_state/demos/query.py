@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from .spark_lines import running_line
+from ..spark.lines import running_line
 
 WORDS = ("state", "stream", "spark", "flink", "epoch", "barrier", "key", "group", "snapshot", "changelog")
 
@@ -56,14 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", action="store_true", help="run the engine-only demo instead")
     args, rest = parser.parse_known_args(argv)
     if args.engine:
-        from .engine_demo import main as engine_main
+        from .engine import main as engine_main
 
         return engine_main(rest + ["--checkpoint", args.checkpoint])
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from .session import configure
+    from ..spark.session import configure
 
     if "://" not in args.checkpoint:
         shutil.rmtree(args.checkpoint, ignore_errors=True)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run 2: restart from the checkpoint, batches {first}..{args.batches - 1}")
     run()
     if running_line().name == "3.5":  # Spark's state data source is 4.0+; spark-state's inspect reads it too
-        from .ops import inspect
+        from ..ops import inspect
 
         state_rows, source = sum(op["rows"] for op in inspect(args.checkpoint)["operators"]), "spark-state inspect"
     else:

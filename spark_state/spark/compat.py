@@ -1,5 +1,5 @@
 """The pyspark Python APIs spark-state calls whose form differs between the supported Spark lines
-(:mod:`spark_state.spark_lines`), in one place. Everything else spark-state calls is the same on
+(:mod:`spark_state.spark.lines`), in one place. Everything else spark-state calls is the same on
 every line.
 
 =====================  ===========================================  ==========================

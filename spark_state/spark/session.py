@@ -6,13 +6,13 @@ import os
 import sys
 from typing import Mapping, Optional, TypeVar
 
-from . import constants as C
-from .config import EngineConfig
+from .. import constants as C
+from ..config import EngineConfig
 from .connect import remote_url
-from .errors import ConfigError, ConnectUnsupportedError
+from ..errors import ConfigError, ConnectUnsupportedError
 from . import jvm
-from .provider.options import split_provider_options, validate_provider_options
-from .provider.ttl_policy import parse_settings as parse_ttl_settings, split_ttl_options
+from ..provider.options import split_provider_options, validate_provider_options
+from ..provider.ttl_policy import parse_settings as parse_ttl_settings, split_ttl_options
 
 __all__ = ["configure", "server_confs"]
 
@@ -38,10 +38,10 @@ def configure(
 
     Sets, on ``builder`` (which is returned, for chaining):
 
-    * ``spark.jars`` += the JVM shim jar (built on first use, see :mod:`spark_state.jvm`);
+    * ``spark.jars`` += the JVM shim jar (built on first use, see :mod:`spark_state.spark.jvm`);
       a value already set *on this builder* is kept and the jar appended to it;
-    * ``spark.sql.streaming.stateStore.providerClass`` = :data:`spark_state.jvm.PROVIDER_CLASS`;
-    * ``spark.plugins`` += :data:`spark_state.jvm.PLUGIN_CLASS`, which starts each executor's
+    * ``spark.sql.streaming.stateStore.providerClass`` = :data:`spark_state.spark.jvm.PROVIDER_CLASS`;
+    * ``spark.plugins`` += :data:`spark_state.spark.jvm.PLUGIN_CLASS`, which starts each executor's
       Python workers when the executor starts, so the first micro-batch does not wait for them
       (option ``prestartWorkers=false`` keeps them lazy); plugins already set on this builder
       are kept;
@@ -125,7 +125,7 @@ def server_confs(
     process -- a Spark Connect server (``start-connect-server.sh``), ``spark-submit``, a
     cluster's ``spark-defaults.conf``. ``spark-state server-conf`` prints them.
 
-    Keys: ``spark.jars`` (the shim jar, see :mod:`spark_state.jvm`),
+    Keys: ``spark.jars`` (the shim jar, see :mod:`spark_state.spark.jvm`),
     ``spark.sql.streaming.stateStore.providerClass``, ``spark.plugins`` (spark-state's plugin,
     which starts the executors' Python workers with the executors), ``spark.pyspark.python`` (``python``,
     default ``sys.executable``: the Python whose workers import spark_state),

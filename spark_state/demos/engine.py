@@ -14,8 +14,8 @@ import shutil
 import sys
 import time
 
-from .config import EngineConfig
-from .store import VersionedStore
+from ..config import EngineConfig
+from ..store import VersionedStore
 
 WORDS = ("state", "stream", "spark", "flink", "epoch", "barrier", "key", "group", "snapshot", "changelog")
 

@@ -4,7 +4,7 @@ A *line* is a Spark minor version (``3.5``, ``4.0``, ...): the provider contract
 stores changes between lines, not within one, so spark-state ships one JVM shim jar per line,
 compiled from ``jvm-shim/src/main`` (common to every line) plus the line's own source folders
 (``spark-4.x`` shared by the 4.x lines, ``spark-4.2+`` by 4.2 and 4.3, ``spark-<line>``), against the
-jars of the pyspark release named here. Standard library only: ``setup.py`` and ``spark_state.jvm``
+jars of the pyspark release named here. Standard library only: ``setup.py`` and ``spark_state.spark.jvm``
 import it without pyspark.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["SparkLine", "LINES", "NEWEST", "Feature", "COMPATIBILITY", "line_of", "get_line", "running_line"]
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from .errors import ConnectUnsupportedError
+from ..errors import ConnectUnsupportedError
 
 __all__ = ["ConnectUnsupportedError", "is_connect", "remote_url"]
 

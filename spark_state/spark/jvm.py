@@ -1,6 +1,6 @@
 """Build and locate the JVM shim jar (the Scala ``StateStoreProvider`` of spark-state).
 
-One jar per Spark line (:mod:`spark_state.spark_lines`): the provider contract differs between
+One jar per Spark line (:mod:`spark_state.spark.lines`): the provider contract differs between
 lines, so each line's jar is compiled from ``jvm-shim/src/main`` plus the line's own source
 folders, against that line's jars. Two places hold a jar:
 
@@ -65,8 +65,8 @@ import zipfile
 from pathlib import Path
 from typing import IO, Optional, Sequence
 
-from .errors import ConfigError
-from .spark_lines import LINES, SparkLine, get_line, running_line
+from ..errors import ConfigError
+from .lines import LINES, SparkLine, get_line, running_line
 
 __all__ = [
     "PROVIDER_CLASS",
@@ -227,8 +227,8 @@ def spark_jars_dir(line: SparkLine, fetch: bool = False) -> Path:
     raise ConfigError(
         f"building spark-state's JVM shim for Spark {line.name} needs the jars of pyspark {line.build_version}, "
         f"which is not installed and not in {cached}; install spark-state from a wheel (it carries a jar for "
-        f"every line), or fetch them once: python -c \"from spark_state import jvm, spark_lines; "
-        f"jvm.fetch_spark_jars(spark_lines.get_line('{line.name}'))\"")
+        f"every line), or fetch them once: python -c \"from spark_state.spark import jvm, lines; "
+        f"jvm.fetch_spark_jars(lines.get_line('{line.name}'))\"")
 
 
 def _installed_line() -> Optional[SparkLine]:
@@ -680,7 +680,7 @@ _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 def _write_jar(jar: Path, classes: Path, resources: dict[str, Path], attributes: dict[str, str]) -> None:
     """Package ``classes`` and ``resources`` (jar path -> file) as a jar whose manifest carries
     ``attributes`` too; fsync it."""
-    from . import __version__
+    from .. import __version__
 
     manifest = (
         "Manifest-Version: 1.0\r\n"
