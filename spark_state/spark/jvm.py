@@ -50,6 +50,11 @@ line's folders (``spark-4.x``, ``spark-4.3``, ...); ``.java`` files are supporte
 reads them to resolve mixed references, then ``javac`` compiles them against scalac's output);
 files under ``main/resources`` are copied into the jar verbatim (e.g. ``META-INF/services``
 entries). Files whose name starts with ``.`` are ignored (editor lock and swap files).
+
+Size: one module on purpose (over 500 lines). Locating, caching, building and packaging a jar
+share one invariant -- a jar at its final path is complete and matches its source key -- and
+one set of private build steps (``_run``, ``_build``, ``_source_dir_if_present``) that the
+tests replace in this one namespace. Split, the invariant would span modules.
 """
 
 from __future__ import annotations

@@ -34,6 +34,11 @@ built in a function's ``__init__`` or as class attributes ship to executors.
 :class:`PickleSerializer` is the escape hatch for arbitrary Python objects. Unpickling
 runs code chosen by whoever wrote the bytes, so it is never used unless the descriptor
 names it explicitly, and it warns when created.
+
+Size: one module on purpose (over 500 lines): the codecs, the canonical type strings that
+name them and the parser of those strings are one table read in both directions
+(:func:`serializer_for` and :func:`parse_type_string`); a codec added in one place and not the
+other would make a schema record unreadable.
 """
 
 from __future__ import annotations

@@ -50,7 +50,9 @@ from ..errors import ConfigError
 from ..options import storage_options
 from .base import CheckpointStorage
 from .local import LocalStorage
-from .remote import FsspecStorage, HdfsBackend, S3Backend
+from .hdfs import HdfsBackend
+from .remote import FsspecStorage
+from .s3 import S3Backend
 from .retry import RETRY_OPTIONS, RetryPolicy
 
 __all__ = ["HDFS_DEFAULTS", "RETRY_OPTIONS", "S3_CLIENT_CONFIG", "S3_OPTIONS", "SUPPORTED_SCHEMES", "check_options",

@@ -1,7 +1,7 @@
 """Checkpoint storage on remote file systems through fsspec: S3 (s3fs) and HDFS (hdfs-native).
 
-:class:`FsspecStorage` does path handling and error mapping; a small :class:`Backend`
-object supplies what differs between an object store and a file system.
+:class:`FsspecStorage` does path handling and error mapping; a small :class:`~.fs_backend.Backend`
+object supplies what differs between an object store and a file system (:mod:`.s3`, :mod:`.hdfs`).
 
 How the guarantees of :class:`~spark_state.storage.CheckpointStorage` are met:
 
@@ -33,7 +33,7 @@ the operation, the file and the cause.
 Retries (:mod:`.retry`): every operation runs under the storage's :class:`RetryPolicy`; the
 backend says which failures are transient (:mod:`.s3_faults` for S3). Uploads that fail
 leave no visible partial object (S3 publishes a multipart upload only when it is
-completed; a failed one is aborted, by s3fs and again by :meth:`S3Backend.after_failed_upload`
+completed; a failed one is aborted, by s3fs and again by :meth:`.s3.S3Backend.after_failed_upload`
 should that abort itself have failed).
 """
 
@@ -43,12 +43,8 @@ import errno
 import logging
 import os
 import posixpath
-import re
-import secrets
-import shutil
 import threading
 import time
-from contextlib import suppress
 from typing import Any, Callable, Iterable, Literal, Optional, TypeVar
 
 from ..errors import (
@@ -58,28 +54,16 @@ from ..errors import (
     StorageRetriesExhaustedError,
     StorageUnavailableError,
 )
-from . import s3_faults
-from .base import CheckpointStorage, clean_path, is_temp_name, join_root, temp_name
+from .base import CheckpointStorage, clean_path, is_temp_name, join_root
+from .fs_backend import Backend
 from .local import atomic_local_copy
 from .retry import RetryBudget, RetryPolicy, RetryStats
 
 _LOG = logging.getLogger(__name__)
 
-__all__ = ["Backend", "FsspecStorage", "HdfsBackend", "S3Backend"]
+__all__ = ["FsspecStorage"]
 
 T = TypeVar("T")
-
-COPY_CHUNK = 1 << 20
-"""Streaming copy buffer (1 MiB)."""
-
-S3_UPLOAD_PART = 8 << 20
-"""Multipart part size. Files below 2 parts go up in one PUT; s3fs holds at most
-``S3_UPLOAD_PART * S3_UPLOAD_CONCURRENCY`` bytes of a file in memory at a time."""
-
-S3_UPLOAD_CONCURRENCY = 4
-
-S3_DELETE_BATCH = 1000
-"""S3 DeleteObjects accepts at most 1000 keys per request."""
 
 PROBE_TIMEOUT_S = 10.0
 """How long :meth:`FsspecStorage.probe` waits for an answer. Connection refusals are
@@ -89,233 +73,6 @@ never answers, where hdfs-native would otherwise wait forever."""
 _Missing = Literal["raise", "none", "error"]
 
 _READ_MISSING = (FileNotFoundError, IsADirectoryError, NotADirectoryError)
-
-
-class Backend:
-    """What differs between remote file systems; subclassed per fsspec implementation."""
-
-    name = "remote"
-
-    def __init__(self, what_to_check: str) -> None:
-        self.what_to_check = what_to_check
-        """Advice appended to StorageUnavailableError messages."""
-
-    def normalize(self, exc: BaseException) -> BaseException:
-        """Map a backend-specific exception to a builtin one where there is a match."""
-        return exc
-
-    def is_unavailable(self, exc: BaseException) -> bool:
-        """True if *exc* means the service could not be reached at all."""
-        return isinstance(exc, (ConnectionError, TimeoutError))
-
-    def hint(self, exc: BaseException) -> str:
-        """Extra advice for a StorageError caused by *exc* ('' if none)."""
-        return ""
-
-    def is_transient(self, exc: BaseException) -> bool:
-        """True if retrying the operation that raised *exc* can help."""
-        return False
-
-    def describe(self, exc: BaseException) -> str:
-        """*exc* as text for messages (type, server error code, message)."""
-        return f"{type(exc).__name__}: {exc}"
-
-    def after_failed_upload(self, fs: Any, path: str) -> None:
-        """Clean up what a failed upload to *path* may have left (best effort)."""
-
-    def put(self, fs: Any, path: str, data: bytes, overwrite: bool) -> None:
-        raise NotImplementedError
-
-    def upload(self, fs: Any, local_path: str, path: str) -> None:
-        raise NotImplementedError
-
-    def delete_many(self, fs: Any, paths: list[str]) -> None:
-        for path in paths:
-            with suppress(FileNotFoundError):
-                fs.rm_file(path)
-
-    def close(self, fs: Any) -> None:
-        """Release the file system's connections (best effort)."""
-
-
-class S3Backend(Backend):
-    """S3 through s3fs: direct PUTs (atomic by nature), conditional PUT for create-if-absent."""
-
-    name = "S3"
-
-    def __init__(self, endpoint_url: Optional[str]) -> None:
-        where = f"the S3 endpoint {endpoint_url}" if endpoint_url else "the AWS S3 endpoint of the bucket's region"
-        super().__init__(
-            f"that {where} is up and reachable from this host (option s3.endpoint_url), "
-            "and any proxy (HTTPS_PROXY) or firewall in between"
-        )
-
-    def is_unavailable(self, exc: BaseException) -> bool:
-        if super().is_unavailable(exc):
-            return True
-        try:
-            from botocore import exceptions as bce
-        except ImportError:  # pragma: no cover - s3fs always brings botocore
-            return False
-        return isinstance(
-            exc,
-            (bce.EndpointConnectionError, bce.ConnectTimeoutError, bce.ProxyConnectionError,
-             bce.ConnectionClosedError, bce.ReadTimeoutError),
-        ) or type(exc).__name__ in ("FSTimeoutError", "ClientConnectorError")
-
-    def hint(self, exc: BaseException) -> str:
-        if type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
-            return (" (no S3 credentials: set s3.access_key_id and s3.secret_access_key, the AWS_* "
-                    "environment variables or an AWS profile, or s3.anonymous=true for public buckets)")
-        if isinstance(exc, FileNotFoundError):
-            return " (does the bucket exist?)"
-        return ""
-
-    def is_transient(self, exc: BaseException) -> bool:
-        return s3_faults.is_transient(exc)
-
-    def describe(self, exc: BaseException) -> str:
-        return s3_faults.describe(exc)
-
-    def put(self, fs: Any, path: str, data: bytes, overwrite: bool) -> None:
-        # mode="create" adds If-None-Match: * (also on multipart completion).
-        fs.pipe_file(path, data, mode="overwrite" if overwrite else "create")
-
-    def upload(self, fs: Any, local_path: str, path: str) -> None:
-        fs.put_file(local_path, path, chunksize=S3_UPLOAD_PART, max_concurrency=S3_UPLOAD_CONCURRENCY)
-
-    def after_failed_upload(self, fs: Any, path: str) -> None:
-        """Abort multipart uploads still open on *path*'s key.
-
-        s3fs aborts its upload when a part or the completion fails, but that abort is one more
-        request that can fail too; an open upload is invisible to readers but its parts are
-        billed until aborted. Only uploads of this exact key are aborted: the engine never
-        uploads the same key from two writers at once (file names carry random ids).
-        """
-        bucket, key, _ = fs.split_path(path)
-        try:
-            listing = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key)
-            for upload in listing.get("Uploads") or []:
-                if upload.get("Key") == key:
-                    fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload["UploadId"])
-                    _LOG.info("aborted an open multipart upload of %s/%s after a failed upload", bucket, key)
-        except Exception as exc:  # best effort: the next failed or retried upload tries again
-            _LOG.debug("could not list or abort open multipart uploads of %s/%s: %s", bucket, key, exc)
-
-    def delete_many(self, fs: Any, paths: list[str]) -> None:
-        by_bucket: dict[str, list[str]] = {}
-        for path in paths:
-            bucket, key, _ = fs.split_path(path)
-            by_bucket.setdefault(bucket, []).append(key)
-        for bucket, keys in by_bucket.items():
-            for i in range(0, len(keys), S3_DELETE_BATCH):
-                batch = keys[i : i + S3_DELETE_BATCH]
-                out = fs.call_s3(
-                    "delete_objects",
-                    Bucket=bucket,
-                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
-                )
-                # Absent keys count as deleted; Errors are real failures (e.g. AccessDenied).
-                failed = out.get("Errors") or []
-                if failed:
-                    first = failed[0]
-                    raise OSError(
-                        f"{len(failed)} of {len(batch)} deletes failed; first: "
-                        f"{bucket}/{first.get('Key')}: {first.get('Code')} {first.get('Message')}"
-                    )
-        fs.invalidate_cache()
-
-    def close(self, fs: Any) -> None:
-        # s3fs otherwise closes its aiohttp session only when the object is garbage collected.
-        creator = getattr(fs, "_s3creator", None)
-        if getattr(fs, "_s3", None) is not None and creator is not None:
-            with suppress(Exception):
-                type(fs).close_session(fs.loop, creator)
-            fs._s3 = None
-
-
-# hdfs-native raises plain OSError("Connection refused (os error 111)") and the like for
-# transport failures, so they are recognised by message.
-_HDFS_UNAVAILABLE = re.compile(
-    r"connection refused|os error (101|104|110|111|113)|no route to host|network is unreachable"
-    r"|timed out|rpc listener disconnected|connection reset|broken pipe|failed to lookup address"
-    r"|name or service not known|temporary failure in name resolution|standbyexception",
-    re.IGNORECASE,
-)
-
-
-_HDFS_TRANSIENT = re.compile(r"connection reset|broken pipe|os error (32|104)|rpc listener disconnected",
-                             re.IGNORECASE)
-
-
-class HdfsBackend(Backend):
-    """HDFS (and viewfs) through hdfs-native: temp file + atomic NameNode rename."""
-
-    name = "HDFS"
-
-    def __init__(self, namenode: str, failover_attempts: str) -> None:
-        super().__init__(
-            f"that the NameNode {namenode} is running and reachable from this host (host, port, "
-            "firewall); for an HA name service or viewfs, that its NameNode addresses are in the "
-            "Hadoop configuration (HADOOP_CONF_DIR or hdfs.* options). Retries are capped at "
-            f"dfs.client.failover.max.attempts={failover_attempts} so that an outage fails fast; "
-            "set option hdfs.dfs.client.failover.max.attempts higher to wait longer"
-        )
-
-    def normalize(self, exc: BaseException) -> BaseException:
-        # hdfs-native surfaces most NameNode exceptions as RuntimeError('RPCError("<java class>", ...)').
-        if isinstance(exc, RuntimeError):
-            text = str(exc)
-            if "FileAlreadyExistsException" in text:
-                return FileExistsError(errno.EEXIST, text)
-            if "FileNotFoundException" in text:
-                return FileNotFoundError(errno.ENOENT, text)
-            if "AccessControlException" in text:
-                return PermissionError(errno.EACCES, text)
-        return exc
-
-    def is_unavailable(self, exc: BaseException) -> bool:
-        if super().is_unavailable(exc):
-            return True
-        if isinstance(exc, (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError)):
-            return False
-        return isinstance(exc, (OSError, RuntimeError)) and bool(_HDFS_UNAVAILABLE.search(str(exc)))
-
-    def hint(self, exc: BaseException) -> str:
-        if isinstance(exc, FileNotFoundError):
-            return " (a parent path component is missing or is a file)"
-        return ""
-
-    def is_transient(self, exc: BaseException) -> bool:
-        # Only a connection lost in the middle of a call. A refused or unresolvable NameNode
-        # stays a fast failure (hdfs-native's failover settings already retried it).
-        return isinstance(exc, (OSError, RuntimeError)) and bool(_HDFS_TRANSIENT.search(str(exc)))
-
-    def put(self, fs: Any, path: str, data: bytes, overwrite: bool) -> None:
-        self._write_then_rename(fs, path, lambda f: f.write(data), overwrite)
-
-    def upload(self, fs: Any, local_path: str, path: str) -> None:
-        with open(local_path, "rb") as src:
-            self._write_then_rename(fs, path, lambda f: shutil.copyfileobj(src, f, COPY_CHUNK), True)
-
-    @staticmethod
-    def _write_then_rename(fs: Any, path: str, fill: Callable[[Any], object], overwrite: bool) -> None:
-        directory, name = posixpath.split(path)
-        tmp = posixpath.join(directory, temp_name(name, secrets.token_hex(8)))
-        created = False
-        try:
-            # overwrite=False on the temp name: never clobber anything, even a colliding temp.
-            # Parent directories are created by the NameNode (WriteOptions.create_parent).
-            with fs.open(tmp, "wb", overwrite=False) as f:
-                created = True
-                fill(f)
-            # close() returned: the NameNode has completed the file; now publish it.
-            fs.mv(tmp, path, overwrite=overwrite)
-        except BaseException:
-            if created:
-                with suppress(Exception):
-                    fs.rm_file(tmp)
-            raise
 
 
 class FsspecStorage(CheckpointStorage):
@@ -509,7 +266,7 @@ class FsspecStorage(CheckpointStorage):
         target = self._writable(path)
         if not os.path.isfile(local_path):  # the caller's problem, not the storage's
             raise FileNotFoundError(errno.ENOENT, "local file to upload does not exist", local_path)
-        big = os.path.getsize(local_path) >= 2 * S3_UPLOAD_PART  # goes up as a multipart upload
+        big = self.backend.upload_may_leave_parts(os.path.getsize(local_path))
         cleanup = (lambda: self.backend.after_failed_upload(self.fs, target)) if big else None
         self._run("upload to", path, self.backend.upload, self.fs, local_path, target, missing="error",
                   after_failure=cleanup)

@@ -121,7 +121,7 @@ def test_transport_failures() -> None:
 
 
 def test_hdfs_retries_only_connections_lost_mid_call() -> None:
-    from spark_state.storage.remote import HdfsBackend
+    from spark_state.storage.hdfs import HdfsBackend
 
     backend = HdfsBackend("nn:8020", "2")
     assert backend.is_transient(OSError("Connection reset by peer (os error 104)"))

@@ -23,7 +23,7 @@ import pytest
 from spark_state.errors import CheckpointFileMissingError, ConfigError, StorageUnavailableError
 from spark_state.storage import FsspecStorage, open_storage
 from spark_state.storage import remote
-from spark_state.storage.remote import HdfsBackend
+from spark_state.storage.hdfs import HdfsBackend
 
 hdfs_native_fsspec = pytest.importorskip("hdfs_native.fsspec")
 
