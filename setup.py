@@ -13,7 +13,6 @@ spark_state/spark/jvm.py).
 from __future__ import annotations
 
 import importlib
-import re
 import sys
 import types
 from pathlib import Path
@@ -27,18 +26,14 @@ ROOT = Path(__file__).resolve().parent
 def _jvm_module() -> types.ModuleType:
     """``spark_state.spark.jvm``, imported without running ``spark_state/__init__.py``, whose
     imports (pyarrow, rocksdict, ...) a build environment does not have. ``jvm`` itself needs
-    only the standard library, ``spark_state.errors`` and the package's ``__version__``."""
+    only the standard library, ``spark_state.errors`` and ``spark_state.version``."""
     package_dir = ROOT / "spark_state"
     init = package_dir / "__init__.py"
     loaded = sys.modules.get("spark_state")
     if loaded is None or Path(getattr(loaded, "__file__", "")).resolve() != init:
-        version = re.search(r'^__version__ = "([^"]+)"', init.read_text(encoding="utf-8"), re.M)
-        if version is None:
-            raise RuntimeError(f"no __version__ in {init}")
         stub = types.ModuleType("spark_state")
         stub.__file__ = str(init)
         stub.__path__ = [str(package_dir)]  # submodules import from the checkout
-        stub.__version__ = version.group(1)
         sys.modules["spark_state"] = stub
     return importlib.import_module("spark_state.spark.jvm")
 

@@ -25,8 +25,8 @@ from .errors import (
 )
 from .spark.session import configure, server_confs
 from .store import CommitMetrics, RestoreMetrics, VersionedStore
+from .version import __version__
 
-__version__ = "0.1.0"
 
 __all__ = [
     "EngineConfig", "VersionedStore", "CommitMetrics", "RestoreMetrics",

@@ -64,7 +64,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 import pyarrow as pa
 
-from .. import __version__
+from ..version import __version__
 from ..constants import SYSTEM_KEY_PREFIX
 from .errors import SavepointError
 

@@ -170,10 +170,13 @@ def shim_source_dir() -> Path:
     return path
 
 
-def _expected_source_dir() -> Path:
-    import spark_state
+def _package_dir() -> Path:
+    """The installed ``spark_state`` package directory (this module is ``spark_state/spark/jvm.py``)."""
+    return Path(__file__).resolve().parent.parent
 
-    return Path(spark_state.__file__).resolve().parent.parent / "jvm-shim" / "src"
+
+def _expected_source_dir() -> Path:
+    return _package_dir().parent / "jvm-shim" / "src"
 
 
 def _source_dir_if_present() -> Optional[Path]:
@@ -411,9 +414,7 @@ def packaged_jar_name(line: str) -> str:
 
 def packaged_jar_dir() -> Path:
     """``spark_state/jars`` of the installed package (present in installs from a wheel)."""
-    import spark_state
-
-    return Path(spark_state.__file__).resolve().parent / PACKAGED_JAR_DIR
+    return _package_dir() / PACKAGED_JAR_DIR
 
 
 def packaged_jar(line: Optional[str] = None) -> Optional[Path]:
@@ -685,7 +686,7 @@ _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 def _write_jar(jar: Path, classes: Path, resources: dict[str, Path], attributes: dict[str, str]) -> None:
     """Package ``classes`` and ``resources`` (jar path -> file) as a jar whose manifest carries
     ``attributes`` too; fsync it."""
-    from .. import __version__
+    from ..version import __version__
 
     manifest = (
         "Manifest-Version: 1.0\r\n"

@@ -103,7 +103,7 @@ def test_changed_source_gives_new_path(shim_src: Path) -> None:
 def test_missing_source_dir_is_a_config_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_pkg = tmp_path / "site-packages" / "spark_state"
     fake_pkg.mkdir(parents=True)
-    monkeypatch.setattr(spark_state, "__file__", str(fake_pkg / "__init__.py"))
+    monkeypatch.setattr(jvm, "_package_dir", lambda: fake_pkg)
     with pytest.raises(ConfigError, match=r"pip install -e \."):
         jvm.shim_source_dir()
 
