@@ -111,6 +111,9 @@ def test_the_wheel_carries_a_jar_per_spark_line_and_spdx_license_metadata(wheel)
             assert attributes[jvm.MANIFEST_SPARK_LINE] == name, attributes
             assert attributes[jvm.MANIFEST_SPARK_VERSION] == spark_lines.get_line(name).build_version
     assert not [n for n in names if n.startswith("jvm-shim/") or n.endswith(".scala")]
+    # Developer tools (the doc generator) stay in the checkout; the demos ship (`spark-state demo`).
+    assert not [n for n in names if n.startswith("tools/") or n.endswith("docgen.py")]
+    assert "spark_state/demos/query.py" in names and "spark_state/spark/jvm.py" in names
     assert "License-Expression: Apache-2.0" in metadata
     assert "License :: " not in metadata  # no deprecated license classifier
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
