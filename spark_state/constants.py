@@ -1,7 +1,8 @@
 """Constants shared across spark-state: format versions, file layout names, defaults.
 
-Every magic string or number that names something on disk lives here, so that the
-checkpoint layout can be read off one page.
+Every magic string or number that names a file or directory on disk lives here, so that the
+checkpoint layout can be read off one page. The bytes of stored keys are owned by
+:mod:`spark_state.keys` (one module per key layout).
 """
 
 from __future__ import annotations
