@@ -131,16 +131,17 @@ class KeyGroupRange:
 KeyGroupRange.EMPTY = KeyGroupRange(0, -1)
 
 
+def _check_bounds(value: int, what: str) -> None:
+    if not is_int_in(value, 1, UPPER_BOUND_MAX_PARALLELISM):
+        raise ConfigError(f"{what} not within bounds: {value!r} (must be an int in 1..{UPPER_BOUND_MAX_PARALLELISM})")
+
+
 def check_parallelism_preconditions(parallelism: int) -> None:
     """Flink's ``checkParallelismPreconditions``: require ``0 < parallelism <= 32768``.
 
     :raises ConfigError: naming the bad value.
     """
-    if not is_int_in(parallelism, 1, UPPER_BOUND_MAX_PARALLELISM):
-        raise ConfigError(
-            f"Operator parallelism not within bounds: {parallelism!r} "
-            f"(must be an int in 1..{UPPER_BOUND_MAX_PARALLELISM})"
-        )
+    _check_bounds(parallelism, "Operator parallelism")
 
 
 def check_max_parallelism(max_parallelism: int) -> None:
@@ -148,11 +149,7 @@ def check_max_parallelism(max_parallelism: int) -> None:
 
     :raises ConfigError: naming the bad value.
     """
-    if not is_int_in(max_parallelism, 1, UPPER_BOUND_MAX_PARALLELISM):
-        raise ConfigError(
-            f"max_parallelism (number of key groups) not within bounds: {max_parallelism!r} "
-            f"(must be an int in 1..{UPPER_BOUND_MAX_PARALLELISM})"
-        )
+    _check_bounds(max_parallelism, "max_parallelism (number of key groups)")
 
 
 def _check_parallelism_pair(max_parallelism: int, parallelism: int) -> None:
