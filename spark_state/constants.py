@@ -1,10 +1,13 @@
 """Constants shared across spark-state: format versions, file layout names, defaults.
 
-Every magic string or number that names something on disk lives here, so that the
-checkpoint layout can be read off one page.
+Every magic string or number that names a file or directory on disk lives here, so that the
+checkpoint layout can be read off one page. The bytes of stored keys are owned by
+:mod:`spark_state.keys` (one module per key layout).
 """
 
 from __future__ import annotations
+
+from .keys.system import SYSTEM_PREFIX
 
 #: Version of the checkpoint format this release writes. Readers accept the versions in
 #: ``SUPPORTED_FORMAT_VERSIONS`` and reject anything else with ``IncompatibleFormatError``.
@@ -62,41 +65,14 @@ MAX_NICE = 19
 ARROW_BATCH_ROWS = 65536
 
 # --- keyspace -------------------------------------------------------------------------------
-#: First byte of engine-owned keys (TTL expiry index, format markers). Data keys never start
-#: with it: key-group-prefixed keys begin with a big-endian key group below 32768 (<= 0x7F).
-#: ``VersionedStore.num_keys`` does not count these keys.
-SYSTEM_KEY_PREFIX = b"\xff"
-#: Second byte of system keys: what kind of engine record follows.
-#: ``[0xFF][0x01][len ns][ns][bucket ms][data key]`` -- TTL expiry index (``ttl/codec.py``).
-TTL_INDEX_TAG = b"\x01"
-#: ``[0xFF][0x02][len ns][ns]`` -- TTL format marker: the namespace's values are stamped.
-TTL_MARKER_TAG = b"\x02"
-#: ``[0xFF][0x03][len name][name]`` -- schema record of a keyed state (``state/schema.py``).
-KEYED_SCHEMA_TAG = b"\x03"
-#: ``[0xFF][0x04][len name][name]`` -- schema record of an operator state (``state/schema.py``).
-OPERATOR_SCHEMA_TAG = b"\x04"
+#: Stored keys (their first byte, the system keyspace's tags, every layout) are owned by
+#: ``spark_state.keys``. ``SYSTEM_KEY_PREFIX`` is that package's ``system.SYSTEM_PREFIX``, named
+#: here for the store's key counts (``VersionedStore.num_keys`` does not count system keys).
+SYSTEM_KEY_PREFIX = SYSTEM_PREFIX
 #: Version of the schema record's JSON; readers reject others (``state/schema.py``).
 SCHEMA_RECORD_FORMAT = 1
 
-# --- operator state (process/operator_state.py) ---------------------------------------------
-#: First byte of an operator state's data keys: how it is redistributed on rescale.
-OPERATOR_MODE_SPLIT = 1      # list state, even-split
-OPERATOR_MODE_UNION = 2      # union list state
-OPERATOR_MODE_BROADCAST = 3  # broadcast (map) state
-#: First byte of operator-state keys in a *keyed* function's store, before the mode byte:
-#: never a key group's first byte (<= 0x7F) nor the system prefix (0xFF).
-KEYED_OPERATOR_STATE_PREFIX = b"\xfe"
-#: Each mode's ``kind`` in the operator state's schema record.
-OPERATOR_MODE_KINDS = {OPERATOR_MODE_SPLIT: "list", OPERATOR_MODE_UNION: "union",
-                       OPERATOR_MODE_BROADCAST: "broadcast"}
-
 # --- time in keyed functions ----------------------------------------------------------------
-#: Reserved keyed-state name timers are stored under, in each key group (``state/timers.py``);
-#: not valid UTF-8, so no user state name can equal it.
-TIMER_STATE_NAME = b"\xffT"
-#: Timer domains (the byte after the name part).
-TIMER_DOMAIN_EVENT_TIME = 0
-TIMER_DOMAIN_PROCESSING_TIME = 1
 #: Under a keyed operator's state location: ``time/clock/<B>.json`` (a batch's watermark and
 #: processing time) and ``time/watermarks/<B>/<side>.<n>.<i>.<max ms>`` (``process/clock.py``).
 TIME_CLOCK_DIR = "time/clock"

@@ -24,9 +24,9 @@ from typing import Any, Optional
 from .. import constants as C
 from ..checkpoint.retention import list_copies, read_manifest
 from ..checkpoint.runs import RunContext, RunRegistry
-from ..keygroups import compute_key_group_range_for_operator_index
+from ..partitioning.keygroups import compute_key_group_range_for_operator_index
 from ..storage import CheckpointStorage
-from ..ttl import codec as ttl_codec
+from ..keys import system as syskeys
 from .checkpoint_reader import SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint, provider_short_name
 from .state_io import find_process_locations, open_committed, process_layout, reader_config
 
@@ -116,7 +116,7 @@ def _sparkstate_store(ckpt: SparkCheckpoint, op: OperatorInfo, store: str, versi
         if load and p == 0 and rank is not None:
             s = open_committed(storage, version, reader_config())
             try:
-                stamped = s.get(ttl_codec.marker_key(b"")) is not None
+                stamped = s.get(syskeys.marker_key(b"")) is not None
             finally:
                 s.close()
     ordered = sorted(versions)
@@ -159,9 +159,9 @@ def _process(loc, version: int, load: bool) -> dict[str, Any]:
         try:
             if s is not None:
                 entry["rows"] = s.num_keys()
-                for tag in (C.KEYED_SCHEMA_TAG, C.OPERATOR_SCHEMA_TAG):
-                    for key, value in s.prefix_scan(C.SYSTEM_KEY_PREFIX + tag):
-                        name = key[3:3 + key[2]].decode("utf-8", "replace")
+                for tag in (syskeys.KEYED_SCHEMA_TAG, syskeys.OPERATOR_SCHEMA_TAG):
+                    for key, value in s.iterate(*syskeys.record_range(tag)):
+                        name = syskeys.name_of_record_key(key).decode("utf-8", "replace")
                         try:
                             states.setdefault(name, json.loads(value))
                         except ValueError:

@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
-from ..ttl import codec as ttl_codec
+from ..keys import system as syskeys
 from . import savepoint_format as F
 from .checkpoint_reader import OperatorInfo, SparkCheckpoint
 from .errors import UnsupportedCheckpointError
@@ -106,7 +106,7 @@ def spark_provider_writer(target_url: str, provider: str, conf: dict[str, str]):
     spark = session()
     bridge = _bridge(spark)
     state_root = _hadoop_url(target_url) + "/state"
-    marker = ttl_codec.marker_key(b"")
+    marker = syskeys.marker_key(b"")
 
     def write(op: OperatorInfo, entry: F.StoreEntry, split, version: int) -> int:
         key_schema, value_schema, store = entry.key_schema, entry.value_schema, entry.name

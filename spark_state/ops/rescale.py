@@ -1,15 +1,14 @@
 """Re-splitting provider state into another partition count, and in-place rescale.
 
 **The re-split** (shared by restore at another count and by in-place rescale). A provider
-data key is ``[key group u16][Spark hash i32][UnsafeRow]`` and the hash is Spark's own
+data key starts with ``[key group u16][Spark hash i32]`` and the hash is Spark's own
 partitioning hash of the key's partitioning columns, so a row's partition at count ``n`` is
 ``pmod(hash, n)`` -- exactly where Spark's ``HashPartitioning`` sends the row's input. System
-keys (first byte ``0xFF``) follow the data key they name (the TTL expiry index
-``[0xFF][0x01][len ns][ns][bucket u64][data key]``) or go to every partition (per-store records
-such as the TTL format marker ``[0xFF][0x02]...``). Routing is vectorised over Arrow record
-batches (numpy on the binary array's offset and data buffers), so it costs a few
-nanoseconds per row, and a partition's rows are kept as Arrow batches (compact) until they
-are written.
+keys follow the data key they name (TTL expiry index entries) or go to every partition
+(per-store records such as the TTL format marker). Key layouts and the vectorised routing
+over Arrow record batches (numpy on the binary array's offset and data buffers, a few
+nanoseconds per row) are in :mod:`spark_state.keys.provider`; a partition's rows are kept as
+Arrow batches (compact) until they are written.
 
 **Process state** (``keyed_process`` / ``checkpointed_process``) is *not* re-split here. Its
 runtime already rescales by key group (and redistributes operator state) at the first
@@ -54,6 +53,7 @@ import pyarrow as pa
 from ..checkpoint.runs import RunRegistry
 from ..checkpoint.retention import list_copies
 from ..config import EngineConfig
+from ..keys.provider import MalformedProviderKeyError, route_hashes
 from ..storage import CheckpointStorage
 from . import savepoint_format as F
 from .checkpoint_reader import (SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint,
@@ -74,41 +74,17 @@ SINGLE_PARTITION_OPERATORS = frozenset({"globalLimit"})
 #: Fault injection for tests of an interrupted rescale: the process exits abruptly after
 #: writing this many partition stores. Never set it in production.
 CRASH_AFTER_STORES_ENV = "SPARK_STATE_TESTING_RESCALE_EXIT_AFTER_STORES"
-_SYS = 0xFF
-_INDEX_TAG = 0x01
 
 
 # ------------------------------------------------------------------------------ routing
 def partition_of_rows(keys: pa.BinaryArray, n: int) -> np.ndarray:
     """Target partition of every key at count ``n``; ``-1`` for keys that go to every partition."""
-    count = len(keys)
-    if count == 0:
-        return np.zeros(0, dtype=np.int64)
-    keys = keys if isinstance(keys, pa.BinaryArray) else pa.array(keys, pa.binary())
-    buffers = keys.buffers()
-    offsets = np.frombuffer(buffers[1], dtype=np.int32)[keys.offset:keys.offset + count + 1]
-    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(1, np.uint8)
-    last = len(data) - 1
-    starts = offsets[:-1].astype(np.int64)
-    lengths = (offsets[1:] - offsets[:-1]).astype(np.int64)
-    first = data[np.minimum(starts, last)]
-    is_sys = (first == _SYS) & (lengths > 0)
-    tag = data[np.minimum(starts + 1, last)]
-    ns_len = data[np.minimum(starts + 2, last)].astype(np.int64)
-    is_index = is_sys & (tag == _INDEX_TAG) & (lengths >= 2)
-    data_key = np.where(is_index, starts + 3 + ns_len + 8, starts)
-    data_len = np.where(is_index, lengths - (3 + ns_len + 8), lengths)
-    routable = (~is_sys | is_index) & (data_len >= 6)
-    if not np.all(routable | (is_sys & ~is_index)):
-        bad = int(np.argmin(routable | (is_sys & ~is_index)))
-        raise UnsupportedCheckpointError(
-            f"a stored key ({keys[bad].as_py()[:16]!r}...) is shorter than the provider's "
-            "[key group u16][hash i32] header: not a spark-state provider store")
-    h = np.zeros(count, dtype=np.uint32)
-    for i in range(4):
-        h = (h << 8) | data[np.minimum(data_key + 2 + i, last)].astype(np.uint32)
-    parts = np.mod(h.view(np.int32).astype(np.int64), n)
-    parts[is_sys & ~is_index] = -1
+    try:
+        hashes, everywhere = route_hashes(keys)
+    except MalformedProviderKeyError as exc:
+        raise UnsupportedCheckpointError(str(exc)) from None
+    parts = np.mod(hashes, n)
+    parts[everywhere] = -1
     return parts
 
 

@@ -64,8 +64,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 import pyarrow as pa
 
+from ..keys.system import SYSTEM_PREFIX
 from ..version import __version__
-from ..constants import SYSTEM_KEY_PREFIX
 from .errors import SavepointError
 
 KIND = "spark-state/savepoint"
@@ -237,7 +237,7 @@ def encode_entries(entries: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, int, 
     with pa.ipc.new_file(sink, SCHEMA) as writer:
         for ks, vs in _chunks(entries):
             rows += len(ks)
-            keys += sum(1 for k in ks if k[:1] != SYSTEM_KEY_PREFIX)
+            keys += sum(1 for k in ks if k[:1] != SYSTEM_PREFIX)
             writer.write_batch(pa.record_batch([pa.array(ks, pa.binary()), pa.array(vs, pa.binary())], schema=SCHEMA))
     return sink.getvalue(), rows, keys
 

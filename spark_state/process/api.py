@@ -28,7 +28,8 @@ from pyspark.sql.types import StructType
 from ..config import EngineConfig
 from ..spark.compat import parse_ddl
 from ..state import MapStateDescriptor
-from ..keygroups import check_max_parallelism, check_parallelism_preconditions, compute_default_max_parallelism
+from ..partitioning.keygroups import (check_max_parallelism, check_parallelism_preconditions,
+                                      compute_default_max_parallelism)
 from .errors import ProcessDefinitionError
 from .event_time import event_time_of
 from .functions import (

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..keygroups import KeyGroupRange
+from ..partitioning.keygroups import KeyGroupRange
 from ..state import KeyedStateBackend
 from .arrow_io import OutputWriter, column_values, row_class
 from .clock import record_max_event_time, resolve

@@ -8,18 +8,13 @@ buffers, rules), as in Flink. Each value is serialized once when it is given (``
 :class:`~spark_state.state.errors.StateValueError` naming the state, rather than the write-back
 at the end of the task.
 
-Store layout (one VersionedStore per partition; values are the descriptor serializer's bytes)::
-
-    [mode u8][len(name) u8][name UTF-8][index u32 BE]      -> element     mode 1 = list (even-split)
-                                                                          mode 2 = union list
-    [mode u8][len(name) u8][name UTF-8][serialized map key] -> map value  mode 3 = broadcast
-
-In the store of a *keyed* function (``KeyedProcessFunction`` with ``initialize_state``, or the
-broadcast state of ``keyed_broadcast_process``), every operator-state key is preceded by
-:data:`KEYED_OPERATOR_PREFIX` (``0xFE``): keyed-state keys start with a key group (u16 BE,
-first byte 0x00..0x7F) and the system keyspace with 0xFF, so a mode byte alone could meet a
-key group of 256 or more; ``0xFE`` meets neither. ``checkpointed_process`` stores have no
-keyed state and keep the plain layout (prefix ``b""``).
+Store layout (:mod:`spark_state.keys.operator`; values are the descriptor serializer's
+bytes): ``[keyspace][mode u8][len(name) u8][name][index u32 BE]`` per list element (mode 1 =
+list, even-split; 2 = union list) and ``[keyspace][mode u8][len(name) u8][name][map key]`` per
+broadcast entry (mode 3). In the store of a *keyed* function (``KeyedProcessFunction`` with
+``initialize_state``, or the broadcast state of ``keyed_broadcast_process``) the keyspace is
+:data:`KEYED_OPERATOR_PREFIX` (``0xFE``), apart from keyed state and the system keyspace;
+``checkpointed_process`` stores have no keyed state and keep the plain layout (prefix ``b""``).
 
 Redistribution when the parallelism changes from ``m`` to ``n`` (Flink's
 ``RoundRobinOperatorStateRepartitioner``), on raw bytes, without deserializing:
@@ -45,39 +40,34 @@ a list state's from every old partition, which must agree.
 
 from __future__ import annotations
 
-import struct
 from typing import Any, Callable, Iterator, Optional
 
-from ..constants import (
-    OPERATOR_MODE_BROADCAST,
-    OPERATOR_MODE_KINDS,
-    OPERATOR_MODE_SPLIT,
-    OPERATOR_MODE_UNION,
-    OPERATOR_SCHEMA_TAG,
-    KEYED_OPERATOR_STATE_PREFIX,
+from ..keys.operator import (
+    INDEX,
+    KEYED_OPERATOR_PREFIX,
+    MODE_BROADCAST,
+    MODE_KINDS,
+    MODE_SPLIT,
+    MODE_UNION,
+    modes_range,
+    split_key,
+    state_prefix,
 )
+from ..keys.system import OPERATOR_SCHEMA_TAG, operator_record_key
 from ..state import MapStateDescriptor, ListStateDescriptor
 from ..state.compatibility import judge
 from ..state.descriptors import StateDescriptor
 from ..state.errors import StateDecodeError, StateSchemaIncompatibleError, StateValueError
 from ..state.evolution import merge_schema_records
-from ..state.schema import StateSchema, operator_record_key, schema_of
+from ..state.schema import StateSchema, schema_of
 from ..store import VersionedStore, prefix_upper_bound
 
-#: The prefix of operator-state keys in a keyed function's store (see the module docstring).
-KEYED_OPERATOR_PREFIX = KEYED_OPERATOR_STATE_PREFIX
+__all__ = ["KEYED_OPERATOR_PREFIX", "SPLIT", "UNION", "BROADCAST", "MODE_NAMES", "OperatorListState", "BroadcastState",
+           "OperatorStateStore", "stored_states", "split_ranges", "redistribute"]
 
-SPLIT, UNION, BROADCAST = OPERATOR_MODE_SPLIT, OPERATOR_MODE_UNION, OPERATOR_MODE_BROADCAST
+SPLIT, UNION, BROADCAST = MODE_SPLIT, MODE_UNION, MODE_BROADCAST
 MODE_NAMES = {SPLIT: "list", UNION: "union list", BROADCAST: "broadcast"}
-_U32 = struct.Struct(">I")
-
-
-def state_prefix(mode: int, name: str, keyspace: bytes = b"") -> bytes:
-    """``[keyspace][mode][len(name)][name]``: the prefix of one operator state's entries."""
-    raw = name.encode("utf-8")
-    if len(raw) > 255:
-        raise ValueError(f"operator state name {name!r} is longer than 255 bytes")
-    return keyspace + bytes((mode, len(raw))) + raw
+_pack_index = INDEX.pack
 
 
 def _scan(store: VersionedStore, prefix: bytes) -> list[tuple[bytes, bytes]]:
@@ -88,10 +78,9 @@ def stored_states(store: VersionedStore, keyspace: bytes = b"") -> dict[tuple[in
     """Every operator state in ``store`` (under ``keyspace``): (mode, name bytes) ->
     [(entry suffix, value)] in key order."""
     out: dict[tuple[int, bytes], list[tuple[bytes, bytes]]] = {}
-    p = len(keyspace)
-    for key, value in store.iterate(keyspace + bytes((SPLIT,)), keyspace + bytes((BROADCAST + 1,))):
-        mode, n = key[p], key[p + 1]
-        out.setdefault((mode, key[p + 2:p + 2 + n]), []).append((key[p + 2 + n:], value))
+    for key, value in store.iterate(*modes_range(keyspace)):
+        mode, name, suffix = split_key(key, keyspace)
+        out.setdefault((mode, name), []).append((suffix, value))
     return out
 
 
@@ -137,7 +126,7 @@ class OperatorListState:
 
     def _entries(self) -> list[tuple[bytes, bytes]]:
         ser = self.descriptor.serializer.serialize
-        return [(_U32.pack(i), ser(v)) for i, v in enumerate(self._elements)]
+        return [(_pack_index(i), ser(v)) for i, v in enumerate(self._elements)]
 
 
 class BroadcastState:
@@ -241,13 +230,13 @@ class OperatorStateStore:
                     f"{MODE_NAMES[existing.mode]} state")
             return existing
         old, rewrite = self._check_schema(mode, descriptor)
-        entries = _scan(self._store, state_prefix(mode, descriptor.name, self._keyspace))
+        entries = _scan(self._store, state_prefix(mode, descriptor.name_bytes, self._keyspace))
         if rewrite is not None:
             entries = _migrated(descriptor, old, mode, entries, rewrite)
         try:
             if mode == BROADCAST:
                 assert isinstance(descriptor, MapStateDescriptor)  # get_broadcast_state takes only these
-                n = len(state_prefix(mode, descriptor.name, self._keyspace))
+                n = len(state_prefix(mode, descriptor.name_bytes, self._keyspace))
                 dk, dv = descriptor.key_serializer.deserialize, descriptor.serializer.deserialize
                 state: Any = BroadcastState(descriptor, {dk(k[n:]): dv(v) for k, v in entries})
             else:
@@ -266,13 +255,13 @@ class OperatorStateStore:
         The converted values are written back by :meth:`flush`, in the same epoch."""
         store = self._store
         record_key = operator_record_key(descriptor.name_bytes)
-        new = schema_of(descriptor, OPERATOR_MODE_KINDS[mode])
+        new = schema_of(descriptor, MODE_KINDS[mode])
         raw = store.get(record_key)
         if raw is None:
             # A new state, or one written by a release without records: the mode can still
             # be told from the data keys.
             for other in (SPLIT, UNION, BROADCAST):
-                if other != mode and _scan(store, state_prefix(other, descriptor.name, self._keyspace))[:1]:
+                if other != mode and _scan(store, state_prefix(other, descriptor.name_bytes, self._keyspace))[:1]:
                     raise StateSchemaIncompatibleError(
                         descriptor.name, f"{MODE_NAMES[other]} state", f"{MODE_NAMES[mode]} state",
                         "operator state modes redistribute differently on rescale, so a mode never changes")
@@ -302,8 +291,8 @@ class OperatorStateStore:
     def flush(self) -> None:
         """Stage every registered state's current content (replacing what was stored)."""
         store = self._store
-        for name, state in self._states.items():
-            prefix = state_prefix(state.mode, name, self._keyspace)
+        for state in self._states.values():
+            prefix = state_prefix(state.mode, state.descriptor.name_bytes, self._keyspace)
             try:  # values were checked when given; one changed in place since may still not fit
                 entries = state._entries()
             except Exception:
@@ -323,7 +312,7 @@ def _migrated(descriptor: StateDescriptor, old: Optional[StateSchema], mode: int
         except Exception as exc:
             assert old is not None
             raise StateSchemaIncompatibleError(
-                descriptor.name, old.describe(), schema_of(descriptor, OPERATOR_MODE_KINDS[mode]).describe(),
+                descriptor.name, old.describe(), schema_of(descriptor, MODE_KINDS[mode]).describe(),
                 f"a stored value could not be migrated ({type(exc).__name__}: {exc})") from exc
     return out
 
@@ -371,7 +360,7 @@ def redistribute(target: VersionedStore, partition: int, parallelism: int,
     values: list[bytes] = []
     start = 0
     for mode, name in sorted(names, key=lambda mn: (mn[1], mn[0])):
-        prefix = keyspace + bytes((mode, len(name))) + name
+        prefix = state_prefix(mode, name, keyspace)
         if mode == BROADCAST:
             for suffix, value in per_old[partition % old_parallelism].get((mode, name), []):
                 keys.append(prefix + suffix)
@@ -383,7 +372,7 @@ def redistribute(target: VersionedStore, partition: int, parallelism: int,
             lo, hi = ranges[partition]
             elements = elements[lo:hi]
         for i, value in enumerate(elements):
-            keys.append(prefix + _U32.pack(i))
+            keys.append(prefix + _pack_index(i))
             values.append(value)
     target.put_many(keys, values)
 

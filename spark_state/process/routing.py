@@ -5,9 +5,9 @@ For parallelism ``n`` and max parallelism ``maxP`` (the number of key groups):
 * key group ``kg = pmod(hash(key columns), maxP)`` -- Spark's Murmur3 ``hash()``, computed in
   Spark SQL and shipped to the function as a hidden column;
 * target partition ``t = kg * n // maxP`` -- Flink's operator index, so partition ``i`` owns
-  the contiguous range :func:`~spark_state.keygroups.compute_key_group_range_for_operator_index`;
+  the contiguous range :func:`~spark_state.partitioning.keygroups.compute_key_group_range_for_operator_index`;
 * route value ``r_t``: a small int with ``pmod(murmur3(r_t, seed 42), n) == t``, found in
-  Python with :func:`~spark_state.keygroups.spark_hash`. ``repartition(n, route)`` hashes the
+  Python with :func:`~spark_state.partitioning.spark_hash.spark_hash`. ``repartition(n, route)`` hashes the
   route column exactly that way, so row -> partition ``t``.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..keygroups import spark_hash
+from ..partitioning.spark_hash import spark_hash
 from .errors import ProcessDefinitionError
 
 KEY_GROUP_COLUMN = "__spark_state_key_group"

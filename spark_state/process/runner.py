@@ -32,7 +32,7 @@ from pyspark.sql.types import StructField, StructType
 
 from ..checkpoint.runs import RunContext
 from ..config import EngineConfig
-from ..keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
+from ..partitioning.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
 from ..state import KeyedStateBackend, copy_key_groups
 from ..testing import crashpoints
 from .arrow_io import OutputWriter, column_values, columns_as_lists, row_class

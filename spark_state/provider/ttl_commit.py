@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from .. import constants as C
 from ..epoch_writes import ArrowWrites
+from ..keys.system import SYSTEM_PREFIX
 from ..store import VersionedStore
 from ..ttl import TtlKeyValue, is_stamped, migrate_layout
 from .ttl_policy import StoreTtl
@@ -124,7 +125,7 @@ def stage_epoch(store: VersionedStore, ttl: StoreTtl, changes: Changes, now: int
     if stamped != ttl.enabled:
         result.layout_changed = True
         result.migrated = migrate_layout(
-            store, NAMESPACE, ttl.enabled, lambda: store.iterate(None, C.SYSTEM_KEY_PREFIX), now,
+            store, NAMESPACE, ttl.enabled, lambda: store.iterate(None, SYSTEM_PREFIX), now,
             ttl.config.ttl_ms if ttl.config is not None else None)
         if result.migrated or store.version > 0:
             _LOG.info("TTL turned %s for %s at version %d: %d rows %s",

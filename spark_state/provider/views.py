@@ -35,6 +35,7 @@ from typing import Any, Optional, Sequence
 import pyarrow as pa
 
 from .. import constants as C
+from ..keys.system import SYSTEM_PREFIX
 from ..store import VersionedStore
 
 _LOG = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ class ViewExporter:
                 keys.clear()
                 values.clear()
 
-            for key, value in store.iterate(None, C.SYSTEM_KEY_PREFIX):
+            for key, value in store.iterate(None, SYSTEM_PREFIX):
                 keys.append(key)
                 values.append(value)
                 if len(keys) >= C.ARROW_BATCH_ROWS:

@@ -4,7 +4,7 @@
 * :mod:`.serializers` -- typed value codecs; ``PickleSerializer`` only by explicit opt-in.
 * :mod:`.keyed_states` -- the state types, scoped to the current key.
 * :mod:`.backend` -- :class:`KeyedStateBackend`: current key, state objects, TTL cleanup.
-* :mod:`.keys` -- the key layout (pure functions); :mod:`.rescale` -- moving key groups.
+* :mod:`.rescale` -- moving key groups (key layouts: :mod:`spark_state.keys.keyed`).
 * :mod:`.timers` -- timers of keyed functions, stored per key group under a reserved name.
 * :mod:`.schema` -- each state's schema record (pure codec); :mod:`.compatibility` -- the
   verdicts (compatible as is / after migration / incompatible); :mod:`.evolution` -- checking

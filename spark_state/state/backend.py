@@ -19,12 +19,12 @@ stripping the stamps); see :func:`spark_state.ttl.kv.migrate_layout`.
 from __future__ import annotations
 
 import logging
-import struct
 from typing import Iterator, Union
 
+from ..keys import keyed as K
+from ..keys.keygroup_prefix import KEY_GROUP, KEY_GROUP_KEYSPACE_END
 from ..store import VersionedStore
 from ..ttl.kv import TtlStats, is_stamped, migrate_layout
-from . import keys as K
 from .access import PlainAccess, TtlAccess
 from .descriptors import (
     AggregatingStateDescriptor,
@@ -38,10 +38,7 @@ from .evolution import restore_keyed_schema
 from .keyed_states import AggregatingState, KeyedState, ListState, MapState, ReducingState, ValueState
 
 _LOG = logging.getLogger(__name__)
-_U32 = struct.Struct(">I")
-_KEY_GROUP = struct.Struct(">H")
-#: Exclusive end of the keys that start with a key group (u16 BE below 32768).
-KEY_GROUP_KEYSPACE_END = b"\x80"
+_pack_key_length = K.KEY_LENGTH.pack
 
 _STATE_CLASSES: dict[type, type] = {
     ValueStateDescriptor: ValueState,
@@ -68,9 +65,9 @@ class KeyedStateBackend:
         self._accesses: list[Union[PlainAccess, TtlAccess]] = []
         self.ttl_stats = TtlStats()
         self.current_key_group = 0
-        self.current_key_group_bytes = _KEY_GROUP.pack(0)
+        self.current_key_group_bytes = KEY_GROUP.pack(0)
         self.current_key: bytes = b""
-        self.current_key_part = _U32.pack(0)
+        self.current_key_part = K.key_part(b"")
 
     @property
     def store(self) -> VersionedStore:
@@ -90,7 +87,7 @@ class KeyedStateBackend:
         if self._pending:
             self.flush()
         self.current_key = key
-        self.current_key_part = part = _U32.pack(len(key)) + key
+        self.current_key_part = part = _pack_key_length(len(key)) + key
         if key_group != self.current_key_group:
             self.current_key_group_bytes = K.key_group_bytes(key_group)
             self.current_key_group = key_group

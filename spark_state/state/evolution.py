@@ -25,13 +25,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
+from ..keys import keyed as K
+from ..keys.system import keyed_record_key, name_of_record_key, record_range
 from ..store import VersionedStore
 from ..ttl import codec as ttl_codec
 from ..ttl.kv import is_stamped
-from . import keys as K
 from .compatibility import Rewrite, equivalent, judge
 from .errors import StateSchemaConflictError, StateSchemaIncompatibleError
-from .schema import SINGLE_VALUE_KINDS, StateSchema, keyed_record_key, name_of_record_key, record_range, schema_of
+from .schema import SINGLE_VALUE_KINDS, StateSchema, schema_of
 
 if TYPE_CHECKING:
     from .descriptors import StateDescriptor

@@ -10,7 +10,7 @@ or wrote for the current key, so the read-modify-write of a running count reads 
 once per key and batch, not once per row; with the backend's ``write_back`` (the process
 runtimes) its writes also reach the store once per key switch (see :class:`ValueState`). Writes are
 staged in the store's pending epoch and become durable at the next commit.
-Key layout: :mod:`.keys`.
+Key layout: :mod:`spark_state.keys.keyed`.
 
 A stored value that does not decode raises :class:`~.errors.StateDecodeError`, naming the
 state (not a bare ``struct.error``); a value that does not fit the declared type raises
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
-from . import keys as K
+from ..keys import keyed as K
 from .errors import StateDecodeError, StateValueError
 from .descriptors import (
     AggregatingStateDescriptor,

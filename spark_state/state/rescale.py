@@ -1,6 +1,6 @@
 """Moving keyed state between partitions by key group (rescaling).
 
-Keyed state of a key group is one contiguous key range (see :mod:`.keys`), so a new
+Keyed state of a key group is one contiguous key range (see :mod:`spark_state.keys.keyed`), so a new
 partition owning key groups ``first..last`` takes exactly that range from each old store
 whose range overlaps. Timers (:mod:`.timers`) are entries of that range too (a reserved state
 name inside each key group), so they move with their key group with no extra step. TTL index entries live
@@ -13,16 +13,13 @@ record (see :func:`~.evolution.merge_schema_records`).
 
 from __future__ import annotations
 
-from ..constants import KEYED_SCHEMA_TAG
+from ..keys import keyed as K
+from ..keys.system import KEYED_SCHEMA_TAG, TTL_INDEX_TAG, TTL_MARKER_TAG, data_key_of_index_key, tag_range
 from ..store import VersionedStore
-from ..ttl import codec as ttl_codec
-from . import keys as K
 from .evolution import merge_schema_records
 
-_INDEX_RANGE = (ttl_codec.SYSTEM_PREFIX + ttl_codec.INDEX_TAG,
-                ttl_codec.SYSTEM_PREFIX + bytes((ttl_codec.INDEX_TAG[0] + 1,)))
-_MARKER_RANGE = (ttl_codec.SYSTEM_PREFIX + ttl_codec.MARKER_TAG,
-                 ttl_codec.SYSTEM_PREFIX + bytes((ttl_codec.MARKER_TAG[0] + 1,)))
+_INDEX_RANGE = tag_range(TTL_INDEX_TAG)
+_MARKER_RANGE = tag_range(TTL_MARKER_TAG)
 
 
 def copy_key_groups(source: VersionedStore, target: VersionedStore, first: int, last: int) -> int:
@@ -45,9 +42,7 @@ def copy_key_groups(source: VersionedStore, target: VersionedStore, first: int, 
         values.append(value)
     copied = len(keys)
     for key, value in source.iterate(*_INDEX_RANGE):
-        ns_len = key[2]
-        data_key = key[3 + ns_len + 8:]
-        if first <= K.key_group_of(data_key) <= last:
+        if first <= K.key_group_of(data_key_of_index_key(key)) <= last:
             keys.append(key)
             values.append(value)
     for key, value in source.iterate(*_MARKER_RANGE):

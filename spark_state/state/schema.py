@@ -6,7 +6,7 @@ information *in the store*, in the engine's system keyspace, so the record is ve
 exactly-once and restored together with the state it describes (a failed task writes
 neither), and it moves with the state on rescale.
 
-**Keys** (``0xFF`` system keyspace; tags in :mod:`spark_state.constants`)::
+**Keys** (``0xFF`` system keyspace; built by :mod:`spark_state.keys.system`)::
 
     [0xFF][0x03][len(name) : uint8][name, UTF-8]    keyed state ``name``
     [0xFF][0x04][len(name) : uint8][name, UTF-8]    operator state ``name`` (any mode)
@@ -44,7 +44,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from ..constants import KEYED_SCHEMA_TAG, OPERATOR_SCHEMA_TAG, SCHEMA_RECORD_FORMAT, SYSTEM_KEY_PREFIX
+from ..constants import SCHEMA_RECORD_FORMAT
 from .errors import StateSchemaRecordError
 from .serializers import serializer_snapshot
 
@@ -53,32 +53,6 @@ if TYPE_CHECKING:
 
 #: Keyed kinds that store one value at the key's base entry: they read each other's bytes.
 SINGLE_VALUE_KINDS = frozenset({"value", "reducing", "aggregating"})
-
-
-def _record_key(tag: bytes, name_bytes: bytes) -> bytes:
-    if len(name_bytes) > 255:
-        raise ValueError(f"a state name has at most 255 bytes, got {len(name_bytes)}")
-    return SYSTEM_KEY_PREFIX + tag + bytes((len(name_bytes),)) + name_bytes
-
-
-def keyed_record_key(name_bytes: bytes) -> bytes:
-    """The key of keyed state ``name_bytes``'s record."""
-    return _record_key(KEYED_SCHEMA_TAG, name_bytes)
-
-
-def operator_record_key(name_bytes: bytes) -> bytes:
-    """The key of operator state ``name_bytes``'s record."""
-    return _record_key(OPERATOR_SCHEMA_TAG, name_bytes)
-
-
-def record_range(tag: bytes) -> tuple[bytes, bytes]:
-    """``[start, end)`` of every record with ``tag`` (for copies on rescale)."""
-    return SYSTEM_KEY_PREFIX + tag, SYSTEM_KEY_PREFIX + bytes((tag[0] + 1,))
-
-
-def name_of_record_key(key: bytes) -> bytes:
-    """The state name (UTF-8 bytes) of a record key."""
-    return key[3:3 + key[2]]
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,8 @@ group of their key, under a reserved state name, so that:
 * registering, deleting and the existence check are single-key operations (the entry *is*
   the timer), so no reverse index is needed.
 
-Byte layout (key; the value is empty)::
-
-    [key group u16 BE][0x02][0xFF 0x54][domain u8][timestamp: (ts + 2^63) u64 BE][key bytes]
-
-* ``[0x02][0xFF 0x54]`` is the keyed-state name part (:mod:`.keys`) of the two-byte name
-  ``b"\\xffT"``. A state name is a ``str`` and its UTF-8 bytes never contain 0xFF, so no user
-  state can have this name; it also never has a schema record or a TTL marker.
-* domain: 0 = event time, 1 = processing time (:data:`EVENT_TIME`, :data:`PROCESSING_TIME`).
-* the timestamp is epoch milliseconds, offset by 2^63 so that negative times sort before
-  positive ones in the bytes' order.
-* the key bytes are the key encoding of :mod:`spark_state.process.keycodec` (they run to the
-  end of the entry).
+Byte layout: :mod:`spark_state.keys.timers` (``[key group][reserved name part][domain]
+[timestamp + 2^63][key bytes]``, value empty).
 
 Invariant: every entry lies inside its key group's range ``[kg u16]...``, and the key group
 is the one of its key (the runtime registers timers for the current key only).
@@ -29,50 +19,25 @@ is the one of its key (the runtime registers timers for the current key only).
 
 from __future__ import annotations
 
-import struct
 from typing import Iterator, Optional
 
-from ..constants import TIMER_DOMAIN_EVENT_TIME, TIMER_DOMAIN_PROCESSING_TIME, TIMER_STATE_NAME
-from ..store import VersionedStore, prefix_upper_bound
-from . import keys as K
+from ..keys.timers import (
+    EVENT_TIME,
+    MAX_TIMESTAMP,
+    MIN_TIMESTAMP,
+    PROCESSING_TIME,
+    domain_end,
+    domain_prefix,
+    timer_key,
+    timestamp_and_key,
+)
+from ..store import VersionedStore
 
-EVENT_TIME = TIMER_DOMAIN_EVENT_TIME
-PROCESSING_TIME = TIMER_DOMAIN_PROCESSING_TIME
+__all__ = ["EVENT_TIME", "PROCESSING_TIME", "DOMAINS", "DOMAIN_NAMES", "MIN_TIMESTAMP", "MAX_TIMESTAMP",
+           "TimerQueue", "check_timestamp"]
+
 DOMAINS = (EVENT_TIME, PROCESSING_TIME)
 DOMAIN_NAMES = {EVENT_TIME: "event time", PROCESSING_TIME: "processing time"}
-
-_NAME_PART = K.name_part(TIMER_STATE_NAME)
-_TS = struct.Struct(">Q")
-_OFFSET = 1 << 63
-MIN_TIMESTAMP = -(1 << 63)
-MAX_TIMESTAMP = (1 << 63) - 1
-
-
-def encode_timestamp(ts: int) -> bytes:
-    """8 bytes whose order is the order of ``ts`` (signed epoch milliseconds)."""
-    return _TS.pack(ts + _OFFSET)
-
-
-def decode_timestamp(data: bytes, offset: int = 0) -> int:
-    return _TS.unpack_from(data, offset)[0] - _OFFSET
-
-
-def domain_prefix(key_group: int, domain: int) -> bytes:
-    """The prefix of every timer of ``domain`` in ``key_group``."""
-    return K.key_group_bytes(key_group) + _NAME_PART + bytes((domain,))
-
-
-def timer_key(key_group: int, domain: int, ts: int, key: bytes) -> bytes:
-    """The entry of one timer (see the module docstring)."""
-    return domain_prefix(key_group, domain) + encode_timestamp(ts) + key
-
-
-_HEADER = 2 + len(_NAME_PART) + 1  # key group, name part, domain
-
-
-def split_timer_key(entry: bytes) -> tuple[int, int, int, bytes]:
-    """``(key group, domain, timestamp, key bytes)`` of a timer entry."""
-    return (K.key_group_of(entry), entry[_HEADER - 1], decode_timestamp(entry, _HEADER), entry[_HEADER + 8:])
 
 
 def check_timestamp(ts: object) -> int:
@@ -106,10 +71,9 @@ class TimerQueue:
         """``(timestamp, key bytes)`` of every timer of ``domain`` in ``key_group`` with
         ``timestamp <= bound``, in time order (then key order)."""
         prefix = domain_prefix(key_group, domain)
-        end = prefix + encode_timestamp(bound + 1) if bound < MAX_TIMESTAMP else prefix_upper_bound(prefix)
         n = len(prefix)
-        for entry, _ in self._store.iterate(prefix, end):
-            yield decode_timestamp(entry, n), entry[n + 8:]
+        for entry, _ in self._store.iterate(prefix, domain_end(key_group, domain, bound)):
+            yield timestamp_and_key(entry, n)
 
     def timers_of(self, key_group: int, key: bytes, domain: Optional[int] = None) -> list[tuple[int, int]]:
         """``(domain, timestamp)`` of every timer of one key (a scan of its key group's

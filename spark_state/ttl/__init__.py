@@ -2,7 +2,8 @@
 
 * :mod:`.config` -- :class:`TtlConfig` and its builder, ``UpdateType``, ``StateVisibility``.
 * :mod:`.clock` -- processing-time sources; :class:`ManualClock` for tests.
-* :mod:`.codec` -- pure byte layouts: stamped values, expiry index, format markers.
+* :mod:`.codec` -- the stamped value layout and expiry time rules (index and marker *keys*:
+  :mod:`spark_state.keys.system`).
 * :mod:`.kv` -- :class:`TtlKeyValue`, the decorator over a store that enforces all of it.
 """
 

@@ -1,4 +1,4 @@
-"""Byte layouts of TTL state: pure functions, no I/O.
+"""TTL state: the stamped value layout and the time rules of expiry. Pure functions, no I/O.
 
 **Stamped value** (what the store holds for a value, list element or map entry with TTL)::
 
@@ -9,7 +9,9 @@ expiry time: expiry is ``last_access + ttl <= now`` evaluated with the TTL confi
 *now*, so a query restarted with a different TTL applies the new one to old state, and
 TTL is not part of the checkpoint.
 
-**Expiry index entry** (empty value), in the system keyspace::
+**Expiry index.** Every stamped entry has an index entry, an empty value under a system
+key that names the namespace, a time bucket and the data key (key layouts:
+:mod:`spark_state.keys.system`)::
 
     [0xFF][0x01][len(namespace) : uint8][namespace][bucket_start_ms : uint64 BE][data key]
 
@@ -27,16 +29,9 @@ A rewrite into a new bucket moves the entry when the old stamp is known; an inde
 left behind (old stamp unknown, or the TTL -- hence the granularity -- changed on restart)
 is *stale* and harmless: the sweep checks each candidate's stamp and drops stale entries.
 
-**System keyspace.** Keys starting with ``0xFF`` belong to the engine, never to user data:
-key-group-prefixed data keys start with a big-endian uint16 key group below 32768, so
-their first byte is at most ``0x7F``. Key counts reported to users exclude the system keyspace.
-
-**Format marker** (per namespace, in the system keyspace)::
-
-    [0xFF][0x02][len(namespace) : uint8][namespace]  ->  b"ttl:1"
-
-Present iff the namespace's values are stamped. It lets a restart that turns TTL on or
-off notice that the stored layout differs, and migrate.
+**Format marker** (per namespace, a system key, :func:`spark_state.keys.system.marker_key`)
+with the value :data:`STAMPED_MARKER`: present iff the namespace's values are stamped. It
+lets a restart that turns TTL on or off notice that the stored layout differs, and migrate.
 """
 
 from __future__ import annotations
@@ -44,30 +39,14 @@ from __future__ import annotations
 import struct
 from typing import Optional
 
-from ..constants import SYSTEM_KEY_PREFIX, TTL_INDEX_TAG, TTL_MARKER_TAG
+from ..keys.system import index_range
 
-#: First byte of every engine-owned key.
-SYSTEM_PREFIX = SYSTEM_KEY_PREFIX
-#: Expiry index entries: ``SYSTEM_PREFIX + INDEX_TAG + ...``.
-INDEX_TAG = TTL_INDEX_TAG
-#: Per-namespace format markers.
-MARKER_TAG = TTL_MARKER_TAG
 #: Value of a format marker: stamped layout, version 1.
 STAMPED_MARKER = b"ttl:1"
 
 STAMP_BYTES = 8
 MAX_TIMESTAMP = (1 << 63) - 1
 _STAMP = struct.Struct(">q")
-_UINT64 = struct.Struct(">Q")
-
-
-def pack_uint64(value: int) -> bytes:
-    return _UINT64.pack(value)
-
-
-def is_system_key(key: bytes) -> bool:
-    """Whether ``key`` belongs to the engine's system keyspace."""
-    return key[:1] == SYSTEM_PREFIX
 
 
 # ------------------------------------------------------------------------------- stamps
@@ -123,29 +102,7 @@ def bucket_start(access_ms: int, granularity_ms: int) -> int:
     return access_ms - access_ms % granularity_ms
 
 
-# --------------------------------------------------------------------------- index keys
-def namespace_prefix(tag: bytes, namespace: bytes) -> bytes:
-    if len(namespace) > 255:
-        raise ValueError(f"a TTL namespace has at most 255 bytes, got {len(namespace)}")
-    return SYSTEM_PREFIX + tag + bytes((len(namespace),)) + namespace
-
-
-def index_prefix(namespace: bytes) -> bytes:
-    """Common prefix of every index entry of ``namespace``."""
-    return namespace_prefix(INDEX_TAG, namespace)
-
-
-def index_key(namespace: bytes, bucket_ms: int, data_key: bytes) -> bytes:
-    """The index entry of ``data_key`` in the bucket starting at ``bucket_ms``."""
-    return index_prefix(namespace) + _UINT64.pack(bucket_ms) + data_key
-
-
-def decode_index_key(namespace: bytes, key: bytes) -> tuple[int, bytes]:
-    """``(bucket start ms, data key)`` of an index entry of ``namespace``."""
-    start = len(index_prefix(namespace))
-    return _UINT64.unpack_from(key, start)[0], key[start + 8:]
-
-
+# --------------------------------------------------------------------------- sweeps
 def expired_index_range(namespace: bytes, ttl_ms: int, granularity_ms: int, now_ms: int,
                         whole_buckets: bool = True) -> Optional[tuple[bytes, bytes]]:
     """``[start, end)`` of the index entries to sweep at ``now_ms``, or None if there are none.
@@ -157,10 +114,4 @@ def expired_index_range(namespace: bytes, ttl_ms: int, granularity_ms: int, now_
     last_start = cutoff - granularity_ms + 1 if whole_buckets else cutoff
     if last_start < 0:
         return None
-    prefix = index_prefix(namespace)
-    return prefix, prefix + _UINT64.pack(min(last_start + 1, (1 << 64) - 1))
-
-
-def marker_key(namespace: bytes) -> bytes:
-    """The key of ``namespace``'s format marker."""
-    return namespace_prefix(MARKER_TAG, namespace)
+    return index_range(namespace, last_start + 1)

@@ -2,7 +2,8 @@
 ``AbstractTtlDecorator``): stamped values, the expiry index, cleanup on read and sweeps.
 
 A :class:`TtlKeyValue` owns one *namespace*: a set of data keys whose values are stamped
-(layouts in :mod:`spark_state.ttl.codec`). It never touches keys outside its namespace,
+(value layout in :mod:`spark_state.ttl.codec`, index and marker keys in
+:mod:`spark_state.keys.system`). It never touches keys outside its namespace,
 so several namespaces with different TTLs share one store. Every method stages writes in
 the store's pending epoch; nothing is durable before the store commits, so TTL cleanup is
 versioned and exactly-once like any other write.
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from ..store import VersionedStore, prefix_upper_bound
+from ..keys import system as syskeys
 from . import codec
 from .config import TtlConfig
 
@@ -67,7 +69,7 @@ class TtlKeyValue:
         self._config = config
         self._ttl = config.ttl_ms
         self._granularity = codec.index_granularity(config.ttl_ms)
-        self._index_prefix = codec.index_prefix(namespace)
+        self._index_prefix = syskeys.index_prefix(namespace)
         self.stats = stats if stats is not None else TtlStats()
 
     @property
@@ -142,12 +144,12 @@ class TtlKeyValue:
         old_bucket = None if old_stamp is None else self._bucket(old_stamp)
         if old_bucket != bucket:
             if old_bucket is not None:
-                store.delete(codec.index_key(self._ns, old_bucket, key))
-            store.put(codec.index_key(self._ns, bucket, key), b"")
+                store.delete(syskeys.index_key(self._ns, old_bucket, key))
+            store.put(syskeys.index_key(self._ns, bucket, key), b"")
         store.put(key, codec.stamp(value, now))
 
     def _remove(self, key: bytes, stamp: int) -> None:
-        self._store.delete(codec.index_key(self._ns, self._bucket(stamp), key))
+        self._store.delete(syskeys.index_key(self._ns, self._bucket(stamp), key))
         self._store.delete(key)
 
     def stage_raw_changes(self, keys: Sequence[bytes], values: Sequence[Optional[bytes]],
@@ -167,9 +169,9 @@ class TtlKeyValue:
         ns = self._ns
         granularity = self._granularity
         index_prefix = self._index_prefix
-        pack = codec.pack_uint64
+        pack = syskeys.pack_bucket  # index_prefix + pack(bucket) + key is syskeys.index_key, inlined per row
         bucket = self._bucket(now)
-        new_index_prefix = codec.index_key(ns, bucket, b"")
+        new_index_prefix = syskeys.index_key(ns, bucket, b"")
         stamp_bytes = codec.stamp(b"", now)
         # The common case -- a rewrite within the current bucket -- is a single stamped put.
         # Every prior is known by now, so the store's exact key count needs no lookups.
@@ -225,7 +227,7 @@ class TtlKeyValue:
         if bounds is None or limit <= 0:
             return []
         found: list[tuple[bytes, int]] = []
-        decode = codec.decode_index_key
+        decode = syskeys.decode_index_key
         for index_key, _ in self._store.iterate(*bounds):
             bucket, data_key = decode(self._ns, index_key)
             found.append((data_key, bucket))
@@ -247,12 +249,12 @@ class TtlKeyValue:
         gone: set[bytes] = set()  # a key may appear twice (a stale entry in an older bucket)
         for (key, bucket), raw in zip(candidates, current):
             if key in gone:
-                store.delete(codec.index_key(self._ns, bucket, key))
+                store.delete(syskeys.index_key(self._ns, bucket, key))
                 continue
             stamp = None if raw is None else codec.stamp_of(raw)
             expired = stamp is not None and codec.is_expired(stamp, self._ttl, now)
             if raw is None or expired or self._bucket(stamp) != bucket:  # type: ignore[arg-type]
-                store.delete(codec.index_key(self._ns, bucket, key))
+                store.delete(syskeys.index_key(self._ns, bucket, key))
             if expired:
                 self._remove(key, stamp)  # type: ignore[arg-type]
                 gone.add(key)
@@ -279,7 +281,7 @@ class TtlKeyValue:
 # ---------------------------------------------------------------------------- layout migration
 def is_stamped(store: VersionedStore, namespace: bytes) -> bool:
     """Whether ``namespace``'s values are stored stamped (its format marker is present)."""
-    return store.get(codec.marker_key(namespace)) is not None
+    return store.get(syskeys.marker_key(namespace)) is not None
 
 
 def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
@@ -293,7 +295,7 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
     ``entries`` yields the namespace's committed ``(key, raw value)`` pairs. The rewrite is
     staged like any write and becomes durable with the next commit (one large changelog).
     """
-    marker = codec.marker_key(namespace)
+    marker = syskeys.marker_key(namespace)
     if (store.get(marker) is not None) == stamped:
         return 0
     rows = list(entries())
@@ -302,7 +304,7 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
     if stamped:
         # Without the TTL, a 1 ms bucket: still at or before the stamp, so still correct.
         granularity_ms = codec.index_granularity(ttl_ms) if ttl_ms else 1
-        prefix = codec.index_key(namespace, codec.bucket_start(now, granularity_ms), b"")
+        prefix = syskeys.index_key(namespace, codec.bucket_start(now, granularity_ms), b"")
         head = codec.stamp(b"", now)
         for key, raw in rows:
             keys += [prefix + key, key]
@@ -314,7 +316,7 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
             keys.append(key)
             values.append(codec.unstamp(raw)[1])
         # Every index entry of the namespace goes, whatever bucket width wrote it.
-        for key, _ in store.prefix_scan(codec.index_prefix(namespace)):
+        for key, _ in store.prefix_scan(syskeys.index_prefix(namespace)):
             keys.append(key)
             values.append(None)
         keys.append(marker)

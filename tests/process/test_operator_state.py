@@ -13,7 +13,8 @@ from process_fns import INPUT_SCHEMA, OPERATOR_OUTPUT, OperatorStates
 from spark_state import EngineConfig, VersionedStore
 from spark_state.process import checkpointed_process
 from spark_state.state import ListStateDescriptor, MapStateDescriptor
-from spark_state.process.operator_state import SPLIT, UNION, redistribute, split_ranges, state_prefix
+from spark_state.keys.operator import state_prefix
+from spark_state.process.operator_state import SPLIT, UNION, redistribute, split_ranges
 from streaming_harness import HDFS_PROVIDER, merge_runs, run_query, ship_module_by_value, write_batches
 
 

@@ -15,8 +15,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
 
-from spark_state import keygroups, ops
+from spark_state import ops
 from spark_state.checkpoint.metadata import Manifest
+from spark_state.partitioning.spark_hash import spark_hash, spark_key_group, spark_partition_id
 from spark_state.spark.lines import running_line
 from streaming_harness import (HDFS_PROVIDER, SPARKSTATE_BACKENDS, SPARKSTATE_HASHMAP, SPARKSTATE_PROVIDER,
                                run_query, split_provider, write_batches)
@@ -142,9 +143,9 @@ def test_stored_keys_carry_sparks_partitioning_hash(spark, agg_input, tmp_path):
             kg = int.from_bytes(stored[:2], "big")
             hash32 = int.from_bytes(stored[2:6], "big", signed=True)
             k = int.from_bytes(stored[14:22], "little", signed=True)  # UnsafeRow: 8-byte null bitset, then k
-            assert hash32 == keygroups.spark_hash([k], ["long"])
-            assert keygroups.spark_partition_id(hash32, PARTITIONS) == partition
-            assert kg == keygroups.spark_key_group(hash32, 32768)
+            assert hash32 == spark_hash([k], ["long"])
+            assert spark_partition_id(hash32, PARTITIONS) == partition
+            assert kg == spark_key_group(hash32, 32768)
             seen += 1
     assert seen >= 40
 
@@ -164,7 +165,7 @@ def test_stored_hash_is_sparks_for_int_string_and_other_key_columns(spark, tmp_p
     expected = {}
     for r in rows:
         values = [r["i"], r["s"], r["d"]]
-        expected[tuple(values)] = keygroups.spark_hash(values, ["int", "string", "double"])
+        expected[tuple(values)] = spark_hash(values, ["int", "string", "double"])
     seen = set()
     for changelog in glob.glob(str(tmp_path / "ours" / "state" / "0" / "*" / "changelogs" / "*.arrow")):
         with pa.memory_map(changelog) as source:

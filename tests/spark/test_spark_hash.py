@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from spark_state.keygroups import spark_hash, spark_partition_id
+from spark_state.partitioning.spark_hash import spark_hash, spark_partition_id
 
 pytestmark = pytest.mark.spark
 

@@ -8,6 +8,7 @@ from support import Mean
 
 from spark_state import EngineConfig, VersionedStore
 from spark_state.constants import SYSTEM_KEY_PREFIX
+from spark_state.keys import keyed as K
 from spark_state.state import (
     AggregatingStateDescriptor,
     KeyedStateBackend,
@@ -17,7 +18,6 @@ from spark_state.state import (
     ValueStateDescriptor,
     copy_key_groups,
 )
-from spark_state.state import keys as K
 
 
 ACC = T.StructType([T.StructField("sum", T.LongType()), T.StructField("n", T.LongType())])

@@ -13,13 +13,13 @@ import pytest
 
 from spark_state import EngineConfig, VersionedStore
 from spark_state.checkpoint.runs import RunContext, RunRegistry
-from spark_state.keygroups import spark_key_group, spark_partition_id
+from spark_state.keys import system as syskeys
 from spark_state.ops import savepoint_format as F
 from spark_state.ops.checkpoint_reader import OffsetEntry, parse_schema_file
 from spark_state.ops.errors import SavepointError
 from spark_state.ops.rescale import Split, partition_of_rows
+from spark_state.partitioning.spark_hash import spark_key_group, spark_partition_id
 from spark_state.storage import open_storage
-from spark_state.ttl import codec as ttl_codec
 
 
 def _provider_key(h: int, row: bytes) -> bytes:
@@ -35,7 +35,7 @@ def test_import_version_creates_a_store_at_a_version_as_a_tool_run(tmp_path):
         for i in range(3):
             s.put(b"k%d" % i, b"old")
             s.commit()
-    entries = [(b"k%d" % i, b"new%d" % i) for i in range(5)] + [(ttl_codec.marker_key(b""), b"ttl:1")]
+    entries = [(b"k%d" % i, b"new%d" % i) for i in range(5)] + [(syskeys.marker_key(b""), b"ttl:1")]
     with VersionedStore(storage, config, runs=RunContext(RunRegistry(storage), "tool")) as tool:
         manifest = tool.import_version(3, iter(entries), batch_rows=2)
         assert manifest.version == 3 and manifest.num_keys == 5 and manifest.replay == ()
@@ -87,8 +87,8 @@ def test_resplit_follows_sparks_partitioning_and_carries_system_keys():
     rng = random.Random(1)
     hashes = [rng.randrange(-2 ** 31, 2 ** 31) for _ in range(2000)]
     keys = [_provider_key(h, b"row%d" % i) for i, h in enumerate(hashes)]
-    index = [ttl_codec.index_key(b"", 60_000, k) for k in keys[:50]]
-    marker = ttl_codec.marker_key(b"")
+    index = [syskeys.index_key(b"", 60_000, k) for k in keys[:50]]
+    marker = syskeys.marker_key(b"")
     for n in (1, 2, 3, 5, 7, 128):
         parts = partition_of_rows(pa.array(keys + index + [marker], pa.binary()), n)
         assert list(parts[:2000]) == [spark_partition_id(h, n) for h in hashes]

@@ -10,6 +10,7 @@ import uuid
 import pyarrow as pa
 import pytest
 
+from spark_state.keys import system as syskeys
 from spark_state.provider.service import StoreService
 from spark_state.provider.ttl_commit import OP_TOUCH
 from spark_state.ttl import codec
@@ -76,7 +77,7 @@ class Shim:
         return self.store.get(k)
 
     def system_keys(self) -> list[bytes]:
-        return [k for k, _ in self.store.iterate(codec.SYSTEM_PREFIX, None)]
+        return [k for k, _ in self.store.iterate(syskeys.SYSTEM_PREFIX, None)]
 
 
 def test_commit_stamps_values_with_the_batch_time_and_indexes_them(tmp_path):
@@ -92,7 +93,8 @@ def test_commit_stamps_values_with_the_batch_time_and_indexes_them(tmp_path):
     # format marker.
     bucket = lambda stamp: codec.bucket_start(stamp, codec.index_granularity(5000))  # noqa: E731
     assert sorted(shim.system_keys()) == sorted([
-        codec.index_key(b"", bucket(0), key(2)), codec.index_key(b"", bucket(1000), key(1)), codec.marker_key(b"")])
+        syskeys.index_key(b"", bucket(0), key(2)), syskeys.index_key(b"", bucket(1000), key(1)),
+        syskeys.marker_key(b"")])
 
 
 def test_expired_rows_are_removed_at_commit_and_counted(tmp_path):
@@ -104,7 +106,7 @@ def test_expired_rows_are_removed_at_commit_and_counted(tmp_path):
     assert [shim.batch(v)["ttl"]["expired"] for v in (3, 4, 5)] == [1, 1, 1]
     reply = shim.batch(6)
     assert reply["ttl"]["expired"] == 0 and reply["numKeys"] == 0
-    assert shim.system_keys() == [codec.marker_key(b"")]
+    assert shim.system_keys() == [syskeys.marker_key(b"")]
 
 
 def test_a_touch_refreshes_the_stamp(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql import Row
 from pyspark.sql import types as T
 
+from spark_state.keys.system import keyed_record_key, operator_record_key
 from spark_state.state import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -23,7 +24,7 @@ from spark_state.state import (
 )
 from spark_state.state.compatibility import AS_IS, INCOMPATIBLE, MIGRATE, equivalent, judge
 from spark_state.state.errors import StateSchemaRecordError
-from spark_state.state.schema import StateSchema, keyed_record_key, operator_record_key, schema_of
+from spark_state.state.schema import StateSchema, schema_of
 from spark_state.ttl import TtlConfig
 
 

@@ -14,6 +14,8 @@ from pyspark.sql import types as T
 
 from spark_state import EngineConfig, VersionedStore
 from spark_state.constants import SYSTEM_KEY_PREFIX
+from spark_state.keys import keyed as K
+from spark_state.keys.system import keyed_record_key, operator_record_key
 from spark_state.process.operator_state import OperatorStateStore, redistribute
 from spark_state.state import (
     AggregateFunction,
@@ -26,9 +28,8 @@ from spark_state.state import (
     ValueStateDescriptor,
     copy_key_groups,
 )
-from spark_state.state import keys as K
 from spark_state.state.errors import StateDecodeError, StateSchemaConflictError, StateSchemaIncompatibleError
-from spark_state.state.schema import StateSchema, keyed_record_key, operator_record_key, schema_of
+from spark_state.state.schema import StateSchema, schema_of
 from spark_state.ttl import ManualClock, TtlConfig, codec
 
 with warnings.catch_warnings():

@@ -6,19 +6,11 @@ from __future__ import annotations
 import pytest
 
 from spark_state import EngineConfig, VersionedStore
+from spark_state.keys import keyed as K
 from spark_state.process import clock as C
 from spark_state.state import copy_key_groups
-from spark_state.state import keys as K
-from spark_state.state.timers import (
-    EVENT_TIME,
-    PROCESSING_TIME,
-    TimerQueue,
-    check_timestamp,
-    decode_timestamp,
-    encode_timestamp,
-    split_timer_key,
-    timer_key,
-)
+from spark_state.keys.timers import decode_timestamp, encode_timestamp, split_timer_key, timer_key
+from spark_state.state.timers import EVENT_TIME, PROCESSING_TIME, TimerQueue, check_timestamp
 from spark_state.storage import open_storage
 
 

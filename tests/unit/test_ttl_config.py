@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from spark_state.errors import ConfigError
+from spark_state.keys import system as syskeys
 from spark_state.ttl import (
     ManualClock,
     StateVisibility,
@@ -107,15 +108,15 @@ def test_index_is_bucketed_and_the_sweep_range_covers_whole_expired_buckets() ->
     assert codec.index_granularity(16_000) == 1000
     assert codec.index_granularity(10) == 1 and codec.index_granularity(1 << 40) == codec.MAX_GRANULARITY_MS
     assert codec.bucket_start(12_345, 1000) == 12_000
-    keys = sorted(codec.index_key(b"ns", codec.bucket_start(t, 10), b"k%d" % t) for t in (5, 100, 20, 7, 29))
-    assert [codec.decode_index_key(b"ns", k) for k in keys] == [
+    keys = sorted(syskeys.index_key(b"ns", codec.bucket_start(t, 10), b"k%d" % t) for t in (5, 100, 20, 7, 29))
+    assert [syskeys.decode_index_key(b"ns", k) for k in keys] == [
         (0, b"k5"), (0, b"k7"), (20, b"k20"), (20, b"k29"), (100, b"k100")]
     # now 40, ttl 10: accesses <= 30 expired; bucket [20, 30) is wholly expired, [30, 40) is not.
     start, end = codec.expired_index_range(b"ns", 10, 10, 40)
-    assert [codec.decode_index_key(b"ns", k)[1] for k in keys if start <= k < end] == [b"k5", b"k7", b"k20", b"k29"]
+    assert [syskeys.decode_index_key(b"ns", k)[1] for k in keys if start <= k < end] == [b"k5", b"k7", b"k20", b"k29"]
     start, end = codec.expired_index_range(b"ns", 10, 10, 38)   # bucket [20, 30) not wholly expired yet
-    assert [codec.decode_index_key(b"ns", k)[1] for k in keys if start <= k < end] == [b"k5", b"k7"]
+    assert [syskeys.decode_index_key(b"ns", k)[1] for k in keys if start <= k < end] == [b"k5", b"k7"]
     start, end = codec.expired_index_range(b"ns", 10, 10, 38, whole_buckets=False)
-    assert [codec.decode_index_key(b"ns", k)[1] for k in keys if start <= k < end] == [b"k5", b"k7", b"k20", b"k29"]
+    assert [syskeys.decode_index_key(b"ns", k)[1] for k in keys if start <= k < end] == [b"k5", b"k7", b"k20", b"k29"]
     assert codec.expired_index_range(b"ns", 100, 10, 30) is None
-    assert codec.is_system_key(keys[0]) and not codec.is_system_key(b"\x7f\xff")
+    assert syskeys.is_system_key(keys[0]) and not syskeys.is_system_key(b"\x7f\xff")

@@ -4,6 +4,7 @@ known or unknown prior stamps, touches, stale index entries after a TTL change."
 from __future__ import annotations
 
 from spark_state import VersionedStore
+from spark_state.keys import system as syskeys
 from spark_state.ttl import PRIOR_ABSENT, PRIOR_UNKNOWN, ManualClock, TtlConfig, TtlKeyValue, codec, migrate_layout
 
 TTL = 16_000          # index buckets of 1 s
@@ -11,11 +12,11 @@ BUCKET = codec.index_granularity(TTL)
 
 
 def index(store: VersionedStore, ns: bytes = b"") -> list[tuple[int, bytes]]:
-    return [codec.decode_index_key(ns, k) for k, _ in store.prefix_scan(codec.index_prefix(ns))]
+    return [syskeys.decode_index_key(ns, k) for k, _ in store.prefix_scan(syskeys.index_prefix(ns))]
 
 
 def data(store: VersionedStore) -> dict[bytes, tuple[int, bytes]]:
-    return {k: codec.unstamp(v) for k, v in store.iterate(None, codec.SYSTEM_PREFIX)}
+    return {k: codec.unstamp(v) for k, v in store.iterate(None, syskeys.SYSTEM_PREFIX)}
 
 
 def test_stage_raw_changes_stamps_and_indexes(tmp_path) -> None:
@@ -77,7 +78,7 @@ def test_migration_on_and_off_keeps_values(tmp_path) -> None:
     store = VersionedStore(str(tmp_path)).load(0)
     store.put_many([b"a", b"b"], [b"1", b"2"])
     store.commit()
-    entries = lambda: iter(list(store.iterate(None, codec.SYSTEM_PREFIX)))  # noqa: E731
+    entries = lambda: iter(list(store.iterate(None, syskeys.SYSTEM_PREFIX)))  # noqa: E731
     assert migrate_layout(store, b"", True, entries, now=7_777, ttl_ms=TTL) == 2
     store.commit()
     assert data(store) == {b"a": (7_777, b"1"), b"b": (7_777, b"2")} and len(index(store)) == 2
@@ -93,7 +94,7 @@ def test_a_key_listed_twice_by_stale_index_entries_expires_once(tmp_path) -> Non
     kv.stage_raw_changes([b"a"], [b"1"], [PRIOR_ABSENT], now=1_200)
     store.commit()
     kv.stage_raw_changes([b"a"], [b"2"], [PRIOR_UNKNOWN], now=2_100)   # moves a to bucket 2 s
-    store.put(codec.index_key(b"", 1_000, b"a"), b"")                  # a stale entry left behind
+    store.put(syskeys.index_key(b"", 1_000, b"a"), b"")                  # a stale entry left behind
     store.commit()
     assert index(store) == [(1_000, b"a"), (2_000, b"a")]
     assert kv.sweep(now=2_100 + TTL + BUCKET) == 1

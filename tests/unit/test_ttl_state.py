@@ -13,7 +13,9 @@ from spark_state.state import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from spark_state.state.schema import keyed_record_key, schema_of
+from spark_state.keys import system as syskeys
+from spark_state.keys.system import keyed_record_key
+from spark_state.state.schema import schema_of
 from spark_state.ttl import ManualClock, TtlConfig, UpdateType, codec
 
 TTL_MS = 10_000
@@ -44,7 +46,7 @@ def ttl(clock: ManualClock, **options) -> TtlConfig:
 
 
 def index_entries(store: VersionedStore) -> list[bytes]:
-    return [k for k, _ in store.iterate(codec.SYSTEM_PREFIX + codec.INDEX_TAG, codec.SYSTEM_PREFIX + codec.MARKER_TAG)]
+    return [k for k, _ in store.iterate(*syskeys.tag_range(syskeys.TTL_INDEX_TAG))]
 
 
 def test_on_create_and_write_reads_do_not_extend_life(tmp_path, clock, backend_name) -> None:
@@ -226,7 +228,7 @@ def test_full_snapshot_cleanup_removes_everything_expired_before_a_snapshot(tmp_
     restored = VersionedStore(str(tmp_path / "ckpt"), EngineConfig(local_dir=str(tmp_path / "other")))
     restored.load(2)
     # the snapshot holds no expired entry: only the TTL marker and the schema record remain
-    assert list(restored) == [(codec.marker_key(b"v"), codec.STAMPED_MARKER),
+    assert list(restored) == [(syskeys.marker_key(b"v"), codec.STAMPED_MARKER),
                               (keyed_record_key(b"v"), schema_of(desc).encode())]
     restored.close()
 

@@ -1,21 +1,15 @@
-"""Unit tests for spark_state.keygroups (pure Python, no Spark)."""
+"""Unit tests for spark_state.partitioning: Flink's key-group math and Spark's hash (pure Python, no Spark)."""
 
 from __future__ import annotations
 
-import bisect
-import copy
-import pickle
-import random
 import struct
 
 import pytest
 
+from hash_samples import INT_MAX, INT_MIN, random_hashes
 from spark_state.errors import ConfigError
-from spark_state.keygroups import (
+from spark_state.partitioning.keygroups import (
     DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
-    KEY_GROUP_PREFIX_BYTES,
-    KEY_SPACE_END,
-    SPARK_KEY_PREFIX_BYTES,
     UPPER_BOUND_MAX_PARALLELISM,
     KeyGroupRange,
     assign_to_key_group,
@@ -24,31 +18,17 @@ from spark_state.keygroups import (
     compute_default_max_parallelism,
     compute_key_group_range_for_operator_index,
     compute_operator_index_for_key_group,
-    encode_key_group,
     flink_murmur_hash,
     java_string_hash_code,
-    key_group_bounds,
-    key_group_of,
-    prefix_key,
-    prefix_spark_key,
+)
+from spark_state.partitioning.spark_hash import (
     spark_hash,
     spark_key_group,
     spark_murmur3_bytes,
     spark_murmur3_int,
     spark_murmur3_long,
     spark_partition_id,
-    split_spark_key,
-    strip_key_group,
 )
-
-INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-
-
-def _random_hashes(n: int = 3000, seed: int = 7) -> list[int]:
-    rng = random.Random(seed)
-    extremes = [INT_MIN, INT_MIN + 1, -129, -128, -1, 0, 1, 127, 128, INT_MAX - 1, INT_MAX]
-    return extremes + [rng.randint(INT_MIN, INT_MAX) for _ in range(n)]
-
 
 # ---------------------------------------------------------------------------------------
 # Flink test vectors (reference doc section 1.1)
@@ -94,7 +74,7 @@ def test_java_string_hash_code_known_values() -> None:
 
 
 def test_flink_murmur_hash_is_non_negative_and_checks_range() -> None:
-    for h in _random_hashes(2000):
+    for h in random_hashes(2000):
         assert 0 <= flink_murmur_hash(h) <= INT_MAX
     assert flink_murmur_hash(java_string_hash_code("polygenelubricants")) >= 0
     for bad in (INT_MAX + 1, INT_MIN - 1):
@@ -394,7 +374,7 @@ def test_spark_key_group_is_pmod_of_the_hash() -> None:
 @pytest.mark.parametrize("max_p", [1, 12, 120, 128, 1000, 32768])
 def test_key_groups_never_straddle_partitions_when_n_divides_max_parallelism(max_p: int) -> None:
     divisors = [n for n in range(1, max_p + 1) if max_p % n == 0]
-    for h in _random_hashes(1500, seed=max_p):
+    for h in random_hashes(1500, seed=max_p):
         kg = spark_key_group(h, max_p)
         for n in divisors:
             assert spark_partition_id(h, n) == kg % n
@@ -403,128 +383,6 @@ def test_key_groups_never_straddle_partitions_when_n_divides_max_parallelism(max
 def test_key_groups_do_straddle_partitions_when_n_does_not_divide_max_parallelism() -> None:
     """Why the Spark layout keeps the full hash: with maxP=128, n=3 the key group is not enough."""
     partitions_per_kg: dict[int, set[int]] = {}
-    for h in _random_hashes(3000):
+    for h in random_hashes(3000):
         partitions_per_kg.setdefault(spark_key_group(h, 128), set()).add(spark_partition_id(h, 3))
     assert any(len(parts) > 1 for parts in partitions_per_kg.values())
-
-
-# ---------------------------------------------------------------------------------------
-# Stored-key codec
-# ---------------------------------------------------------------------------------------
-
-
-def test_encode_key_group_is_two_byte_big_endian() -> None:
-    assert KEY_GROUP_PREFIX_BYTES == 2
-    assert encode_key_group(0) == b"\x00\x00"
-    assert encode_key_group(258) == b"\x01\x02"
-    assert encode_key_group(32767) == b"\x7f\xff"
-    assert encode_key_group(65535) == b"\xff\xff"
-    for bad in (-1, 65536):
-        with pytest.raises(ValueError, match=f"key group {bad} cannot be encoded"):
-            encode_key_group(bad)
-
-
-def test_prefix_key_round_trip() -> None:
-    rng = random.Random(3)
-    for kg in (0, 1, 255, 256, 32767, 65535):
-        for key in (b"", b"\x00", b"\xff" * 9, bytes(rng.randrange(256) for _ in range(17))):
-            stored = prefix_key(kg, key)
-            assert stored == struct.pack(">H", kg) + key
-            assert key_group_of(stored) == kg
-            assert strip_key_group(stored) == key
-
-
-def test_short_stored_keys_are_rejected() -> None:
-    with pytest.raises(ValueError, match="1 bytes, shorter than the 2-byte"):
-        key_group_of(b"\x01")
-    with pytest.raises(ValueError, match="shorter than the 2-byte"):
-        strip_key_group(b"")
-    with pytest.raises(ValueError, match="5 bytes, shorter than the 6-byte"):
-        split_spark_key(b"\x00" * 5)
-
-
-def _sample_stored_keys() -> list[bytes]:
-    rng = random.Random(11)
-    user_keys = [b"", b"\x00", b"\xff", b"\xff" * 40, b"abc"] + [
-        bytes(rng.randrange(256) for _ in range(rng.randrange(12))) for _ in range(5)
-    ]
-    kgs = sorted({0, 1, 2, 41, 42, 43, 85, 86, 127, 128, 255, 256, 32767, 32768, 65534, 65535})
-    return [prefix_key(kg, key) for kg in kgs for key in user_keys]
-
-
-def test_keys_of_a_key_group_sort_before_the_next_group() -> None:
-    stored = _sample_stored_keys()
-    random.Random(5).shuffle(stored)
-    groups_in_order = [key_group_of(k) for k in sorted(stored)]
-    assert groups_in_order == sorted(groups_in_order)
-    for kg in (0, 255, 32767, 65534):
-        assert prefix_key(kg, b"\xff" * 100) < prefix_key(kg + 1, b"")
-
-
-@pytest.mark.parametrize(
-    "key_group_range",
-    [
-        KeyGroupRange(0, 42),
-        KeyGroupRange(43, 85),
-        KeyGroupRange(86, 127),
-        KeyGroupRange(42, 42),
-        KeyGroupRange(255, 256),
-        KeyGroupRange(0, 32767),
-        KeyGroupRange(32767, 32767),
-        KeyGroupRange(65534, 65535),
-        KeyGroupRange(65535, 65535),
-        KeyGroupRange(0, 65535),
-        KeyGroupRange.EMPTY,
-    ],
-)
-def test_key_group_bounds_contain_exactly_their_groups(key_group_range: KeyGroupRange) -> None:
-    lower, upper = key_group_bounds(key_group_range)
-    stored = sorted(_sample_stored_keys())
-    for k in stored:
-        assert (lower <= k < upper) == (key_group_of(k) in key_group_range), (k, key_group_range)
-    # the same bounds slice a sorted key list (bisect), as a range scan would
-    sliced = stored[bisect.bisect_left(stored, lower) : bisect.bisect_left(stored, upper)]
-    assert sliced == [k for k in stored if key_group_of(k) in key_group_range]
-
-
-def test_key_group_bounds_values() -> None:
-    assert key_group_bounds(KeyGroupRange(0, 42)) == (b"\x00\x00", b"\x00\x2b")
-    assert key_group_bounds(KeyGroupRange(86, 127)) == (b"\x00\x56", b"\x00\x80")
-    assert key_group_bounds(KeyGroupRange(0, 32767)) == (b"\x00\x00", b"\x80\x00")
-    lower, upper = key_group_bounds(KeyGroupRange(65535, 65535))
-    assert lower == b"\xff\xff" and upper is KEY_SPACE_END
-    with pytest.raises(ValueError, match="65536"):
-        key_group_bounds(KeyGroupRange(65535, 65536))
-
-
-def test_key_space_end_sorts_after_every_key() -> None:
-    assert isinstance(KEY_SPACE_END, bytes)
-    for k in (b"", b"\xff\xff", b"\xff\xff\xff", b"\xff" * 1000):
-        assert k < KEY_SPACE_END and k <= KEY_SPACE_END and not k >= KEY_SPACE_END
-        assert KEY_SPACE_END > k and not KEY_SPACE_END < k and KEY_SPACE_END != k
-    assert KEY_SPACE_END == KEY_SPACE_END and KEY_SPACE_END <= KEY_SPACE_END
-    assert sorted([KEY_SPACE_END, b"\xff" * 50, b""])[-1] is KEY_SPACE_END
-    assert pickle.loads(pickle.dumps(KEY_SPACE_END)) is KEY_SPACE_END
-    assert copy.deepcopy(KEY_SPACE_END) is KEY_SPACE_END
-    assert repr(KEY_SPACE_END) == "KEY_SPACE_END"
-
-
-def test_spark_key_layout_bytes() -> None:
-    assert SPARK_KEY_PREFIX_BYTES == 6
-    assert prefix_spark_key(-1, 128, b"k") == b"\x00\x7f" + b"\xff\xff\xff\xff" + b"k"
-    assert prefix_spark_key(300, 128, b"") == b"\x00\x2c" + b"\x00\x00\x01\x2c"
-    assert prefix_spark_key(INT_MIN, 32768, b"xy") == b"\x00\x00" + b"\x80\x00\x00\x00" + b"xy"
-
-
-def test_spark_key_round_trip_and_routing() -> None:
-    for h in _random_hashes(500):
-        for max_p in (128, 32768):
-            stored = prefix_spark_key(h, max_p, b"key\xff")
-            kg, hash32, key = split_spark_key(stored)
-            assert (kg, hash32, key) == (spark_key_group(h, max_p), h, b"key\xff")
-            assert key_group_of(stored) == kg
-            # the stored hash re-splits exactly for any partition count
-            for n in (3, 4, 7):
-                assert spark_partition_id(hash32, n) == h % n
-    with pytest.raises(ValueError, match=str(2**31)):
-        prefix_spark_key(2**31, 128, b"")
