@@ -154,12 +154,16 @@ class _KeyGroups:
         self._partition = partition
         self._time = time
         self._late_rows = plan.options.late_rows == "deliver"
-        self._vectorized = defines(fn, "process_elements")
-        self._process: Callable = fn.process_elements if self._vectorized else fn.process_element
+        self._vectorized = False
+        self._process: Optional[Callable] = None
         #: by side, the function of each keyed side; the vectorized form one row per call
-        self._handlers: dict[int, Callable] = (
-            {LEFT: fn.process_element1, RIGHT: fn.process_element2} if plan.phases.two_inputs
-            else {LEFT: _one_row(fn.process_elements) if self._vectorized else fn.process_element})
+        self._handlers: dict[int, Callable]
+        if plan.phases.two_inputs:
+            self._handlers = {LEFT: fn.process_element1, RIGHT: fn.process_element2}
+        else:
+            self._vectorized = defines(fn, "process_elements")
+            self._process = fn.process_elements if self._vectorized else fn.process_element
+            self._handlers = {LEFT: _one_row(fn.process_elements) if self._vectorized else fn.process_element}
 
     def run(self, groups: list[tuple[Any, int, list]], extend: Callable[[Any], None]) -> None:
         """The plain input's groups ``(key, key group, rows)``; output goes to ``extend``."""
@@ -167,6 +171,7 @@ class _KeyGroups:
         set_key, encode = self._set_key, self._encode
         lo, hi = self._lo, self._hi
         process, vectorized = self._process, self._vectorized
+        assert process is not None  # one keyed input
         for key, kg, rows in groups:
             if not lo <= kg <= hi:
                 raise misrouted_row(key, kg, self._partition, lo, hi)
