@@ -43,7 +43,7 @@ from .keyed_input import (GROUP_ROWS, BatchLayout, SideLayout, event_millis, gat
                           split_sides)
 from .phases import BroadcastPhase, OperatorStatePhase, TimePhase
 from .plan import ProcessPlan
-from .stores import PartitionStore
+from .stores import PartitionStore, task_output
 
 
 def keyed_loop(plan: ProcessPlan, task: Any, ps: PartitionStore, own: KeyGroupRange,
@@ -51,14 +51,7 @@ def keyed_loop(plan: ProcessPlan, task: Any, ps: PartitionStore, own: KeyGroupRa
     """The keyed loop over ``batches`` (see the module docstring); ``ps`` is the partition's
     store at the batch's version, ``own`` the key groups the partition owns."""
     out = OutputWriter(plan.output_schema, plan.function_name)
-    try:
-        yield from _run(plan, task, ps, own, batches, out)
-    except BaseException:
-        ps.discard()
-        raise
-    last = out.flush()
-    if last is not None:
-        yield last
+    return task_output(ps, out, _run(plan, task, ps, own, batches, out))
 
 
 def _run(plan: ProcessPlan, task: Any, ps: PartitionStore, own: KeyGroupRange, batches: Iterator[pa.RecordBatch],

@@ -50,7 +50,7 @@ from .location import (
 )
 from .operator_state import KEYED_OPERATOR_PREFIX, OperatorStateStore, redistribute
 from .plan import ProcessPlan
-from .stores import PartitionStore, acquire
+from .stores import PartitionStore, acquire, task_output
 
 
 @dataclass
@@ -149,35 +149,33 @@ def run_operator(plan: ProcessPlan, batches: Iterator[pa.RecordBatch]) -> Iterat
 def _operator_loop(plan: ProcessPlan, task: _Task, ps: PartitionStore,
                    batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     out = OutputWriter(plan.output_schema, plan.function_name)
-    try:
-        states = OperatorStateStore(ps.store)
-        ctx = OperatorContext(states, task.batch_id, task.partition, plan.parallelism,
-                              task.batch_id > 0, task.url)
-        fn = plan.function
-        process = fn.process_element
-        fn.initialize_state(ctx)
-        fn.open(ctx)
-        layout = None
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            if layout is None:
-                layout = BatchLayout(batch.schema, [])
-            cols = columns_as_lists(batch, layout.input_idx)
-            extend = out.rows.extend
-            for row in map(layout.row_cls._make, zip(*cols)):
-                produced = process(row, ctx)
-                if produced is not None:
-                    extend(produced)
-            if out.full:
-                yield out.flush()
-        fn.snapshot_state(ctx)
-        states.flush()
-        fn.close()
-        ps.commit()
-    except BaseException:
-        ps.discard()
-        raise
-    last = out.flush()
-    if last is not None:
-        yield last
+    return task_output(ps, out, _operator_run(plan, task, ps, batches, out))
+
+
+def _operator_run(plan: ProcessPlan, task: _Task, ps: PartitionStore, batches: Iterator[pa.RecordBatch],
+                  out: OutputWriter) -> Iterator[pa.RecordBatch]:
+    states = OperatorStateStore(ps.store)
+    ctx = OperatorContext(states, task.batch_id, task.partition, plan.parallelism,
+                          task.batch_id > 0, task.url)
+    fn = plan.function
+    process = fn.process_element
+    fn.initialize_state(ctx)
+    fn.open(ctx)
+    layout = None
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        if layout is None:
+            layout = BatchLayout(batch.schema, [])
+        cols = columns_as_lists(batch, layout.input_idx)
+        extend = out.rows.extend
+        for row in map(layout.row_cls._make, zip(*cols)):
+            produced = process(row, ctx)
+            if produced is not None:
+                extend(produced)
+        if out.full:
+            yield out.flush()
+    fn.snapshot_state(ctx)
+    states.flush()
+    fn.close()
+    ps.commit()
