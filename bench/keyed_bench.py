@@ -213,14 +213,16 @@ def aipws_carrier(df, function, output: str, partitions: int, state: str, backen
     from spark_state import EngineConfig
     from spark_state.process.location import LocationSpec
     from spark_state.process.routing import KEY_GROUP_COLUMN
-    from spark_state.process.runner import ProcessPlan, run_keyed
+    from spark_state.process.options import ProcessOptions
+    from spark_state.process.plan import KEYED, ProcessPlan
+    from spark_state.process.runner import run_keyed
 
     max_p = 128
-    plan = ProcessPlan(kind="keyed", function=function, function_name=type(function).__name__,
-                       location=LocationSpec(explicit=state, root="", name="bench"),
-                       engine=EngineConfig(backend=backend), parallelism=partitions,
-                       output_schema=StructType.fromDDL(output), max_parallelism=max_p,
-                       key_fields=[df.schema["k"]])
+    options = ProcessOptions(function_name=type(function).__name__,
+                             location=LocationSpec(explicit=state, root="", name="bench"),
+                             engine=EngineConfig(backend=backend), parallelism=partitions,
+                             output_schema=StructType.fromDDL(output), max_parallelism=max_p)
+    plan = ProcessPlan(KEYED, function, options, (df.schema["k"],))
     kg = F.pmod(F.hash(F.col("k")), F.lit(max_p)).cast("int")
     routed = df.withColumn(KEY_GROUP_COLUMN, kg).withColumn(
         "__part", F.floor(F.col(KEY_GROUP_COLUMN) * partitions / max_p).cast("int"))

@@ -11,9 +11,11 @@
   ``withWatermark``, operator state beside keyed state (``initialize_state``), two inputs
   (:func:`keyed_co_process`) and broadcast rules (:func:`keyed_broadcast_process`).
 
-Modules: :mod:`.api` (driver: planning), :mod:`.runner` (task: the mapInArrow bodies; the lean
-keyed loop), :mod:`.keyed_runtime` (the keyed loop with time, several inputs, broadcast,
-operator state), :mod:`.stores` (versions, store cache, rescale), :mod:`.location` (state
+Modules: :mod:`.api` (driver: the entry points), :mod:`.options` (their shared options, checked
+once), :mod:`.plan` (what a task runs: function, options, phases), :mod:`.runner` (task: the
+mapInArrow bodies), :mod:`.keyed_loop` (the keyed loop), :mod:`.phases` (its optional phases:
+time, operator state, broadcast), :mod:`.keyed_input` (input rows grouped by key),
+:mod:`.stores` (versions, store cache, rescale), :mod:`.location` (state
 location layout), :mod:`.routing` (key groups -> partitions), :mod:`.inputs` (unioning inputs
 by side), :mod:`.event_time` (the watermark declaration in the plan), :mod:`.clock` (a batch's
 watermark and processing time), :mod:`.timer_service`, :mod:`.operator_state`,

@@ -10,7 +10,9 @@ Plan of ``keyed_process(df, key, fn, schema)``::
 With event time (``df.withWatermark``), timers (``on_timer``), operator state
 (``initialize_state``), a heartbeat, two inputs (``keyed_co_process``) or a broadcast input
 (``keyed_broadcast_process``), the inputs are unioned and tagged by side first
-(:mod:`.inputs`) and the tasks run the general loop (:mod:`.keyed_runtime`).
+(:mod:`.inputs`) and the tasks read their input by side; the plan (:mod:`.plan`) names the
+phases of the keyed loop (:mod:`.keyed_loop`) in use. The keyword options every entry point
+shares are checked once, by :func:`~.options.process_options`.
 
 ``checkpointed_process`` repartitions round-robin into ``n`` partitions (Spark sorts rows
 before a round-robin repartition so that retries see the same split) and runs
@@ -19,17 +21,12 @@ before a round-robin repartition so that retries see the same split) and runs
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from ..config import EngineConfig
-from ..spark.compat import parse_ddl
 from ..state import MapStateDescriptor
-from ..partitioning.keygroups import (check_max_parallelism, check_parallelism_preconditions,
-                                      compute_default_max_parallelism)
 from .errors import ProcessDefinitionError
 from .event_time import event_time_of
 from .functions import (
@@ -42,12 +39,11 @@ from .functions import (
 from .inputs import (BROADCAST_SIDE, LEFT, RIGHT, InputSide, check_same_key_types, heartbeat_stream, renamed,
                      union_inputs)
 from .keycodec import check_key_fields
-from .location import DEFAULT_ROOT_DIR, ROOT_CONF, LocationSpec
+from .options import EngineLike, ProcessOptions, process_options
+from .plan import KEYED, OPERATOR, BroadcastSpec, Phases, ProcessPlan
 from .routing import (HIDDEN_COLUMNS, KEY_GROUP_COLUMN, ROUTE_COLUMN, add_routing_columns, key_group_and_route,
                       repartition_routed)
-from .runner import ProcessPlan, run_keyed, run_operator
-
-EngineLike = Union[EngineConfig, Mapping[str, str], None]
+from .runner import run_keyed, run_operator
 
 
 def _function_instance(function: Any, kind: type, api: str) -> Any:
@@ -105,32 +101,25 @@ def keyed_process(
     function = _function_instance(function, KeyedProcessFunction, "keyed_process")
     _check_stream(df, "keyed_process")
     keys, key_fields = _keys(df, key, "keyed_process")
-    n, max_p = _parallelisms(df, parallelism, max_parallelism)
+    options = process_options(
+        df, function, output_schema, keyed=True, parallelism=parallelism, max_parallelism=max_parallelism, name=name,
+        state_location=state_location, state_root=state_root, storage_options=storage_options, engine=engine,
+        late_rows=late_rows, idle_heartbeat=idle_heartbeat)
     event_time = event_time_of(df, "keyed_process")
-    has_timers = defines(function, "on_timer")
-    operator_state = _has_operator_state(function)
-    plan = ProcessPlan(
-        kind="keyed", function=function, function_name=type(function).__name__,
-        location=_location(df, function, name, state_location, state_root, storage_options),
-        engine=_engine(engine), parallelism=n, output_schema=_schema(df, output_schema),
-        max_parallelism=max_p, key_fields=key_fields,
-        has_timers=has_timers, operator_state=operator_state, late_rows=_late_rows(late_rows),
-    )
-    if not (event_time or has_timers or operator_state or idle_heartbeat):
-        routed = add_routing_columns(df, keys, n, max_p)  # the lean loop: nothing to pay for time
+    phases = _phases(function, event_time=event_time is not None)
+    n, max_p = options.parallelism, _max_p(options)
+    if not (phases.any or idle_heartbeat):
+        # the plain input: nothing to pay for time
+        plan = ProcessPlan(KEYED, function, options, tuple(key_fields))
+        return _keyed(add_routing_columns(df, keys, n, max_p), plan)
+    side = InputSide(LEFT, tuple(df.columns), tuple(df.columns), tuple(keys), event_time)
+    plan = ProcessPlan(KEYED, function, options, tuple(key_fields), (side,), phases)
+    if idle_heartbeat:
+        routed = union_inputs([(side, df)], n, max_p, heartbeat_stream(df))
     else:
-        side = InputSide(LEFT, tuple(df.columns), tuple(df.columns), tuple(keys), event_time)
-        plan.sides = [side]
-        if idle_heartbeat:
-            routed = union_inputs([(side, df)], n, max_p, heartbeat_stream(df))
-        else:
-            kg, route = key_group_and_route(keys, n, max_p)
-            routed = repartition_routed(df.withColumn(KEY_GROUP_COLUMN, kg).withColumn(ROUTE_COLUMN, route), n)
-
-    def keyed(batches):
-        return run_keyed(plan, batches)
-
-    return routed.mapInArrow(keyed, plan.output_schema)
+        kg, route = key_group_and_route(keys, n, max_p)
+        routed = repartition_routed(df.withColumn(KEY_GROUP_COLUMN, kg).withColumn(ROUTE_COLUMN, route), n)
+    return _keyed(routed, plan)
 
 
 def keyed_co_process(
@@ -164,28 +153,21 @@ def keyed_co_process(
     lkeys, lfields = _keys(left, left_key, "keyed_co_process (left)")
     rkeys, _ = _keys(right, right_key, "keyed_co_process (right)")
     check_same_key_types(left, lkeys, right, rkeys)
-    n, max_p = _parallelisms(left, parallelism, max_parallelism)
-    sides = [
+    options = process_options(
+        left, function, output_schema, keyed=True, parallelism=parallelism, max_parallelism=max_parallelism,
+        name=name, state_location=state_location, state_root=state_root, storage_options=storage_options,
+        engine=engine, late_rows=late_rows, idle_heartbeat=idle_heartbeat)
+    sides = (
         InputSide(LEFT, tuple(left.columns), renamed(LEFT, left.columns), tuple(lkeys),
                   event_time_of(left, "keyed_co_process (left)")),
         InputSide(RIGHT, tuple(right.columns), renamed(RIGHT, right.columns), tuple(rkeys),
                   event_time_of(right, "keyed_co_process (right)")),
-    ]
-    plan = ProcessPlan(
-        kind="keyed", function=function, function_name=type(function).__name__,
-        location=_location(left, function, name, state_location, state_root, storage_options),
-        engine=_engine(engine), parallelism=n, output_schema=_schema(left, output_schema),
-        max_parallelism=max_p, key_fields=lfields, sides=sides, variant="co",
-        has_timers=defines(function, "on_timer"), operator_state=_has_operator_state(function),
-        late_rows=_late_rows(late_rows),
     )
-    routed = union_inputs([(sides[0], left), (sides[1], right)], n, max_p,
+    phases = _phases(function, event_time=any(s.event_time is not None for s in sides), two_inputs=True)
+    plan = ProcessPlan(KEYED, function, options, tuple(lfields), sides, phases)
+    routed = union_inputs([(sides[0], left), (sides[1], right)], options.parallelism, _max_p(options),
                           heartbeat_stream(left) if idle_heartbeat else None)
-
-    def keyed(batches):
-        return run_keyed(plan, batches)
-
-    return routed.mapInArrow(keyed, plan.output_schema)
+    return _keyed(routed, plan)
 
 
 def keyed_broadcast_process(
@@ -225,8 +207,11 @@ def keyed_broadcast_process(
     _check_stream(df, "keyed_broadcast_process")
     _check_stream(broadcast_df, "keyed_broadcast_process (broadcast input)")
     keys, key_fields = _keys(df, key, "keyed_broadcast_process")
-    n, max_p = _parallelisms(df, parallelism, max_parallelism)
-    descriptors = list(broadcast_states)
+    options = process_options(
+        df, function, output_schema, keyed=True, parallelism=parallelism, max_parallelism=max_parallelism, name=name,
+        state_location=state_location, state_root=state_root, storage_options=storage_options, engine=engine,
+        late_rows=late_rows, idle_heartbeat=idle_heartbeat)
+    descriptors = tuple(broadcast_states)
     if not descriptors or not all(isinstance(d, MapStateDescriptor) for d in descriptors):
         raise ProcessDefinitionError(
             "keyed_broadcast_process needs broadcast_states=[MapStateDescriptor(name, key_type, value_type), ...]")
@@ -235,27 +220,17 @@ def keyed_broadcast_process(
     if missing:
         raise ProcessDefinitionError(
             f"broadcast_order column(s) {missing} not in the broadcast input's columns {broadcast_df.columns}")
-    sides = [
+    sides = (
         InputSide(LEFT, tuple(df.columns), renamed(LEFT, df.columns), tuple(keys),
                   event_time_of(df, "keyed_broadcast_process")),
         InputSide(BROADCAST_SIDE, tuple(broadcast_df.columns), renamed(BROADCAST_SIDE, broadcast_df.columns)),
-    ]
-    plan = ProcessPlan(
-        kind="keyed", function=function, function_name=type(function).__name__,
-        location=_location(df, function, name, state_location, state_root, storage_options),
-        engine=_engine(engine), parallelism=n, output_schema=_schema(df, output_schema),
-        max_parallelism=max_p, key_fields=key_fields, sides=sides, variant="broadcast",
-        has_timers=defines(function, "on_timer"), operator_state=_has_operator_state(function),
-        broadcast_states=descriptors, broadcast_order=order,
-        late_rows=_late_rows(late_rows),
     )
-    routed = union_inputs([(sides[0], df), (sides[1], broadcast_df)], n, max_p,
+    phases = _phases(function, event_time=sides[0].event_time is not None,
+                     broadcast=BroadcastSpec(descriptors, order))
+    plan = ProcessPlan(KEYED, function, options, tuple(key_fields), sides, phases)
+    routed = union_inputs([(sides[0], df), (sides[1], broadcast_df)], options.parallelism, _max_p(options),
                           heartbeat_stream(df) if idle_heartbeat else None)
-
-    def keyed(batches):
-        return run_keyed(plan, batches)
-
-    return routed.mapInArrow(keyed, plan.output_schema)
+    return _keyed(routed, plan)
 
 
 def checkpointed_process(
@@ -275,20 +250,38 @@ def checkpointed_process(
     Restarting with another ``parallelism`` redistributes operator state by its mode."""
     function = _function_instance(function, CheckpointedFunction, "checkpointed_process")
     _check_stream(df, "checkpointed_process")
-    n = _parallelism(df, parallelism)
-    plan = ProcessPlan(
-        kind="operator", function=function, function_name=type(function).__name__,
-        location=_location(df, function, name, state_location, state_root, storage_options),
-        engine=_engine(engine), parallelism=n, output_schema=_schema(df, output_schema),
-    )
+    options = process_options(df, function, output_schema, keyed=False, parallelism=parallelism, name=name,
+                              state_location=state_location, state_root=state_root,
+                              storage_options=storage_options, engine=engine)
+    plan = ProcessPlan(OPERATOR, function, options)
 
     def operator(batches):
         return run_operator(plan, batches)
 
-    return df.repartition(n).mapInArrow(operator, plan.output_schema)
+    return df.repartition(options.parallelism).mapInArrow(operator, options.output_schema)
 
 
 # ------------------------------------------------------------------------------- helpers
+def _keyed(routed: DataFrame, plan: ProcessPlan) -> DataFrame:
+    """``routed`` through the keyed loop of ``plan``."""
+    def keyed(batches):
+        return run_keyed(plan, batches)
+
+    return routed.mapInArrow(keyed, plan.output_schema)
+
+
+def _phases(function: Any, *, event_time: bool, two_inputs: bool = False,
+            broadcast: Optional[BroadcastSpec] = None) -> Phases:
+    """The keyed loop's phases a function and its inputs need (see :mod:`.plan`)."""
+    return Phases(timers=defines(function, "on_timer"), event_time=event_time,
+                  operator_state=_has_operator_state(function), broadcast=broadcast, two_inputs=two_inputs)
+
+
+def _max_p(options: ProcessOptions) -> int:
+    assert options.max_parallelism is not None  # keyed options always resolve it
+    return options.max_parallelism
+
+
 def _keys(df: DataFrame, key: Union[str, Sequence[str]], what: str) -> tuple[list[str], list]:
     keys = [key] if isinstance(key, str) else list(key)
     if not keys:
@@ -303,24 +296,9 @@ def _keys(df: DataFrame, key: Union[str, Sequence[str]], what: str) -> tuple[lis
     return keys, key_fields
 
 
-def _parallelisms(df: DataFrame, parallelism: Optional[int], max_parallelism: Optional[int]) -> tuple[int, int]:
-    n = _parallelism(df, parallelism)
-    max_p = compute_default_max_parallelism(n) if max_parallelism is None else max_parallelism
-    check_max_parallelism(max_p)
-    if max_p < n:
-        raise ProcessDefinitionError(f"max_parallelism {max_p} must be at least parallelism {n}")
-    return n, max_p
-
-
 def _has_operator_state(function: Any) -> bool:
     """A keyed function keeps operator state when it defines Flink's CheckpointedFunction hooks."""
     return defines(function, "initialize_state") or defines(function, "snapshot_state")
-
-
-def _late_rows(late_rows: str) -> str:
-    if late_rows not in ("drop", "deliver"):
-        raise ProcessDefinitionError(f"late_rows must be 'drop' or 'deliver', got {late_rows!r}")
-    return late_rows
 
 
 def _check_stream(df: DataFrame, what: str) -> None:
@@ -331,44 +309,3 @@ def _check_stream(df: DataFrame, what: str) -> None:
     clash = [c for c in df.columns if c in HIDDEN_COLUMNS]
     if clash:
         raise ProcessDefinitionError(f"input columns {clash} are reserved by spark-state; rename them")
-
-
-def _parallelism(df: DataFrame, parallelism: Optional[int]) -> int:
-    if parallelism is None:
-        parallelism = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)  # 200: Spark's default
-    check_parallelism_preconditions(parallelism)
-    return parallelism
-
-
-def _schema(df: DataFrame, output_schema: Union[StructType, str]) -> StructType:
-    if isinstance(output_schema, StructType):
-        return output_schema
-    if isinstance(output_schema, str):
-        try:
-            parsed = parse_ddl(output_schema)
-        except Exception as exc:
-            raise ProcessDefinitionError(f"output_schema {output_schema!r} is not a valid DDL schema: {exc}") from None
-        if isinstance(parsed, StructType):
-            return parsed
-    raise ProcessDefinitionError(
-        f"output_schema must be a StructType or a DDL string such as 'word string, n bigint', got {output_schema!r}")
-
-
-def _engine(engine: EngineLike) -> EngineConfig:
-    if engine is None:
-        return EngineConfig()
-    if isinstance(engine, EngineConfig):
-        return engine
-    return EngineConfig.from_options({str(k): str(v) for k, v in dict(engine).items()})
-
-
-def _location(df: DataFrame, function: Any, name: Optional[str], state_location: Optional[str],
-              state_root: Optional[str], storage_options: Optional[Mapping[str, str]]) -> LocationSpec:
-    op_name = name or type(function).__name__
-    if "/" in op_name or op_name in (".", ".."):
-        raise ProcessDefinitionError(f"name {op_name!r} must not contain '/'")
-    root = state_root or df.sparkSession.conf.get(ROOT_CONF, None) or DEFAULT_ROOT_DIR
-    if "://" not in root:
-        root = os.path.abspath(root)
-    return LocationSpec(explicit=state_location, root=root, name=op_name,
-                        storage_options=dict(storage_options or {}))

@@ -106,8 +106,8 @@ class KeyedProcessFunction:
         order; state objects act on that key. A key's rows of one micro-batch usually come in
         one call, but may be split over several (the runtime groups up to ``GROUP_ROWS`` input
         rows at a time), so keep running values in state, not in the call. With event time,
-        timers, operator state or ``idle_heartbeat`` the function runs on the general loop,
-        which calls this with one row at a time (``ctx.timestamp()`` is that row's).
+        timers, operator state or ``idle_heartbeat`` the keyed loop reads its input by side
+        and calls this with one row at a time (``ctx.timestamp()`` is that row's).
         """
         for row in rows:
             produced = self.process_element(row, ctx)

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, TypeVar
+
+T = TypeVar("T")
 
 #: Young-generation threshold during a task: one collection per ~50k container allocations
 #: (~a few MB of young objects), i.e. a handful per micro-batch instead of thousands.
@@ -46,3 +48,9 @@ def task_gc_pacing() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*previous)
+
+
+def paced(loop: Iterator[T]) -> Iterator[T]:
+    """``loop`` with the collector paced for bulk row work while it runs."""
+    with task_gc_pacing():
+        yield from loop

@@ -28,12 +28,15 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Iterator, Optional
+
+import pyarrow as pa
 
 from ..checkpoint.runs import RunContext
 from ..config import EngineConfig
 from ..storage import CheckpointStorage
 from ..store import VersionedStore
+from .arrow_io import OutputWriter
 from .errors import StateVersionMissingError
 from .location import Choice, Layout, choose_layout, describe_layouts, register_layout, valid_rank
 
@@ -113,6 +116,20 @@ class PartitionStore:
             self.store.abort()
         finally:
             self.store.close()
+
+
+def task_output(ps: PartitionStore, out: OutputWriter, body: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A task's output: the batches ``body`` yields (it ends with ``ps``'s commit), then what
+    ``out`` still holds. Any exception in ``body`` discards ``ps``'s pending writes and closes
+    it before it propagates, so a retry of the task starts from the committed version."""
+    try:
+        yield from body
+    except BaseException:
+        ps.discard()
+        raise
+    last = out.flush()
+    if last is not None:
+        yield last
 
 
 def acquire(

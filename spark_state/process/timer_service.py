@@ -31,7 +31,7 @@ import heapq
 from enum import Enum
 from typing import Any, Callable, Iterable, Iterator, Optional
 
-from ..state.backend import KeyedStateBackend
+from ..state.key_context import KeyContext
 from ..state.timers import EVENT_TIME, PROCESSING_TIME, TimerQueue, check_timestamp
 from ..store import VersionedStore
 from .clock import BatchTime
@@ -46,12 +46,14 @@ class TimeDomain(Enum):
 
 
 class TimerService:
-    """Flink's ``TimerService`` for the current key of one task."""
+    """Flink's ``TimerService`` for the current key of one task: timers live in ``store``
+    (:class:`~spark_state.state.timers.TimerQueue`), the current key is ``key_context``'s
+    (read when registering, set when firing)."""
 
-    def __init__(self, store: VersionedStore, backend: KeyedStateBackend, clock: Callable[[], BatchTime], *,
+    def __init__(self, store: VersionedStore, key_context: KeyContext, clock: Callable[[], BatchTime], *,
                  event_time: bool, fires: bool, function_name: str) -> None:
         self._queue = TimerQueue(store)
-        self._backend = backend
+        self._keys = key_context
         self._clock_fn = clock
         self._clock: Optional[BatchTime] = None
         self._event_time = event_time
@@ -101,8 +103,8 @@ class TimerService:
         if not self.keyed:
             raise ProcessDefinitionError(
                 f"{self._function}: {what} needs a current key; call it from process_element or on_timer")
-        b = self._backend
-        return b.current_key_group, b.current_key
+        k = self._keys
+        return k.key_group, k.key
 
     def _register(self, domain: int, ts: int) -> None:
         ts = check_timestamp(ts)
@@ -133,7 +135,7 @@ class TimerService:
             bounds.append((EVENT_TIME, clock.watermark_ms))
         bounds.append((PROCESSING_TIME, clock.processing_time_ms))
         queue = self._queue
-        set_key = self._backend.set_current_key
+        set_key = self._keys.set_current_key
         for domain, bound in bounds:
             heap = [(ts, kg, key) for kg in groups for ts, key in queue.due(kg, domain, bound)]
             heapq.heapify(heap)

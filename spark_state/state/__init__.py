@@ -3,8 +3,11 @@
 * :mod:`.descriptors` -- ``ValueStateDescriptor`` ... ``AggregatingStateDescriptor``, ``AggregateFunction``.
 * :mod:`.serializers` -- typed value codecs; ``PickleSerializer`` only by explicit opt-in.
 * :mod:`.keyed_states` -- the state types, scoped to the current key.
-* :mod:`.backend` -- :class:`KeyedStateBackend`: current key, state objects, TTL cleanup.
-* :mod:`.rescale` -- moving key groups (key layouts: :mod:`spark_state.keys.keyed`).
+* :mod:`.key_context` -- :class:`~.key_context.KeyContext`: the current key, its encoded parts,
+  the write-back queue; read by the states and the timer service.
+* :mod:`.backend` -- :class:`KeyedStateBackend`: state objects (registered with a key context), TTL cleanup.
+* :mod:`.rescale` -- moving key groups (key layouts: :mod:`spark_state.keys.keyed`);
+  :mod:`.regroup` -- a rescaled partition's keyed state from the old partitions.
 * :mod:`.timers` -- timers of keyed functions, stored per key group under a reserved name.
 * :mod:`.schema` -- each state's schema record (pure codec); :mod:`.compatibility` -- the
   verdicts (compatible as is / after migration / incompatible); :mod:`.evolution` -- checking

@@ -1,10 +1,12 @@
 """The keyed state backend: hands out state objects and scopes them to the current key.
 
 One backend wraps one loaded :class:`~spark_state.store.VersionedStore` (one partition of
-one operator). The runtime calls :meth:`KeyedStateBackend.set_current_key` before each
-element; state objects created by ``get_*_state`` act on that key. Before committing,
-the runtime calls :meth:`before_commit`, which runs TTL cleanup (see
-:mod:`spark_state.ttl.config` for the strategies).
+one operator). The current key lives in the backend's :class:`~.key_context.KeyContext`: the
+runtime sets it (:meth:`KeyedStateBackend.set_current_key`, or the context's own method)
+before each element; state objects created by ``get_*_state`` are registered with the
+context and act on its key. Before committing, the runtime calls :meth:`before_commit`, which
+writes pending write-back updates and runs TTL cleanup (see :mod:`spark_state.ttl.config`
+for the strategies).
 
 Schema evolution: registering a state (``get_*_state``) first checks its descriptor against
 the schema record stored with the state, and migrates or refuses before anything else
@@ -19,10 +21,10 @@ stripping the stamps); see :func:`spark_state.ttl.kv.migrate_layout`.
 from __future__ import annotations
 
 import logging
-from typing import Iterator, Union
+from typing import Iterator, Optional, Union
 
 from ..keys import keyed as K
-from ..keys.keygroup_prefix import KEY_GROUP, KEY_GROUP_KEYSPACE_END
+from ..keys.keygroup_prefix import KEY_GROUP_KEYSPACE_END
 from ..store import VersionedStore
 from ..ttl.kv import TtlStats, is_stamped, migrate_layout
 from .access import PlainAccess, TtlAccess
@@ -35,10 +37,10 @@ from .descriptors import (
     ValueStateDescriptor,
 )
 from .evolution import restore_keyed_schema
+from .key_context import KeyContext
 from .keyed_states import AggregatingState, KeyedState, ListState, MapState, ReducingState, ValueState
 
 _LOG = logging.getLogger(__name__)
-_pack_key_length = K.KEY_LENGTH.pack
 
 _STATE_CLASSES: dict[type, type] = {
     ValueStateDescriptor: ValueState,
@@ -52,48 +54,43 @@ _STATE_CLASSES: dict[type, type] = {
 class KeyedStateBackend:
     """Keyed state of one partition, on one loaded store."""
 
-    def __init__(self, store: VersionedStore, *, write_back: bool = False) -> None:
+    def __init__(self, store: VersionedStore, *, write_back: bool = False,
+                 key_context: Optional[KeyContext] = None) -> None:
         """``write_back``: value states may hold a key's last update until the key changes
         (:class:`~.keyed_states.ValueState`); whoever commits must call :meth:`before_commit`
-        (or :meth:`flush`) first, as the process runtimes do."""
+        (or :meth:`flush`) first, as the process runtimes do. ``key_context``: the context to
+        register states with (default: a new one with this ``write_back``)."""
         self._store = store
-        self.write_back = write_back
-        #: value states with a write-back update not yet in the store
-        self._pending: list[ValueState] = []
+        self.key_context = key_context if key_context is not None else KeyContext(write_back=write_back)
         self._states: dict[str, KeyedState] = {}
-        self._state_list: list[KeyedState] = []
         self._accesses: list[Union[PlainAccess, TtlAccess]] = []
         self.ttl_stats = TtlStats()
-        self.current_key_group = 0
-        self.current_key_group_bytes = KEY_GROUP.pack(0)
-        self.current_key: bytes = b""
-        self.current_key_part = K.key_part(b"")
 
     @property
     def store(self) -> VersionedStore:
         return self._store
 
+    @property
+    def write_back(self) -> bool:
+        return self.key_context.write_back.enabled
+
     # ------------------------------------------------------------------ current key
+    @property
+    def current_key(self) -> bytes:
+        return self.key_context.key
+
+    @property
+    def current_key_group(self) -> int:
+        return self.key_context.key_group
+
     def flush(self) -> None:
         """Write the pending write-back updates to the store."""
-        pending, self._pending = self._pending, []
-        for state in pending:
-            state._flush()
+        self.key_context.write_back.flush()
 
     def set_current_key(self, key: bytes, key_group: int) -> None:
-        """Scope every state object to ``key`` (serialized) in ``key_group``: each gets its
-        base key now (once per key, not once per access). Pending write-back updates of the
-        previous key are written first."""
-        if self._pending:
-            self.flush()
-        self.current_key = key
-        self.current_key_part = part = _pack_key_length(len(key)) + key
-        if key_group != self.current_key_group:
-            self.current_key_group_bytes = K.key_group_bytes(key_group)
-            self.current_key_group = key_group
-        kg = self.current_key_group_bytes
-        for state in self._state_list:
-            state._key = kg + state._name + part
+        """Scope every state object to ``key`` (serialized) in ``key_group``
+        (:meth:`.KeyContext.set_current_key`)."""
+        self.key_context.set_current_key(key, key_group)
 
     # ------------------------------------------------------------------ state objects
     def get_state(self, descriptor: ValueStateDescriptor) -> ValueState:
@@ -124,9 +121,9 @@ class KeyedStateBackend:
         self.flush()  # registration may scan the store (schema checks, TTL layout migration)
         restore_keyed_schema(self._store, descriptor, lambda: self._entries_of(descriptor.name_bytes))
         access = self._access_for(descriptor)
-        state = _STATE_CLASSES[type(descriptor)](self, descriptor, access)
+        state = _STATE_CLASSES[type(descriptor)](self.key_context, descriptor, access)
         self._states[descriptor.name] = state
-        self._state_list.append(state)
+        self.key_context.register(state)
         self._accesses.append(access)
         return state
 

@@ -1,14 +1,15 @@
 """The keyed state types (Flink's ``ValueState``, ``ListState``, ``MapState``,
-``ReducingState``, ``AggregatingState``), each scoped to the backend's current key.
+``ReducingState``, ``AggregatingState``), each scoped to the current key of a
+:class:`~.key_context.KeyContext`.
 
 A state object is created once (usually in ``open``) and follows the current key that the
-runtime sets before each element; every method acts on that key's state only. The backend
-hands every state object its base key (``_key``) when the current key changes, so an access
-pays no key concatenation. A :class:`ValueState` without TTL whose serializer promises exact
+runtime sets before each element; every method acts on that key's state only. The key
+context hands every state object its base key (``_key``) when the current key changes, so an
+access pays no key concatenation. A :class:`ValueState` without TTL whose serializer promises exact
 round trips (``exact_type``: int, float, str, bytes, bool) remembers the value it last read
 or wrote for the current key, so the read-modify-write of a running count reads the store
-once per key and batch, not once per row; with the backend's ``write_back`` (the process
-runtimes) its writes also reach the store once per key switch (see :class:`ValueState`). Writes are
+once per key and batch, not once per row; with the context's write-back queue enabled (the
+process runtimes) its writes also reach the store once per key switch (see :class:`ValueState`). Writes are
 staged in the store's pending epoch and become durable at the next commit.
 Key layout: :mod:`spark_state.keys.keyed`.
 
@@ -38,21 +39,20 @@ from .descriptors import (
 
 if TYPE_CHECKING:
     from .access import PlainAccess, TtlAccess
-    from .backend import KeyedStateBackend
+    from .key_context import KeyContext
 
 
 class KeyedState:
     """Common part: the descriptor, the access path, and the current key's base key."""
 
-    def __init__(self, backend: "KeyedStateBackend", descriptor: StateDescriptor,
+    def __init__(self, context: "KeyContext", descriptor: StateDescriptor,
                  access: "PlainAccess | TtlAccess") -> None:
-        self._backend = backend
         self.descriptor = descriptor
         self._access = access
         self._name = K.name_part(descriptor.name_bytes)
         self._ser = descriptor.serializer
-        #: the current key's base key, set by the backend (KeyedStateBackend.set_current_key)
-        self._key = backend.current_key_group_bytes + self._name + backend.current_key_part
+        #: the current key's base key, kept by the key context once registered (KeyContext.register)
+        self._key = context.key_group_bytes + self._name + context.key_part
 
     @property
     def name(self) -> str:
@@ -97,23 +97,24 @@ class ValueState(KeyedState):
     """One value per key.
 
     Read cache (see the module docstring): ``_ckey`` is the base key whose value is known
-    (compared by identity: the backend makes a new base key object for every key switch),
+    (compared by identity: the key context makes a new base key object for every key switch),
     ``_cval`` that value or ``_ABSENT``. Only values of the serializer's ``exact_type`` are
     kept, and only without TTL (a TTL read may expire or re-stamp the entry).
 
-    Write-back (when the backend was created with ``write_back=True``, as the process
-    runtimes do): an update of such a value is serialized at once (so a bad value fails in
-    ``update``) but its bytes reach the store when the backend flushes -- at the next key
-    switch or before the commit -- so a key's run of updates costs one store write.
+    Write-back (when the context's :class:`~.key_context.WriteBack` queue is enabled, as the
+    process runtimes do): an update of such a value is serialized at once (so a bad value
+    fails in ``update``) but its bytes reach the store when the queue is flushed -- at the
+    next key switch or before the commit -- so a key's run of updates costs one store write.
     """
 
     descriptor: ValueStateDescriptor
 
-    def __init__(self, backend: "KeyedStateBackend", descriptor: StateDescriptor,
+    def __init__(self, context: "KeyContext", descriptor: StateDescriptor,
                  access: "PlainAccess | TtlAccess") -> None:
-        super().__init__(backend, descriptor, access)
+        super().__init__(context, descriptor, access)
         self._exact = getattr(self._ser, "exact_type", None) if access.ttl is None else None
-        self._write_back = backend.write_back and self._exact is not None
+        self._queue = context.write_back
+        self._write_back = self._queue.enabled and self._exact is not None
         #: serialize write-back updates at once (text: encoding can fail); other exact types
         #: cannot fail once an int is known to fit int64, so they are serialized when written
         self._eager = self._exact is str
@@ -158,7 +159,7 @@ class ValueState(KeyedState):
                     self._craw = None  # serialized when written
                 if not self._dirty:
                     self._dirty = True
-                    self._backend._pending.append(self)
+                    self._queue.pending.append(self)
                 self._ckey, self._cval = self._key, value
                 return
             key = self._key
@@ -286,9 +287,9 @@ class MapState(KeyedState):
 
     descriptor: MapStateDescriptor
 
-    def __init__(self, backend: "KeyedStateBackend", descriptor: MapStateDescriptor,
+    def __init__(self, context: "KeyContext", descriptor: MapStateDescriptor,
                  access: "PlainAccess | TtlAccess") -> None:
-        super().__init__(backend, descriptor, access)
+        super().__init__(context, descriptor, access)
         self._kser = descriptor.key_serializer
 
     def get(self, key: Any) -> Any:

@@ -18,7 +18,9 @@ from spark_state.process.arrow_io import OutputWriter, column_values
 from spark_state.process.errors import OutputSchemaError
 from spark_state.process.routing import KEY_GROUP_COLUMN, ROUTE_COLUMN
 from spark_state.process.gc_pacing import TASK_GEN0_THRESHOLD, task_gc_pacing
-from spark_state.process.runner import _BatchLayout, _gathered, _group_by_key, _paced
+from spark_state.process.gc_pacing import paced as _paced
+from spark_state.process.keyed_input import BatchLayout as _BatchLayout
+from spark_state.process.keyed_input import gathered as _gathered, group_by_key as _group_by_key
 from spark_state.state import KeyedStateBackend, ValueStateDescriptor, serializer_for
 from spark_state.state.errors import StateValueError
 from spark_state.ttl import ManualClock, TtlConfig

@@ -1,0 +1,135 @@
+"""Driver side: the keyword options shared by every entry point, validated once.
+
+``keyed_process``, ``keyed_co_process``, ``keyed_broadcast_process`` and
+``checkpointed_process`` take the same keyword options (``parallelism``, ``max_parallelism``,
+``name``, ``state_location``, ``state_root``, ``storage_options``, ``engine``, ``late_rows``,
+``idle_heartbeat``) plus the output schema. :func:`process_options` checks them and resolves
+their defaults against the session, and returns one frozen :class:`ProcessOptions` that the
+plan (:mod:`.plan`) carries to the tasks. Errors are :class:`~.errors.ProcessDefinitionError`
+(or the key group module's ``ValueError`` for parallelism bounds), raised on the driver before
+the query starts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Union
+
+from pyspark.sql import DataFrame
+from pyspark.sql.types import StructType
+
+from ..config import EngineConfig
+from ..partitioning.keygroups import (check_max_parallelism, check_parallelism_preconditions,
+                                      compute_default_max_parallelism)
+from ..spark.compat import parse_ddl
+from .errors import ProcessDefinitionError
+from .location import DEFAULT_ROOT_DIR, ROOT_CONF, LocationSpec
+
+EngineLike = Union[EngineConfig, Mapping[str, str], None]
+LATE_ROWS = ("drop", "deliver")
+
+
+@dataclass(frozen=True)
+class ProcessOptions:
+    """The resolved options of one operator (see the module docstring)."""
+
+    #: the function's class name (messages; default operator name)
+    function_name: str
+    location: LocationSpec
+    engine: EngineConfig
+    parallelism: int
+    output_schema: StructType
+    #: the number of key groups (keyed operators); None for ``checkpointed_process``
+    max_parallelism: Optional[int] = None
+    #: rows at or below the batch's watermark: "drop" or "deliver" (flagged ``ctx.is_late()``)
+    late_rows: str = "drop"
+    #: a heartbeat input makes batches (and timers) run while the sources are idle
+    idle_heartbeat: bool = False
+
+
+def process_options(
+    df: DataFrame,
+    function: Any,
+    output_schema: Union[StructType, str],
+    *,
+    keyed: bool,
+    parallelism: Optional[int],
+    max_parallelism: Optional[int] = None,
+    name: Optional[str],
+    state_location: Optional[str],
+    state_root: Optional[str],
+    storage_options: Optional[Mapping[str, str]],
+    engine: EngineLike,
+    late_rows: str = "drop",
+    idle_heartbeat: bool = False,
+) -> ProcessOptions:
+    """The options of an operator on ``df`` (its first input) running ``function``, checked;
+    ``keyed`` decides whether ``max_parallelism`` is resolved."""
+    n = _parallelism(df, parallelism)
+    max_p = _max_parallelism(n, max_parallelism) if keyed else None
+    return ProcessOptions(
+        function_name=type(function).__name__,
+        location=_location(df, function, name, state_location, state_root, storage_options),
+        engine=_engine(engine),
+        parallelism=n,
+        output_schema=_schema(output_schema),
+        max_parallelism=max_p,
+        late_rows=_late_rows(late_rows),
+        idle_heartbeat=bool(idle_heartbeat),
+    )
+
+
+def _parallelism(df: DataFrame, parallelism: Optional[int]) -> int:
+    if parallelism is None:
+        parallelism = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions") or 200)  # 200: Spark's default
+    check_parallelism_preconditions(parallelism)
+    return parallelism
+
+
+def _max_parallelism(n: int, max_parallelism: Optional[int]) -> int:
+    max_p = compute_default_max_parallelism(n) if max_parallelism is None else max_parallelism
+    check_max_parallelism(max_p)
+    if max_p < n:
+        raise ProcessDefinitionError(f"max_parallelism {max_p} must be at least parallelism {n}")
+    return max_p
+
+
+def _late_rows(late_rows: str) -> str:
+    if late_rows not in LATE_ROWS:
+        raise ProcessDefinitionError(f"late_rows must be 'drop' or 'deliver', got {late_rows!r}")
+    return late_rows
+
+
+def _schema(output_schema: Union[StructType, str]) -> StructType:
+    if isinstance(output_schema, StructType):
+        return output_schema
+    if isinstance(output_schema, str):
+        try:
+            parsed = parse_ddl(output_schema)
+        except Exception as exc:
+            raise ProcessDefinitionError(f"output_schema {output_schema!r} is not a valid DDL schema: {exc}") from None
+        if isinstance(parsed, StructType):
+            return parsed
+    raise ProcessDefinitionError(
+        f"output_schema must be a StructType or a DDL string such as 'word string, n bigint', got {output_schema!r}")
+
+
+def _engine(engine: EngineLike) -> EngineConfig:
+    if engine is None:
+        return EngineConfig()
+    if isinstance(engine, EngineConfig):
+        return engine
+    return EngineConfig.from_options({str(k): str(v) for k, v in dict(engine).items()})
+
+
+def _location(df: DataFrame, function: Any, name: Optional[str], state_location: Optional[str],
+              state_root: Optional[str], storage_options: Optional[Mapping[str, str]]) -> LocationSpec:
+    op_name = name or type(function).__name__
+    if "/" in op_name or op_name in (".", ".."):
+        raise ProcessDefinitionError(f"name {op_name!r} must not contain '/'")
+    root = state_root or df.sparkSession.conf.get(ROOT_CONF, None) or DEFAULT_ROOT_DIR
+    if "://" not in root:
+        root = os.path.abspath(root)
+    return LocationSpec(explicit=state_location, root=root, name=op_name,
+                        storage_options=dict(storage_options or {}))

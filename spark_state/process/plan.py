@@ -1,0 +1,107 @@
+"""What a task runs: the function, its options and the phases of the keyed loop in use.
+
+Built on the driver by the entry points (:mod:`.api`), pickled into the ``mapInArrow``
+closure, read by the tasks (:mod:`.runner`, :mod:`.keyed_loop`). Everything here is frozen:
+a plan describes an operator, it holds no task state.
+
+The keyed loop (:mod:`.keyed_loop`) is one loop; a plan enables its optional phases:
+
+=================  ==========================================================================
+phase              enabled when
+=================  ==========================================================================
+time               an input declares event time (``withWatermark``) or the function defines
+                   ``on_timer``: the batch's clock, due timers, late rows, event-time maxima
+operator state     the function defines ``initialize_state`` / ``snapshot_state``
+broadcast          ``keyed_broadcast_process``: broadcast states, rows applied before keyed rows
+two inputs         ``keyed_co_process``: rows of side 2 go to ``process_element2``
+=================  ==========================================================================
+
+A plan with ``sides`` reads the input by side (tagged union, :mod:`.inputs`); a plan without
+``sides`` and without phases is the plain keyed loop's one untagged input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from pyspark.sql.types import StructField, StructType
+
+from ..config import EngineConfig
+from ..state import MapStateDescriptor
+from .inputs import InputSide
+from .location import LocationSpec
+from .options import ProcessOptions
+
+KEYED, OPERATOR = "keyed", "operator"
+
+
+@dataclass(frozen=True)
+class BroadcastSpec:
+    """The broadcast phase: the states ``process_broadcast_element`` writes, and the columns
+    that order a batch's broadcast rows (then the whole row's ``repr``)."""
+
+    states: tuple[MapStateDescriptor, ...]
+    order: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Phases:
+    """The optional phases of the keyed loop in use (see the module docstring)."""
+
+    #: the function defines ``on_timer``: due timers fire before the rows
+    timers: bool = False
+    #: some input declares event time: late rows, event-time maxima, the watermark
+    event_time: bool = False
+    operator_state: bool = False
+    broadcast: Optional[BroadcastSpec] = None
+    #: ``keyed_co_process``: two keyed inputs, ``process_element1`` / ``process_element2``
+    two_inputs: bool = False
+
+    @property
+    def time(self) -> bool:
+        """The time phase: the batch's clock and the timer service."""
+        return self.timers or self.event_time
+
+    @property
+    def any(self) -> bool:
+        return self.time or self.operator_state or self.broadcast is not None or self.two_inputs
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """Everything a task needs (see the module docstring)."""
+
+    kind: str  # KEYED or OPERATOR
+    function: Any
+    options: ProcessOptions
+    #: key columns (keyed operators; of the first input for two inputs)
+    key_fields: tuple[StructField, ...] = ()
+    #: the inputs as tagged in the tasks' Arrow input; empty: one untagged keyed input, no phases
+    sides: tuple[InputSide, ...] = ()
+    phases: Phases = field(default_factory=Phases)
+
+    # the options a task reads most, by name
+    @property
+    def function_name(self) -> str:
+        return self.options.function_name
+
+    @property
+    def location(self) -> LocationSpec:
+        return self.options.location
+
+    @property
+    def engine(self) -> EngineConfig:
+        return self.options.engine
+
+    @property
+    def parallelism(self) -> int:
+        return self.options.parallelism
+
+    @property
+    def max_parallelism(self) -> Optional[int]:
+        return self.options.max_parallelism
+
+    @property
+    def output_schema(self) -> StructType:
+        return self.options.output_schema
