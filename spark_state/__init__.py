@@ -24,7 +24,7 @@ from .errors import (
     VersionNotFoundError,
 )
 from .session import configure, server_confs
-from .store import CommitMetrics, RestoreMetrics, VersionedStore
+from .engine.store import CommitMetrics, RestoreMetrics, VersionedStore
 
 __version__ = "0.1.0"
 

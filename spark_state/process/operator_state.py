@@ -62,7 +62,7 @@ from ..state.descriptors import StateDescriptor
 from ..state.errors import StateDecodeError, StateSchemaIncompatibleError, StateValueError
 from ..state.evolution import merge_schema_records
 from ..state.schema import StateSchema, operator_record_key, schema_of
-from ..store import VersionedStore, prefix_upper_bound
+from ..engine.store import VersionedStore, prefix_upper_bound
 
 #: The prefix of operator-state keys in a keyed function's store (see the module docstring).
 KEYED_OPERATOR_PREFIX = KEYED_OPERATOR_STATE_PREFIX

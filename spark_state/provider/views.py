@@ -35,7 +35,7 @@ from typing import Any, Optional, Sequence
 import pyarrow as pa
 
 from .. import constants as C
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 
 _LOG = logging.getLogger(__name__)
 

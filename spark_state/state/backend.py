@@ -22,7 +22,7 @@ import logging
 import struct
 from typing import Iterator, Union
 
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from ..ttl.kv import TtlStats, is_stamped, migrate_layout
 from . import keys as K
 from .access import PlainAccess, TtlAccess

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from ..ttl import codec as ttl_codec
 from ..ttl.kv import is_stamped
 from . import keys as K

@@ -14,7 +14,7 @@ record (see :func:`~.evolution.merge_schema_records`).
 from __future__ import annotations
 
 from ..constants import KEYED_SCHEMA_TAG
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from ..ttl import codec as ttl_codec
 from . import keys as K
 from .evolution import merge_schema_records

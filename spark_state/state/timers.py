@@ -33,7 +33,7 @@ import struct
 from typing import Iterator, Optional
 
 from ..constants import TIMER_DOMAIN_EVENT_TIME, TIMER_DOMAIN_PROCESSING_TIME, TIMER_STATE_NAME
-from ..store import VersionedStore, prefix_upper_bound
+from ..engine.store import VersionedStore, prefix_upper_bound
 from . import keys as K
 
 EVENT_TIME = TIMER_DOMAIN_EVENT_TIME

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from .constants import SYSTEM_KEY_PREFIX
+from ..constants import SYSTEM_KEY_PREFIX
 
 _MISSING = object()
 

@@ -50,25 +50,25 @@ import time
 from dataclasses import dataclass
 from typing import ContextManager, Iterable, Iterator, Optional, Sequence, Union
 
-from . import constants as C
-from .backends import KVBackend, backend_factory
-from .backends.base import BackendFactory
-from .checkpoint import changelog, layout
-from .checkpoint.background import BackgroundSnapshots, Capture
-from .checkpoint.checksum import crc32_bytes
-from .checkpoint.metadata import ChangelogRef, Manifest, SnapshotRef
-from .checkpoint.retention import CleanupResult, cleanup, list_copies, list_versions, read_manifest
-from .checkpoint.runs import RunContext
-from .checkpoint.snapshots import SharedFileIndex, SnapshotStats, download_snapshot, read_descriptor, upload_snapshot
-from .config import EngineConfig
+from .. import constants as C
+from ..backends import KVBackend, backend_factory
+from ..backends.base import BackendFactory
+from ..checkpoint import changelog, layout
+from ..checkpoint.background import BackgroundSnapshots, Capture
+from ..checkpoint.checksum import crc32_bytes
+from ..checkpoint.metadata import ChangelogRef, Manifest, SnapshotRef
+from ..checkpoint.retention import CleanupResult, cleanup, list_copies, list_versions, read_manifest
+from ..checkpoint.runs import RunContext
+from ..checkpoint.snapshots import SharedFileIndex, SnapshotStats, download_snapshot, read_descriptor, upload_snapshot
+from ..config import EngineConfig
 from .epoch_writes import ArrowWrites, EpochWrites, OverlayWrites
-from .errors import (CheckpointCorruptError, CheckpointFileMissingError, ConcurrentWriterError, SparkStateError,
+from ..errors import (CheckpointCorruptError, CheckpointFileMissingError, ConcurrentWriterError, SparkStateError,
                      StoreStateError, VersionNotFoundError)
 from .localdirs import process_root
 from .overlay import MISSING, WriteOverlay, merge_sorted
-from .storage import CheckpointStorage, open_storage
-from .storage.localdisk import local_disk_errors
-from .testing import crashpoints
+from ..storage import CheckpointStorage, open_storage
+from ..storage.localdisk import local_disk_errors
+from ..testing import crashpoints
 
 _LOG = logging.getLogger(__name__)
 

@@ -1,11 +1,11 @@
 """One epoch's writes as a commit consumes them, in two forms.
 
-A commit needs four things of an epoch (:meth:`spark_state.store.VersionedStore.commit`): its
+A commit needs four things of an epoch (:meth:`spark_state.engine.store.VersionedStore.commit`): its
 changelog, how many puts and deletes it holds, how many of its keys exist in committed state
 (the exact key count: a put of a new key adds one, a delete of an existing key removes one), and
 the ``(key, value or None)`` pairs to apply to the local backend.
 
-* :class:`OverlayWrites` -- the writes staged key by key in the :class:`~spark_state.overlay.WriteOverlay`
+* :class:`OverlayWrites` -- the writes staged key by key in the :class:`~spark_state.engine.overlay.WriteOverlay`
   (the engine API, ``keyed_process``, TTL's staging).
 * :class:`ArrowWrites` -- the epoch whole, as Arrow columns: what the provider's shim ships,
   one row per key with its last write. The changelog, the counts and the known existence come
@@ -27,9 +27,9 @@ from typing import Callable, Optional, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import constants as C
-from .backends.base import KVBackend
-from .checkpoint import changelog
+from .. import constants as C
+from ..backends.base import KVBackend
+from ..checkpoint import changelog
 from .overlay import WriteOverlay
 
 #: ``count_existing(keys)``: how many of ``keys`` exist in committed state (one batched lookup).
