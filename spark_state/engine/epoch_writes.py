@@ -168,3 +168,15 @@ class ArrowWrites(EpochWrites):
                                    pc.filter(self._keys, pc.invert(puts)).to_pylist())
         else:
             backend.apply_distinct(self._keys.to_pylist(), self._values.to_pylist(), [])
+
+
+def reject_write(key: object, value: object) -> None:
+    """A write that could not be committed: say so now, not at commit with an Arrow error."""
+    if value is None:
+        raise TypeError("value must be bytes; use delete() to remove a key")
+    for what, obj in (("key", key), ("value", value)):
+        if type(obj) is not bytes:
+            hint = " (encode text, e.g. .encode('utf-8'))" if isinstance(obj, str) else \
+                " (serialize it first; spark_state.state has typed serializers)" if not isinstance(
+                    obj, (bytearray, memoryview)) else " (pass bytes(...))"
+            raise TypeError(f"store {what}s must be bytes, got {type(obj).__name__} {obj!r:.60}{hint}")
