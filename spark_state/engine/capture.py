@@ -25,18 +25,22 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Optional
+import logging
+from typing import Callable, Optional
 
 from ..backends import KVBackend
 from ..checkpoint import layout
-from ..checkpoint.background import Capture
+from ..checkpoint.background import BackgroundSnapshots, Capture
 from ..checkpoint.metadata import Manifest, SnapshotRef
 from ..checkpoint.retention import read_manifest
 from ..checkpoint.snapshots import SharedFileIndex, SnapshotStats, upload_snapshot
-from ..errors import CheckpointFileMissingError
+from ..errors import CheckpointFileMissingError, SparkStateError
 from ..storage import CheckpointStorage
 from ..testing import crashpoints
 from .localdirs import process_root
+from .metrics import CommitMetrics, record_snapshot
+
+_LOG = logging.getLogger(__name__)
 
 
 def capture_local(backend: KVBackend, version: int, backend_name: str, local_dir: Optional[str]) -> Capture:
@@ -88,4 +92,38 @@ def repoint_manifest(storage: CheckpointStorage, manifest: Manifest, ref: Snapsh
     crashpoints.reached(crashpoint)
     rewritten = with_snapshot(manifest, ref)
     storage.write_bytes(layout.manifest_path(manifest.version, manifest.rank), rewritten.to_json())
+    return rewritten
+
+
+def snapshot_due(interval: int, loaded: Optional[Manifest], background: Optional[BackgroundSnapshots]) -> bool:
+    """Whether the commit on the version of manifest ``loaded`` snapshots: its chain (rebased on
+    the newest background snapshot) reaches ``interval`` (0: never), and no upload is in flight
+    (one at a time; a later commit takes the snapshot)."""
+    chain = loaded.replay if loaded else ()
+    if background is not None:
+        chain = background.rebase(loaded.base_snapshot if loaded else None, chain)[1]
+    due = bool(interval) and len(chain) + 1 >= interval
+    if due and background is not None and background.in_flight:
+        due = False
+    return due
+
+
+def snapshot_in_place(storage: CheckpointStorage, manifest: Manifest,
+                      upload: Callable[[int], tuple[SnapshotRef, SnapshotStats]], invalidate: Callable[[], None],
+                      metrics: CommitMetrics) -> Optional[Manifest]:
+    """Maintenance: snapshot ``manifest``'s version (held by the local copy) with ``upload`` and
+    re-point the manifest at it; returns the rewritten manifest, or None if the version was
+    re-committed meanwhile. A local failure (the flush: RocksDB then keeps a background error)
+    calls ``invalidate``; a checkpoint storage failure leaves the local copy intact."""
+    try:
+        base, stats = upload(manifest.version)
+    except SparkStateError:
+        raise
+    except BaseException:
+        invalidate()
+        raise
+    record_snapshot(metrics, stats)
+    rewritten = repoint_manifest(storage, manifest, base, "maintenance.snapshot.before-manifest")
+    if rewritten is None:
+        _LOG.warning("version %d was re-committed meanwhile; keeping its manifest", manifest.version)
     return rewritten

@@ -1,4 +1,5 @@
-"""Executing a restore plan on the local copy: a base snapshot brought in, changelogs replayed.
+"""Executing a restore plan on the local copy: a base snapshot brought in, changelogs replayed,
+the old local copy discarded.
 
 Functions of explicit inputs; the store (``VersionedStore.load``) owns the local copy, calls
 these in the order its :class:`~.restore_plan.RestorePlan` says, and forgets the local copy
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from typing import Optional
 
 from .. import constants as C
 from ..backends import KVBackend, backend_factory
@@ -80,3 +82,17 @@ def replay_changelog(storage: CheckpointStorage, backend: KVBackend, ref: Change
     if crc != ref.crc32:
         raise CheckpointCorruptError(url, f"CRC-32 is {crc:#010x}, expected {ref.crc32:#010x}")
     backend.apply(changelog.decode(data, url, ref.version))
+
+
+def discard_local_copy(backend: Optional[KVBackend], work_dir: str, store_url: str) -> None:
+    """Close ``backend`` and remove the working directory. Never raises: the local copy is
+    disposable (checkpoint storage holds the state), and a backend that failed (e.g. RocksDB
+    after a full disk, whose close() flushes) must not hide the error that brought the store
+    here, nor keep a load from restoring."""
+    if backend is not None:
+        try:
+            backend.close()
+        except Exception:
+            _LOG.warning("closing the local copy of %s failed; discarding it", store_url, exc_info=True)
+    if os.path.isdir(work_dir):
+        shutil.rmtree(work_dir, ignore_errors=True)

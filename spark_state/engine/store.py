@@ -7,11 +7,11 @@ Spark's micro-batch epochs are the checkpoint barriers: the commit at the end of
 is the snapshot of epoch N.
 
 :class:`VersionedStore` owns the local copy (a :class:`~spark_state.backends.KVBackend` in a
-working directory, the version it holds and that version's lineage) and the epoch's pending
-writes (:mod:`.overlay`), serves reads and writes itself (the hot path: no layer between the
-caller and the overlay or backend), and delegates everything else to a part of the engine
-room, each readable alone:
+working directory, the version it holds and that version's lineage), the epoch's pending
+writes (:mod:`.overlay`) and the lock, and delegates the rest to parts of the engine room,
+each readable alone:
 
+* :mod:`.access` -- reads and writes of the epoch (a base class: no call layer on the hot path);
 * :mod:`.restore_plan` -- which copy of which version a ``load`` brings in, and from what
   (cached, replay on the local copy, restore from a snapshot); :mod:`.restore` executes it;
 * :mod:`.commit` -- the commit pipeline (changelog, apply, snapshot due, manifest last, adopting
@@ -20,8 +20,7 @@ room, each readable alone:
   asked once by a load's plan and once by a commit or import;
 * :mod:`.capture` -- snapshot capture and upload, inline or handed to the background thread
   (:mod:`spark_state.checkpoint.background`);
-* :mod:`.transfer` -- ``import_version`` (operations tools) and ``export_view`` (the provider's
-  read views);
+* :mod:`.transfer` -- ``import_version`` (operations tools), ``export_view`` (read views);
 * :mod:`.metrics` -- :class:`CommitMetrics` and :class:`RestoreMetrics`.
 
 Invariants kept here: the manifest is the commit point (written last); a failure anywhere in
@@ -30,14 +29,12 @@ checkpoint storage. With ``background_snapshots=True`` (the Spark provider) a du
 captured by the background thread under the store's lock, only if the store still holds that
 version on the same local copy, and the version's manifest is re-pointed at it when uploaded.
 
-Local disk failures of the working directory (no space, read-only, permission, I/O error;
-from the file system or from RocksDB) are raised as
-:class:`~spark_state.errors.LocalDiskError` naming this store, the local path and the
-cause; they too leave the local copy untrusted (it may hold half of an epoch).
+Local disk failures of the working directory (no space, read-only, permission, I/O error; from
+the file system or from RocksDB) are raised as :class:`~spark_state.errors.LocalDiskError`
+naming this store, the local path and the cause; they too leave the local copy untrusted.
 
-Thread-safety: one task thread drives reads and writes; ``snapshot()``, ``cleanup()``
-and ``close()`` may come from maintenance threads and are serialised with commits by a
-lock.
+Thread-safety: one task thread drives reads and writes; ``snapshot()``, ``cleanup()`` and
+``close()`` may come from maintenance threads and are serialised with commits by a lock.
 """
 
 from __future__ import annotations
@@ -48,7 +45,7 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import ContextManager, Iterable, Iterator, Optional, Sequence, Union
+from typing import ContextManager, Iterable, Optional, Union
 
 from .. import constants as C
 from ..backends import KVBackend, backend_factory
@@ -60,18 +57,19 @@ from ..checkpoint.retention import CleanupResult, cleanup, list_versions
 from ..checkpoint.runs import RunContext
 from ..checkpoint.snapshots import SharedFileIndex, SnapshotStats
 from ..config import EngineConfig
-from ..errors import SparkStateError, StoreStateError
+from ..errors import StoreStateError
 from ..storage import CheckpointStorage, open_storage
 from ..storage.localdisk import local_disk_errors
 from . import capture as snapshots
+from .access import EpochAccess, prefix_upper_bound
 from . import transfer
 from .commit import CommitOutcome, Loaded, commit_epoch
-from .epoch_writes import ArrowWrites, EpochWrites, OverlayWrites, reject_write
+from .epoch_writes import ArrowWrites, EpochWrites, OverlayWrites
 from .fencing import RunGate
 from .localdirs import process_root
 from .metrics import CommitMetrics, RestoreMetrics, record_snapshot
-from .overlay import MISSING, WriteOverlay, merge_sorted
-from .restore import open_base_snapshot, replay_changelog
+from .overlay import WriteOverlay
+from .restore import discard_local_copy, open_base_snapshot, replay_changelog
 from .restore_plan import HeldCopy, plan_restore
 
 __all__ = ["CommitMetrics", "RestoreMetrics", "VersionedStore", "prefix_upper_bound"]
@@ -79,7 +77,7 @@ __all__ = ["CommitMetrics", "RestoreMetrics", "VersionedStore", "prefix_upper_bo
 _LOG = logging.getLogger(__name__)
 
 
-class VersionedStore:
+class VersionedStore(EpochAccess):
     """One store's versioned state, backed by a local backend and checkpoint storage.
 
     Args:
@@ -151,10 +149,6 @@ class VersionedStore:
     def runs(self) -> Optional[RunContext]:
         return self._gate.runs
 
-    @property
-    def has_uncommitted_changes(self) -> bool:
-        return len(self._overlay) > 0
-
     def versions(self) -> list[int]:
         """Committed versions in checkpoint storage, ascending (0, the empty state, is implicit)."""
         return list_versions(self._storage)
@@ -216,105 +210,6 @@ class VersionedStore:
             )
             return self
 
-    # ------------------------------------------------------------------ reads
-    def get(self, key: bytes) -> Optional[bytes]:
-        overlay = self._overlay
-        pending = overlay.lookup(key)
-        if pending is not MISSING:
-            return pending  # type: ignore[return-value]
-        value = self._loaded_backend().get(key)
-        overlay.note_committed(key, value is not None)
-        return value
-
-    def multi_get(self, keys: Sequence[bytes]) -> list[Optional[bytes]]:
-        backend = self._loaded_backend()
-        lookup = self._overlay.lookup
-        pending = [lookup(k) for k in keys]
-        missing = [k for k, p in zip(keys, pending) if p is MISSING]
-        fetched = backend.multi_get(missing)
-        note = self._overlay.note_committed
-        for key, value in zip(missing, fetched):
-            note(key, value is not None)
-        it = iter(fetched)
-        return [next(it) if p is MISSING else p for p in pending]  # type: ignore[misc]
-
-    def contains(self, key: bytes) -> bool:
-        return self.get(key) is not None
-
-    def iterate(self, start: Optional[bytes] = None, end: Optional[bytes] = None) -> Iterator[tuple[bytes, bytes]]:
-        """Entries with ``start <= key < end`` (``None``: unbounded), ascending, including
-        this epoch's uncommitted writes. Do not write while consuming the iterator."""
-        backend = self._loaded_backend()
-        committed = backend.iterate(start, end)
-        if not len(self._overlay):
-            return committed
-        return merge_sorted(committed, self._overlay.sorted_items(start, end))
-
-    def prefix_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Entries whose key starts with ``prefix``, ascending."""
-        return self.iterate(prefix or None, prefix_upper_bound(prefix))
-
-    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
-        return self.iterate()
-
-    def num_keys(self) -> int:
-        """Number of committed keys outside the system keyspace (exact: maintained at every
-        commit; see ``constants.SYSTEM_KEY_PREFIX``)."""
-        self._require_loaded()
-        return self._num_keys
-
-    def memory_bytes(self) -> int:
-        return self._loaded_backend().memory_bytes()
-
-    # ------------------------------------------------------------------ writes
-    def put(self, key: bytes, value: bytes) -> None:
-        if type(key) is not bytes or type(value) is not bytes:
-            reject_write(key, value)
-        self._require_loaded()
-        self._overlay.put(key, value)
-
-    def delete(self, key: bytes) -> None:
-        if type(key) is not bytes:
-            reject_write(key, b"")
-        self._require_loaded()
-        self._overlay.put(key, None)
-
-    def put_many(self, keys: Iterable[bytes], values: Iterable[bytes]) -> None:
-        """Stage many puts at once (cheaper than a loop of ``put``)."""
-        self._require_loaded()
-        pairs = list(zip(keys, values))
-        for key, value in pairs:
-            if type(key) is not bytes or type(value) is not bytes:
-                reject_write(key, value)
-        self._overlay.put_many(pairs)
-
-    def delete_many(self, keys: Iterable[bytes]) -> None:
-        self._require_loaded()
-        keys = list(keys)
-        for key in keys:
-            if type(key) is not bytes:
-                reject_write(key, b"")
-        self._overlay.put_many((k, None) for k in keys)
-
-    def stage_changes(
-        self,
-        keys: Sequence[bytes],
-        values: Sequence[Optional[bytes]],
-        existed: Optional[Sequence[int]] = None,
-    ) -> None:
-        """Stage a batch of writes (``None`` value = delete), e.g. an epoch's writes shipped
-        from the JVM. ``existed`` optionally tells, per key, whether it existed before the
-        epoch (1 / 0, or -1 when unknown); known answers spare the exact key count a lookup."""
-        self._require_loaded()
-        overlay = self._overlay
-        if existed is not None:
-            overlay.note_committed_many(keys, existed)
-        overlay.put_many(zip(keys, values))
-
-    def abort(self) -> None:
-        """Drop this epoch's uncommitted writes; the loaded version stays."""
-        self._overlay.clear()
-
     # ------------------------------------------------------------------ commit
     def commit_takes_snapshot(self) -> bool:
         """Whether the next ``commit()`` will also take a snapshot (TTL's full-snapshot
@@ -329,14 +224,7 @@ class VersionedStore:
         decided = self._snapshot_decision
         if decided is not None and decided[0] == self._version:
             return decided[1]
-        interval = self._config.snapshot_interval
-        previous = self._manifest
-        chain = previous.replay if previous else ()
-        if self._background is not None:
-            chain = self._background.rebase(previous.base_snapshot if previous else None, chain)[1]
-        due = bool(interval) and len(chain) + 1 >= interval
-        if due and self._background is not None and self._background.in_flight:
-            due = False  # one upload at a time; a later commit takes the snapshot
+        due = snapshots.snapshot_due(self._config.snapshot_interval, self._manifest, self._background)
         self._snapshot_decision = (self._version, due)  # type: ignore[assignment]
         return due
 
@@ -397,8 +285,7 @@ class VersionedStore:
             self._overlay.clear()
             self._take_over(winner, winner.num_keys, outcome.origin)
         else:
-            self._invalidate()
-            self.load(winner.version)
+            self._load_committed(winner.version)
         _LOG.info("version %d of %s was already committed by another attempt of this run (commit %s); "
                   "this attempt's commit is a no-op (%s changes)", winner.version, self._storage.url,
                   winner.commit_id, "identical" if outcome.adopted == "identical" else "different")
@@ -414,21 +301,16 @@ class VersionedStore:
     def import_version(self, version: int, entries: Iterable[tuple[bytes, bytes]],
                        batch_rows: int = C.ARROW_BATCH_ROWS) -> Manifest:
         """Create committed ``version`` directly from ``entries`` (every ``(key, value)`` of
-        the state, system keys included), without committing the versions before it.
-
-        This is how operations tools (restore, rescale, migrate) start a store at the
-        version that follows a query's last committed batch. The entries are applied to a
-        fresh, empty local backend in batches of ``batch_rows`` (memory stays bounded), a
-        full snapshot of the result is uploaded, and the manifest is written last (the
-        commit point): ``base_snapshot`` is that snapshot, ``replay`` is empty and
-        ``changelog`` is an empty changelog (an imported version has no epoch of its own).
+        the state, system keys included), without committing the versions before it: how
+        operations tools (restore, rescale, migrate) start a store at the version that follows
+        a query's last committed batch. Entries are applied in batches of ``batch_rows``; the
+        version is a full snapshot (:mod:`.transfer` gives the steps).
 
         With a run (:class:`RunContext` with a run id), the tool registers as a run that
-        started at ``version - 1`` (as if it had run the batch that made ``version``), so
-        copies of later versions by earlier runs -- abandoned attempts -- are never read,
-        and the manifest is created with create-if-absent: if this run already committed
-        ``version`` (an interrupted tool run again), that copy is kept and returned.
-        Without a run the manifest is written unranked (replacing an unranked one).
+        started at ``version - 1``, so copies of later versions by earlier runs (abandoned
+        attempts) are never read, and if this run already committed ``version`` (an
+        interrupted tool run again), that copy is kept and returned. Without a run the
+        manifest is written unranked (replacing an unranked one).
 
         The store then holds ``version`` loaded, as after ``load(version)``.
         """
@@ -544,21 +426,11 @@ class VersionedStore:
             if manifest is None or not manifest.replay:
                 return None
             metrics = CommitMetrics(version=manifest.version)
-            try:
-                base, stats = self._upload_snapshot(manifest.version)
-            except SparkStateError:
-                raise  # checkpoint storage failed; the local copy is intact
-            except BaseException:
-                self._invalidate()  # the local flush failed: RocksDB keeps a background error
-                raise
-            record_snapshot(metrics, stats)
-            rewritten = snapshots.repoint_manifest(self._storage, manifest, base,
-                                                   "maintenance.snapshot.before-manifest")
-            if rewritten is None:
-                _LOG.warning("version %d was re-committed meanwhile; keeping its manifest", manifest.version)
-                return metrics
-            self._manifest = rewritten
-            self._state_origin = base.path
+            rewritten = snapshots.snapshot_in_place(self._storage, manifest, self._upload_snapshot, self._invalidate,
+                                                    metrics)
+            if rewritten is not None:
+                self._manifest = rewritten
+                self._state_origin = rewritten.base_snapshot.path  # type: ignore[union-attr]
             return metrics
 
     def cleanup(self) -> CleanupResult:
@@ -605,18 +477,9 @@ class VersionedStore:
         self._state_origin = ""
 
     def _close_backend(self) -> None:
-        """Close the local backend and remove the working directory. Never raises: the local
-        copy is disposable (checkpoint storage holds the state), and a backend that failed
-        (e.g. RocksDB after a full disk, whose close() flushes) must not hide the error that
-        brought us here, nor keep ``load`` from restoring."""
+        """Close the local backend and remove the working directory; never raises."""
         backend, self._backend = self._backend, None
-        if backend is not None:
-            try:
-                backend.close()
-            except Exception:
-                _LOG.warning("closing the local copy of %s failed; discarding it", self._storage.url, exc_info=True)
-        if os.path.isdir(self._work_dir):
-            shutil.rmtree(self._work_dir, ignore_errors=True)
+        discard_local_copy(backend, self._work_dir, self._storage.url)
 
     def _local_errors(self, doing: str) -> ContextManager[None]:
         """Map local disk failures in the block to LocalDiskError naming this store."""
@@ -631,24 +494,3 @@ class VersionedStore:
             self._manifest = None
             self._state_origin = None
             self._overlay.clear()
-
-    def _require_open(self) -> None:
-        if self._closed:
-            raise StoreStateError("the store is closed")
-
-    def _require_loaded(self) -> None:
-        self._require_open()
-        if self._backend is None or self._version is None:
-            raise StoreStateError("no version is loaded: call load(version) first")
-
-    def _loaded_backend(self) -> KVBackend:
-        self._require_loaded()
-        return self._backend  # type: ignore[return-value]
-
-
-def prefix_upper_bound(prefix: bytes) -> Optional[bytes]:
-    """The smallest key greater than every key starting with ``prefix`` (None: no bound)."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
