@@ -62,9 +62,9 @@ def _wrap(owner, name: str, label: str, when=None) -> None:
 
 
 def instrument() -> None:
-    from spark_state import store as store_mod
+    from spark_state.engine import store as store_mod
     from spark_state.backends import rocksdb as rocks
-    from spark_state.epoch_writes import ArrowWrites, OverlayWrites
+    from spark_state.engine.epoch_writes import ArrowWrites, OverlayWrites
     from spark_state.provider import service, ttl_commit
     from spark_state.storage import local
 

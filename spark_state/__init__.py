@@ -24,7 +24,7 @@ from .errors import (
     VersionNotFoundError,
 )
 from .spark.session import configure, server_confs
-from .store import CommitMetrics, RestoreMetrics, VersionedStore
+from .engine.store import CommitMetrics, RestoreMetrics, VersionedStore
 from .version import __version__
 
 

@@ -30,7 +30,7 @@ STORAGE_OPTION_PREFIX = "storage."
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """How a :class:`~spark_state.store.VersionedStore` keeps its state.
+    """How a :class:`~spark_state.engine.store.VersionedStore` keeps its state.
 
     Attributes:
         backend: ``"rocksdb"`` (rocksdict, raw bytes; state may exceed memory) or

@@ -7,8 +7,6 @@ checkpoint layout can be read off one page. The bytes of stored keys are owned b
 
 from __future__ import annotations
 
-from .keys.system import SYSTEM_PREFIX
-
 #: Version of the checkpoint format this release writes. Readers accept the versions in
 #: ``SUPPORTED_FORMAT_VERSIONS`` and reject anything else with ``IncompatibleFormatError``.
 FORMAT_VERSION = 1
@@ -66,9 +64,7 @@ ARROW_BATCH_ROWS = 65536
 
 # --- keyspace -------------------------------------------------------------------------------
 #: Stored keys (their first byte, the system keyspace's tags, every layout) are owned by
-#: ``spark_state.keys``. ``SYSTEM_KEY_PREFIX`` is that package's ``system.SYSTEM_PREFIX``, named
-#: here for the store's key counts (``VersionedStore.num_keys`` does not count system keys).
-SYSTEM_KEY_PREFIX = SYSTEM_PREFIX
+#: ``spark_state.keys``.
 #: Version of the schema record's JSON; readers reject others (``state/schema.py``).
 SCHEMA_RECORD_FORMAT = 1
 

@@ -3,7 +3,7 @@
 A backend holds exactly one version of one store's state: the store applies each
 committed epoch to it atomically and asks it for snapshots. It knows nothing about
 versions, changelogs or checkpoint storage -- that policy lives in
-:mod:`spark_state.store` and :mod:`spark_state.checkpoint`.
+:mod:`spark_state.engine.store` and :mod:`spark_state.checkpoint`.
 
 Keys and values are ``bytes``. Iteration is in ascending unsigned-bytewise key order
 (RocksDB's default comparator), so key-group prefixes keep each group contiguous.

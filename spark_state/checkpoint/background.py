@@ -109,7 +109,7 @@ class _Totals:
 
 
 class BackgroundSnapshots:
-    """The background snapshot state of one :class:`~spark_state.store.VersionedStore`.
+    """The background snapshot state of one :class:`~spark_state.engine.store.VersionedStore`.
 
     ``lock`` is the store's lock: completion (the manifest rewrite) takes it, so it is
     serialised with commits, loads and cleanup of the same store.

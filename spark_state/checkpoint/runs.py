@@ -270,7 +270,7 @@ class RunRegistry:
 
 # ------------------------------------------------------------------------ per store view
 class RunContext:
-    """What a :class:`~spark_state.store.VersionedStore` needs to know about runs.
+    """What a :class:`~spark_state.engine.store.VersionedStore` needs to know about runs.
 
     One object per (registry, run) -- shared by every store of that run in the process
     when the registry is a state location's. ``run_id=None`` is a *reader* (the state data

@@ -15,7 +15,7 @@ import sys
 import time
 
 from ..config import EngineConfig
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 
 WORDS = ("state", "stream", "spark", "flink", "epoch", "barrier", "key", "group", "snapshot", "changelog")
 

@@ -30,7 +30,7 @@ from ..checkpoint.retention import list_copies
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..config import EngineConfig
 from ..storage import CheckpointStorage, open_storage
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from ..process import location as L
 from .errors import NoCommittedBatchError, ProcessStateNotFoundError, UnsupportedCheckpointError
 

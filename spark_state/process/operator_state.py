@@ -60,7 +60,7 @@ from ..state.descriptors import StateDescriptor
 from ..state.errors import StateDecodeError, StateSchemaIncompatibleError, StateValueError
 from ..state.evolution import merge_schema_records
 from ..state.schema import StateSchema, schema_of
-from ..store import VersionedStore, prefix_upper_bound
+from ..engine.store import VersionedStore, prefix_upper_bound
 
 __all__ = ["KEYED_OPERATOR_PREFIX", "SPLIT", "UNION", "BROADCAST", "MODE_NAMES", "OperatorListState", "BroadcastState",
            "OperatorStateStore", "stored_states", "split_ranges", "redistribute"]

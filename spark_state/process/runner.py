@@ -29,7 +29,7 @@ import pyarrow as pa
 from ..checkpoint.runs import RunContext
 from ..partitioning.keygroups import KeyGroupRange
 from ..state.regroup import copy_owned_key_groups, overlapping_partitions, owned_key_groups
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from ..testing import crashpoints
 from .arrow_io import OutputWriter, columns_as_lists
 from .errors import NotInStreamingQueryError, StateLocationError

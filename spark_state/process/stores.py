@@ -3,7 +3,7 @@ batches, and build a new layout's store when the parallelism changed.
 
 Invariants
 ----------
-* Batch ``B`` of partition ``i`` works on a :class:`~spark_state.store.VersionedStore`
+* Batch ``B`` of partition ``i`` works on a :class:`~spark_state.engine.store.VersionedStore`
   loaded at batch version ``B`` (the state after batch ``B - 1``) and commits ``B + 1``;
   store versions are offset by the layout's base (see :mod:`.location`).
 * Every store works for the query run of its task (:mod:`spark_state.checkpoint.runs`): its
@@ -35,7 +35,7 @@ import pyarrow as pa
 from ..checkpoint.runs import RunContext
 from ..config import EngineConfig
 from ..storage import CheckpointStorage
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from .arrow_io import OutputWriter
 from .errors import StateVersionMissingError
 from .location import Choice, Layout, choose_layout, describe_layouts, register_layout, valid_rank

@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 from ..state.key_context import KeyContext
 from ..state.timers import EVENT_TIME, PROCESSING_TIME, TimerQueue, check_timestamp
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from .clock import BatchTime
 from .errors import ProcessDefinitionError
 

@@ -36,9 +36,9 @@ from .. import constants as C
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..config import EngineConfig
 from ..errors import ConfigError
-from ..localdirs import process_root
+from ..engine.localdirs import process_root
 from ..storage import open_storage
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from ..testing import crashpoints
 from ..ttl import is_stamped
 from . import options as provider_options

@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import constants as C
-from ..epoch_writes import ArrowWrites
+from ..engine.epoch_writes import ArrowWrites
 from ..keys.system import SYSTEM_PREFIX
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from ..ttl import TtlKeyValue, is_stamped, migrate_layout
 from .ttl_policy import StoreTtl
 
@@ -160,7 +160,7 @@ def commit_epoch(store: VersionedStore, ttl: StoreTtl, table: pa.Table, now: int
     (nothing staged yet), with ``ttl``'s layout; arguments as for :func:`stage_epoch`.
 
     Without TTL, and with unstamped state (no layout to migrate), the table is committed whole
-    as Arrow columns (:class:`~spark_state.epoch_writes.ArrowWrites`); otherwise its rows are
+    as Arrow columns (:class:`~spark_state.engine.epoch_writes.ArrowWrites`); otherwise its rows are
     staged one by one (:func:`stage_epoch`)."""
     if not ttl.enabled and not is_stamped(store, NAMESPACE):
         op = table.column("op")

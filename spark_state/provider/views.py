@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from .. import constants as C
 from ..keys.system import SYSTEM_PREFIX
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 
 _LOG = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..store import VersionedStore, prefix_upper_bound
+from ..engine.store import VersionedStore, prefix_upper_bound
 from ..ttl.config import TtlConfig
 from ..ttl.kv import TtlKeyValue, TtlStats
 

@@ -1,6 +1,6 @@
 """The keyed state backend: hands out state objects and scopes them to the current key.
 
-One backend wraps one loaded :class:`~spark_state.store.VersionedStore` (one partition of
+One backend wraps one loaded :class:`~spark_state.engine.store.VersionedStore` (one partition of
 one operator). The current key lives in the backend's :class:`~.key_context.KeyContext`: the
 runtime sets it (:meth:`KeyedStateBackend.set_current_key`, or the context's own method)
 before each element; state objects created by ``get_*_state`` are registered with the
@@ -25,7 +25,7 @@ from typing import Iterator, Optional, Union
 
 from ..keys import keyed as K
 from ..keys.keygroup_prefix import KEY_GROUP_KEYSPACE_END
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from ..ttl.kv import TtlStats, is_stamped, migrate_layout
 from .access import PlainAccess, TtlAccess
 from .descriptors import (

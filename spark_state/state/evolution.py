@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from ..keys import keyed as K
 from ..keys.system import keyed_record_key, name_of_record_key, record_range
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from ..ttl import codec as ttl_codec
 from ..ttl.kv import is_stamped
 from .compatibility import Rewrite, equivalent, judge

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from ..partitioning.keygroups import KeyGroupRange, compute_key_group_range_for_operator_index
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from .rescale import copy_key_groups
 
 

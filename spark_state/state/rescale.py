@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..keys import keyed as K
 from ..keys.system import KEYED_SCHEMA_TAG, TTL_INDEX_TAG, TTL_MARKER_TAG, data_key_of_index_key, tag_range
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 from .evolution import merge_schema_records
 
 _INDEX_RANGE = tag_range(TTL_INDEX_TAG)

@@ -31,7 +31,7 @@ from ..keys.timers import (
     timer_key,
     timestamp_and_key,
 )
-from ..store import VersionedStore
+from ..engine.store import VersionedStore
 
 __all__ = ["EVENT_TIME", "PROCESSING_TIME", "DOMAINS", "DOMAIN_NAMES", "MIN_TIMESTAMP", "MAX_TIMESTAMP",
            "TimerQueue", "check_timestamp"]

@@ -1,4 +1,4 @@
-"""TTL as a decorator over a :class:`~spark_state.store.VersionedStore` (Flink's
+"""TTL as a decorator over a :class:`~spark_state.engine.store.VersionedStore` (Flink's
 ``AbstractTtlDecorator``): stamped values, the expiry index, cleanup on read and sweeps.
 
 A :class:`TtlKeyValue` owns one *namespace*: a set of data keys whose values are stamped
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from ..store import VersionedStore, prefix_upper_bound
+from ..engine.store import VersionedStore, prefix_upper_bound
 from ..keys import system as syskeys
 from . import codec
 from .config import TtlConfig

@@ -11,8 +11,8 @@ import pytest
 
 from spark_state import EngineConfig, StoreStateError, VersionedStore
 from spark_state.checkpoint import changelog
-from spark_state.constants import SYSTEM_KEY_PREFIX
-from spark_state.epoch_writes import ArrowWrites
+from spark_state.keys.system import SYSTEM_PREFIX as SYSTEM_KEY_PREFIX
+from spark_state.engine.epoch_writes import ArrowWrites
 from spark_state.provider.ttl_commit import OP_TOUCH, commit_epoch, read_changes_table
 from spark_state.provider.ttl_policy import StoreTtl
 

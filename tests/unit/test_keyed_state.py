@@ -7,7 +7,7 @@ import pytest
 from support import Mean
 
 from spark_state import EngineConfig, VersionedStore
-from spark_state.constants import SYSTEM_KEY_PREFIX
+from spark_state.keys.system import SYSTEM_PREFIX as SYSTEM_KEY_PREFIX
 from spark_state.keys import keyed as K
 from spark_state.state import (
     AggregatingStateDescriptor,

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from spark_state import EngineConfig, VersionedStore
-from spark_state.localdirs import OWNER_FILE, PREFIX
+from spark_state.engine.localdirs import OWNER_FILE, PREFIX
 
 # Opens a store under the given localDir (so a RocksDB working copy exists), prints its
 # process directory, then waits for stdin to close (or is killed meanwhile).
@@ -19,7 +19,7 @@ import sys
 from spark_state import EngineConfig, VersionedStore
 store = VersionedStore(sys.argv[2], EngineConfig(local_dir=sys.argv[1])).load(0)
 store.put(b"k", b"v"); store.commit()
-from spark_state.localdirs import process_root
+from spark_state.engine.localdirs import process_root
 print(process_root(sys.argv[1]), flush=True)
 sys.stdin.read()
 """
@@ -56,7 +56,7 @@ def test_directories_of_killed_processes_are_removed_by_the_next_process(tmp_pat
 
 
 def test_a_forked_child_gets_a_directory_of_its_own(tmp_path):
-    from spark_state.localdirs import process_root
+    from spark_state.engine.localdirs import process_root
 
     local = str(tmp_path / "local")
     mine = process_root(local)

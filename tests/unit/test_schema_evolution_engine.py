@@ -13,7 +13,7 @@ from pyspark.sql import Row
 from pyspark.sql import types as T
 
 from spark_state import EngineConfig, VersionedStore
-from spark_state.constants import SYSTEM_KEY_PREFIX
+from spark_state.keys.system import SYSTEM_PREFIX as SYSTEM_KEY_PREFIX
 from spark_state.keys import keyed as K
 from spark_state.keys.system import keyed_record_key, operator_record_key
 from spark_state.process.operator_state import OperatorStateStore, redistribute

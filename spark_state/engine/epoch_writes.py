@@ -1,11 +1,11 @@
 """One epoch's writes as a commit consumes them, in two forms.
 
-A commit needs four things of an epoch (:meth:`spark_state.store.VersionedStore.commit`): its
+A commit needs four things of an epoch (:meth:`spark_state.engine.store.VersionedStore.commit`): its
 changelog, how many puts and deletes it holds, how many of its keys exist in committed state
 (the exact key count: a put of a new key adds one, a delete of an existing key removes one), and
 the ``(key, value or None)`` pairs to apply to the local backend.
 
-* :class:`OverlayWrites` -- the writes staged key by key in the :class:`~spark_state.overlay.WriteOverlay`
+* :class:`OverlayWrites` -- the writes staged key by key in the :class:`~spark_state.engine.overlay.WriteOverlay`
   (the engine API, ``keyed_process``, TTL's staging).
 * :class:`ArrowWrites` -- the epoch whole, as Arrow columns: what the provider's shim ships,
   one row per key with its last write. The changelog, the counts and the known existence come
@@ -15,7 +15,7 @@ the ``(key, value or None)`` pairs to apply to the local backend.
   write of them (``bench/commit_profile.py``).
 
 Invariants of both: one entry per key (the epoch's last write), ``None`` / null value = delete,
-and no key of the engine's system keyspace (``constants.SYSTEM_KEY_PREFIX``) counted as a user
+and no key of the engine's system keyspace (``keys.system.SYSTEM_PREFIX``) counted as a user
 key.
 """
 
@@ -27,9 +27,9 @@ from typing import Callable, Optional, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from . import constants as C
-from .backends.base import KVBackend
-from .checkpoint import changelog
+from ..keys.system import SYSTEM_PREFIX
+from ..backends.base import KVBackend
+from ..checkpoint import changelog
 from .overlay import WriteOverlay
 
 #: ``count_existing(keys)``: how many of ``keys`` exist in committed state (one batched lookup).
@@ -99,8 +99,8 @@ class OverlayWrites(EpochWrites):
     def user_puts(self) -> int:
         changes = self._changes
         puts = self.num_puts
-        if changes and max(changes) >= C.SYSTEM_KEY_PREFIX:
-            puts -= sum(1 for k, v in changes.items() if v is not None and k[:1] == C.SYSTEM_KEY_PREFIX)
+        if changes and max(changes) >= SYSTEM_PREFIX:
+            puts -= sum(1 for k, v in changes.items() if v is not None and k[:1] == SYSTEM_PREFIX)
         return puts
 
     def existing_user_keys(self, count_existing: CountExisting) -> int:
@@ -131,7 +131,7 @@ class ArrowWrites(EpochWrites):
         if keys.null_count:
             raise ValueError(f"{keys.null_count} null keys among an epoch's writes")
         # (The scalar is made here, not at import: see spark_state.provider.no_pandas.)
-        system = pa.scalar(C.SYSTEM_KEY_PREFIX, pa.binary())
+        system = pa.scalar(SYSTEM_PREFIX, pa.binary())
         if len(keys) and (not _distinct(keys) or pc.any(pc.greater_equal(keys, system)).as_py()):
             return None
         if existed is None:
@@ -168,3 +168,15 @@ class ArrowWrites(EpochWrites):
                                    pc.filter(self._keys, pc.invert(puts)).to_pylist())
         else:
             backend.apply_distinct(self._keys.to_pylist(), self._values.to_pylist(), [])
+
+
+def reject_write(key: object, value: object) -> None:
+    """A write that could not be committed: say so now, not at commit with an Arrow error."""
+    if value is None:
+        raise TypeError("value must be bytes; use delete() to remove a key")
+    for what, obj in (("key", key), ("value", value)):
+        if type(obj) is not bytes:
+            hint = " (encode text, e.g. .encode('utf-8'))" if isinstance(obj, str) else \
+                " (serialize it first; spark_state.state has typed serializers)" if not isinstance(
+                    obj, (bytearray, memoryview)) else " (pass bytes(...))"
+            raise TypeError(f"store {what}s must be bytes, got {type(obj).__name__} {obj!r:.60}{hint}")

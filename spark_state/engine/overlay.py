@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
-from .constants import SYSTEM_KEY_PREFIX
+from ..keys.system import SYSTEM_PREFIX
 
 _MISSING = object()
 
@@ -88,9 +88,9 @@ class WriteOverlay:
             unknown = [k for k, f in zip(changes, flags) if f is None or f == -1]
         else:
             unknown = []
-        if max(changes) >= SYSTEM_KEY_PREFIX:  # system keys are not counted (see VersionedStore.num_keys)
-            known -= sum(1 for k, f in zip(changes, flags) if f == 1 and k[:1] == SYSTEM_KEY_PREFIX)
-            unknown = [k for k in unknown if k[:1] != SYSTEM_KEY_PREFIX]
+        if max(changes) >= SYSTEM_PREFIX:  # system keys are not counted (see VersionedStore.num_keys)
+            known -= sum(1 for k, f in zip(changes, flags) if f == 1 and k[:1] == SYSTEM_PREFIX)
+            unknown = [k for k in unknown if k[:1] != SYSTEM_PREFIX]
         return known + (count_existing(unknown) if unknown else 0)
 
     def clear(self) -> None:
