@@ -140,3 +140,26 @@ def test_the_graph_sees_relative_and_function_level_imports_and_skips_type_check
 def test_no_import_cycle_in_the_package() -> None:
     found = cycles(import_graph())
     assert not found, f"import cycles: {found}"
+
+
+#: The rooms of spark_state from the foundations up, as docs/internals.md ("Map of the code")
+#: lists them: a room imports only rooms before it. A top-level module is a room of its own.
+ROOM_ORDER = [
+    "errors", "constants", "options", "version", "testing", "partitioning", "keys", "storage", "config",
+    "backends", "checkpoint", "engine", "ttl", "state", "provider", "spark", "process", "ops", "demos",
+    "cli", "__main__", "",
+]
+
+
+def _room(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_rooms_import_only_the_rooms_below_them() -> None:
+    graph = import_graph()
+    rank = {room: i for i, room in enumerate(ROOM_ORDER)}
+    rooms = {_room(m) for m in graph}
+    assert rooms <= set(rank), f"rooms missing from ROOM_ORDER (and from docs/internals.md): {rooms - set(rank)}"
+    upward = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                    if _room(d) != _room(m) and rank[_room(d)] > rank[_room(m)])
+    assert not upward, "imports of a room listed later (see docs/internals.md, 'Map of the code'): " + ", ".join(upward)
