@@ -23,10 +23,9 @@ from .errors import (
     StoreStateError,
     VersionNotFoundError,
 )
-from .spark.session import configure, server_confs
 from .engine.store import CommitMetrics, RestoreMetrics, VersionedStore
+from .spark.session import configure, server_confs
 from .version import __version__
-
 
 __all__ = [
     "EngineConfig", "VersionedStore", "CommitMetrics", "RestoreMetrics",
