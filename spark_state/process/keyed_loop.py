@@ -62,7 +62,7 @@ def _run(plan: ProcessPlan, task: Any, ps: PartitionStore, own: KeyGroupRange, b
     keys = KeyContext(write_back=True)
     backend = KeyedStateBackend(ps.store, key_context=keys)
     time = TimePhase(plan, task, ps, keys) if by_side else None
-    opstate = OperatorStatePhase(plan, task, ps) if phases.operator_state or phases.broadcast is not None else None
+    opstate = OperatorStatePhase(plan, task, ps) if phases.operator_keyspace else None
     broadcast = (BroadcastPhase(phases.broadcast, opstate.broadcast, plan, task)
                  if phases.broadcast is not None and opstate is not None else None)
     ctx = KeyedContext(backend, task.batch_id, task.partition, plan.parallelism, plan.max_parallelism or 0,

@@ -64,8 +64,14 @@ class Phases:
         return self.timers or self.event_time
 
     @property
+    def operator_keyspace(self) -> bool:
+        """The function's store holds operator state (under 0xFE): its own, or broadcast states.
+        Rescale then redistributes it, and the loop runs the operator-state phase."""
+        return self.operator_state or self.broadcast is not None
+
+    @property
     def any(self) -> bool:
-        return self.time or self.operator_state or self.broadcast is not None or self.two_inputs
+        return self.time or self.operator_keyspace or self.two_inputs
 
 
 @dataclass(frozen=True)

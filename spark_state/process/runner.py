@@ -101,7 +101,7 @@ def run_keyed(plan: ProcessPlan, batches: Iterator[pa.RecordBatch],
     _check_parallelism(plan, task.partition)
     assert plan.max_parallelism is not None
     rebuild = _KeyedRebuild(plan.max_parallelism, plan.parallelism, task.partition,
-                            plan.phases.operator_state or plan.phases.broadcast is not None)
+                            plan.phases.operator_keyspace)
     ps = acquire(task.storage, plan.engine, plan.parallelism, task.partition, task.batch_id,
                  rebuild.sources_needed, rebuild.populate, task.runs)
     return paced(keyed_loop(plan, task, ps, rebuild.own, batches))
