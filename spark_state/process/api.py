@@ -5,22 +5,27 @@ Plan of ``keyed_process(df, key, fn, schema)``::
 
     df ─► + key group column  pmod(hash(key), max_parallelism)
        ─► + route column      small int whose hash lands in partition kg * n // max_parallelism
-       ─► repartition(n, route) ─► drop route ─► mapInArrow(run_keyed, schema)
+       ─► ∪ tick source (no rows)
+       ─► repartition(n, route) ─► drop route ─► mapInArrow(run_keyed, schema + observation)
+       ─► observe("spark_state.<name>") ─► drop the observation rows and column
 
 With event time (``df.withWatermark``), timers (``on_timer``), operator state
-(``initialize_state``), a heartbeat, two inputs (``keyed_co_process``) or a broadcast input
-(``keyed_broadcast_process``), the inputs are unioned and tagged by side first
-(:mod:`.inputs`) and the tasks read their input by side; the plan (:mod:`.plan`) names the
-phases of the keyed loop (:mod:`.keyed_loop`) in use. The keyword options every entry point
-shares are checked once, by :func:`~.options.process_options`.
+(``initialize_state``), two inputs (``keyed_co_process``) or a broadcast input
+(``keyed_broadcast_process``), the inputs and the tick stream are unioned and tagged by side
+first (:mod:`.inputs`) and the tasks read their input by side; the plan (:mod:`.plan`) names the
+phases of the keyed loop (:mod:`.keyed_loop`) in use. The tick source (:mod:`.ticks`) places
+the checkpoint and makes Spark run batches for due timers; the observation (:mod:`.observation`)
+puts the tasks' figures in the query's progress. The keyword options every entry point shares
+are checked once, by :func:`~.options.process_options`.
 
 ``checkpointed_process`` repartitions round-robin into ``n`` partitions (Spark sorts rows
 before a round-robin repartition so that retries see the same split) and runs
-``mapInArrow(run_operator, schema)``.
+``mapInArrow(run_operator, schema + observation)``.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from pyspark.sql import DataFrame
@@ -36,14 +41,14 @@ from .functions import (
     KeyedProcessFunction,
     defines,
 )
-from .inputs import (BROADCAST_SIDE, LEFT, RIGHT, InputSide, check_same_key_types, heartbeat_stream, renamed,
-                     union_inputs)
+from .inputs import BROADCAST_SIDE, LEFT, RIGHT, InputSide, check_same_key_types, renamed, union_inputs
 from .keycodec import check_key_fields
+from .observation import OBSERVATION_COLUMN, observed
 from .options import EngineLike, ProcessOptions, process_options
 from .plan import KEYED, OPERATOR, BroadcastSpec, Phases, ProcessPlan
-from .routing import (HIDDEN_COLUMNS, KEY_GROUP_COLUMN, ROUTE_COLUMN, add_routing_columns, key_group_and_route,
-                      repartition_routed)
+from .routing import HIDDEN_COLUMNS, KEY_GROUP_COLUMN, ROUTE_COLUMN, key_group_and_route, repartition_routed
 from .runner import run_keyed, run_operator
+from .ticks import tick_stream, with_tick_source
 
 
 def _function_instance(function: Any, kind: type, api: str) -> Any:
@@ -94,9 +99,11 @@ def keyed_process(
             ``snapshotInterval``, ...); default the engine defaults (RocksDB backend).
         late_rows: rows whose event time is ``<=`` the batch's watermark: ``"drop"`` (default,
             as Spark's stateful operators do) or ``"deliver"`` (``ctx.is_late()`` is True).
-        idle_heartbeat: union a heartbeat (Spark's ``rate`` source, one row per second) into
-            the input, so that batches run -- and timers fire -- while the sources are idle.
-            Costs one batch (a commit per partition) per second while idle.
+        idle_heartbeat: no longer needed, ignored with a warning: batches run for due timers
+            while the sources are idle (see docs/time.md).
+
+    The query's progress shows the function's figures under
+    ``observedMetrics["spark_state.<name>"]`` (see :mod:`spark_state.process.observation`).
     """
     function = _function_instance(function, KeyedProcessFunction, "keyed_process")
     _check_stream(df, "keyed_process")
@@ -104,22 +111,21 @@ def keyed_process(
     options = process_options(
         df, function, output_schema, keyed=True, parallelism=parallelism, max_parallelism=max_parallelism, name=name,
         state_location=state_location, state_root=state_root, storage_options=storage_options, engine=engine,
-        late_rows=late_rows, idle_heartbeat=idle_heartbeat)
+        late_rows=late_rows)
+    _no_heartbeat(idle_heartbeat)
     event_time = event_time_of(df, "keyed_process")
     phases = _phases(function, event_time=event_time is not None)
     n, max_p = options.parallelism, _max_p(options)
-    if not (phases.any or idle_heartbeat):
+    ticks = tick_stream(df, options.location.name, timers=phases.timers)
+    if not phases.any:
         # the plain input: nothing to pay for time
         plan = ProcessPlan(KEYED, function, options, tuple(key_fields))
-        return _keyed(add_routing_columns(df, keys, n, max_p), plan)
+        kg, route = key_group_and_route(keys, n, max_p)
+        tagged = df.withColumn(KEY_GROUP_COLUMN, kg).withColumn(ROUTE_COLUMN, route)
+        return _keyed(repartition_routed(with_tick_source(tagged, ticks), n), plan)
     side = InputSide(LEFT, tuple(df.columns), tuple(df.columns), tuple(keys), event_time)
     plan = ProcessPlan(KEYED, function, options, tuple(key_fields), (side,), phases)
-    if idle_heartbeat:
-        routed = union_inputs([(side, df)], n, max_p, heartbeat_stream(df))
-    else:
-        kg, route = key_group_and_route(keys, n, max_p)
-        routed = repartition_routed(df.withColumn(KEY_GROUP_COLUMN, kg).withColumn(ROUTE_COLUMN, route), n)
-    return _keyed(routed, plan)
+    return _keyed(union_inputs([(side, df)], n, max_p, ticks), plan)
 
 
 def keyed_co_process(
@@ -156,7 +162,8 @@ def keyed_co_process(
     options = process_options(
         left, function, output_schema, keyed=True, parallelism=parallelism, max_parallelism=max_parallelism,
         name=name, state_location=state_location, state_root=state_root, storage_options=storage_options,
-        engine=engine, late_rows=late_rows, idle_heartbeat=idle_heartbeat)
+        engine=engine, late_rows=late_rows)
+    _no_heartbeat(idle_heartbeat)
     sides = (
         InputSide(LEFT, tuple(left.columns), renamed(LEFT, left.columns), tuple(lkeys),
                   event_time_of(left, "keyed_co_process (left)")),
@@ -166,7 +173,7 @@ def keyed_co_process(
     phases = _phases(function, event_time=any(s.event_time is not None for s in sides), two_inputs=True)
     plan = ProcessPlan(KEYED, function, options, tuple(lfields), sides, phases)
     routed = union_inputs([(sides[0], left), (sides[1], right)], options.parallelism, _max_p(options),
-                          heartbeat_stream(left) if idle_heartbeat else None)
+                          tick_stream(left, options.location.name, timers=phases.timers))
     return _keyed(routed, plan)
 
 
@@ -210,7 +217,8 @@ def keyed_broadcast_process(
     options = process_options(
         df, function, output_schema, keyed=True, parallelism=parallelism, max_parallelism=max_parallelism, name=name,
         state_location=state_location, state_root=state_root, storage_options=storage_options, engine=engine,
-        late_rows=late_rows, idle_heartbeat=idle_heartbeat)
+        late_rows=late_rows)
+    _no_heartbeat(idle_heartbeat)
     descriptors = tuple(broadcast_states)
     if not descriptors or not all(isinstance(d, MapStateDescriptor) for d in descriptors):
         raise ProcessDefinitionError(
@@ -229,7 +237,7 @@ def keyed_broadcast_process(
                      broadcast=BroadcastSpec(descriptors, order))
     plan = ProcessPlan(KEYED, function, options, tuple(key_fields), sides, phases)
     routed = union_inputs([(sides[0], df), (sides[1], broadcast_df)], options.parallelism, _max_p(options),
-                          heartbeat_stream(df) if idle_heartbeat else None)
+                          tick_stream(df, options.location.name, timers=phases.timers))
     return _keyed(routed, plan)
 
 
@@ -258,7 +266,10 @@ def checkpointed_process(
     def operator(batches):
         return run_operator(plan, batches)
 
-    return df.repartition(options.parallelism).mapInArrow(operator, options.output_schema)
+    _check_output(plan)
+    ticks = tick_stream(df, options.location.name, timers=False)
+    out = with_tick_source(df, ticks).repartition(options.parallelism).mapInArrow(operator, plan.task_schema)
+    return observed(out, options.location.name, {})
 
 
 # ------------------------------------------------------------------------------- helpers
@@ -267,7 +278,19 @@ def _keyed(routed: DataFrame, plan: ProcessPlan) -> DataFrame:
     def keyed(batches):
         return run_keyed(plan, batches)
 
-    return routed.mapInArrow(keyed, plan.output_schema)
+    _check_output(plan)
+    return observed(routed.mapInArrow(keyed, plan.task_schema), plan.location.name, plan.event_delays)
+
+
+def _check_output(plan: ProcessPlan) -> None:
+    if OBSERVATION_COLUMN in plan.output_schema.fieldNames():
+        raise ProcessDefinitionError(f"output column {OBSERVATION_COLUMN!r} is reserved by spark-state; rename it")
+
+
+def _no_heartbeat(idle_heartbeat: bool) -> None:
+    if idle_heartbeat:
+        warnings.warn("idle_heartbeat is no longer needed and is ignored: spark-state runs a batch when a timer is "
+                      "due, also while the sources are idle (docs/time.md)", FutureWarning, stacklevel=3)
 
 
 def _phases(function: Any, *, event_time: bool, two_inputs: bool = False,

@@ -49,12 +49,17 @@ def column_values(column: Union[pa.Array, pa.ChunkedArray]) -> list:
 class OutputWriter:
     """Collects output rows and turns them into record batches of ``schema``."""
 
-    def __init__(self, schema: StructType, function_name: str) -> None:
-
+    def __init__(self, schema: StructType, function_name: str, task_schema: Optional[StructType] = None) -> None:
+        """``schema``: the function's output; ``task_schema``: the ``mapInArrow`` schema, the
+        output plus trailing hidden columns that the writer fills with nulls (the observation,
+        :mod:`.observation`)."""
         self._schema = schema
         self._names = schema.fieldNames()
         self._width = len(self._names)
         self._arrow = arrow_schema(schema)
+        task_arrow = arrow_schema(task_schema) if task_schema is not None else self._arrow
+        self._task_arrow = task_arrow
+        self._hidden = [task_arrow.field(i).type for i in range(len(self._arrow), len(task_arrow))]
         #: per column: declared ``not null`` (its nulls are refused here, not by Spark's reader)
         self._not_null = [not f.nullable for f in schema.fields]
         self._function = function_name
@@ -91,7 +96,8 @@ class OutputWriter:
             if not_null[i] and array.null_count:
                 raise self._null_in(i, array, rows)
             arrays.append(array)
-        return pa.RecordBatch.from_arrays(arrays, schema=self._arrow)
+        arrays.extend(pa.nulls(len(rows), type=t) for t in self._hidden)
+        return pa.RecordBatch.from_arrays(arrays, schema=self._task_arrow)
 
     def _null_in(self, column: int, array: pa.Array, rows: list) -> OutputSchemaError:
         """The error for a null in ``column``, declared ``not null``, naming its first row."""

@@ -106,7 +106,7 @@ class KeyedProcessFunction:
         order; state objects act on that key. A key's rows of one micro-batch usually come in
         one call, but may be split over several (the runtime groups up to ``GROUP_ROWS`` input
         rows at a time), so keep running values in state, not in the call. With event time,
-        timers, operator state or ``idle_heartbeat`` the keyed loop reads its input by side
+        timers or operator state the keyed loop reads its input by side
         and calls this with one row at a time (``ctx.timestamp()`` is that row's).
         """
         for row in rows:

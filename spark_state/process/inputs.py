@@ -1,9 +1,9 @@
 """Driver side: the inputs of one keyed operator, unioned into the one stream its tasks read.
 
 A keyed operator can read more than one stream: the second input of ``keyed_co_process``, the
-rule stream of ``keyed_broadcast_process``, and a heartbeat that makes Spark run batches while
-the sources are idle (``idle_heartbeat=True``). Spark's ``mapInArrow`` reads one DataFrame, so
-the inputs are unioned, each row tagged with its *side*:
+rule stream of ``keyed_broadcast_process``, and the tick stream that makes Spark run batches for
+due timers (:mod:`.ticks`). Spark's ``mapInArrow`` reads one DataFrame, so the inputs are
+unioned, each row tagged with its *side*:
 
 =====  ===========================  ============================  =====================
 side   what                         key group                     route (-> partition)
@@ -11,7 +11,7 @@ side   what                         key group                     route (-> part
 1      keyed input (left)           ``pmod(hash(key), maxP)``     of its key group
 2      second keyed input (right)   ``pmod(hash(key), maxP)``     of its key group
 3      broadcast rows               -1                            every route (explode)
-0      heartbeat                    -1                            partition 0's route
+0      tick                         -1                            partition 0's route
 =====  ===========================  ============================  =====================
 
 Columns are renamed to positions so that inputs with clashing names union cleanly: input side
@@ -21,7 +21,7 @@ column. Both keyed inputs must have the same key types, because the key group is
 of the key values and ``hash(1)`` differs from ``hash(1L)``.
 
 Every batch of the union runs a task in every partition (a shuffle into ``n`` partitions
-always has ``n`` tasks), so a heartbeat row only has to exist for the batch to run at all.
+always has ``n`` tasks), so a tick row only has to exist for the batch to run at all.
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ from .routing import (
     repartition_routed,
 )
 
-LEFT, RIGHT, BROADCAST_SIDE, HEARTBEAT = 1, 2, 3, 0
-#: Rows per second of the heartbeat source (one batch per second while the sources are idle).
-HEARTBEAT_ROWS_PER_SECOND = 1
+LEFT, RIGHT, BROADCAST_SIDE, TICK = 1, 2, 3, 0
 
 
 @dataclass(frozen=True)
@@ -91,8 +89,8 @@ def check_same_key_types(left: DataFrame, left_keys: list[str], right: DataFrame
 
 
 def union_inputs(parts: list[tuple[InputSide, DataFrame]], parallelism: int, max_parallelism: int,
-                 heartbeat: Optional[DataFrame]) -> DataFrame:
-    """Union the inputs (and the heartbeat) as the module docstring lays out, repartitioned
+                 ticks: DataFrame) -> DataFrame:
+    """Union the inputs and the tick stream as the module docstring lays out, repartitioned
     by route; the tasks' Arrow input has every side's columns, the key group and the side."""
     all_columns: list[tuple[str, DataType]] = []
     for side, df in parts:
@@ -112,15 +110,8 @@ def union_inputs(parts: list[tuple[InputSide, DataFrame]], parallelism: int, max
         else:
             kg, route = F.lit(NO_KEY_GROUP), every_route(parallelism)
         projected.append(project(side, df, kg, route, side.tag))
-    if heartbeat is not None:
-        projected.append(project(None, heartbeat, F.lit(NO_KEY_GROUP), first_route(parallelism), HEARTBEAT))
+    projected.append(project(None, ticks, F.lit(NO_KEY_GROUP), first_route(parallelism), TICK))
     union = projected[0]
     for other in projected[1:]:
         union = union.union(other)
     return repartition_routed(union, parallelism)
-
-
-def heartbeat_stream(df: DataFrame) -> DataFrame:
-    """The heartbeat: Spark's ``rate`` source, one row per second in one partition."""
-    return (df.sparkSession.readStream.format("rate")
-            .option("rowsPerSecond", HEARTBEAT_ROWS_PER_SECOND).option("numPartitions", 1).load())

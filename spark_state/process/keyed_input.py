@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .arrow_io import column_values, row_class
-from .inputs import HEARTBEAT, LEFT, InputSide
+from .inputs import LEFT, TICK, InputSide
 from .routing import HIDDEN_COLUMNS, KEY_GROUP_COLUMN, SIDE_COLUMN
 
 #: Input rows grouped by key at once: ``mapInArrow`` hands the task Arrow batches of
@@ -154,13 +154,13 @@ def event_millis(column: pa.Array) -> pa.Array:
 
 def split_sides(batch: pa.RecordBatch, by_tag: dict[int, InputSide]) -> Iterator[tuple[int, pa.RecordBatch]]:
     """``(side, rows of that side)`` for each side present in ``batch``, keyed sides in tag
-    order; heartbeat rows are dropped."""
+    order; tick rows are dropped."""
     names = batch.schema.names
     if SIDE_COLUMN not in names:
         yield LEFT, batch
         return
     tags = batch.column(names.index(SIDE_COLUMN))
-    present = sorted(t for t in pc.unique(tags).to_pylist() if t is not None and t != HEARTBEAT)
+    present = sorted(t for t in pc.unique(tags).to_pylist() if t is not None and t != TICK)
     if len(present) == 1 and pc.all(pc.equal(tags, present[0])).as_py():
         yield present[0], batch
         return

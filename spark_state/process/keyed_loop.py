@@ -18,7 +18,8 @@ One loop for every keyed entry point; the plan (:mod:`.plan`) enables its option
    rows are applied first, in their order, then the keyed parts run;
 4. ``snapshot_state``, ``close``, the write-back of operator state, the write-back of value
    states and TTL cleanup (``before_commit``), the record of the batch's largest event time
-   per side, and the commit of version ``B + 1``.
+   per side, the earliest pending timers, and the commit of version ``B + 1``;
+5. the task's observation row (:mod:`.observation`): its store's and time figures.
 
 Any exception discards the pending writes and closes the store before it propagates, so
 Spark's retry of the task starts again from version ``B``: state is exactly-once under retries.
@@ -43,19 +44,25 @@ from .keyed_input import (GROUP_ROWS, BatchLayout, SideLayout, event_millis, gat
                           split_sides)
 from .phases import BroadcastPhase, OperatorStatePhase, TimePhase
 from .plan import ProcessPlan
-from .stores import PartitionStore, task_output
+from .observation import ObservationWriter
+from .stores import PartitionStore, store_observation, task_output
 
 
 def keyed_loop(plan: ProcessPlan, task: Any, ps: PartitionStore, own: KeyGroupRange,
                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The keyed loop over ``batches`` (see the module docstring); ``ps`` is the partition's
     store at the batch's version, ``own`` the key groups the partition owns."""
-    out = OutputWriter(plan.output_schema, plan.function_name)
-    return task_output(ps, out, _run(plan, task, ps, own, batches, out))
+    out = OutputWriter(plan.output_schema, plan.function_name, plan.task_schema)
+    observed: dict[str, Any] = {}
+
+    def observation() -> pa.RecordBatch:
+        return ObservationWriter(plan.output_schema, plan.event_delays).batch(observed)
+
+    return task_output(ps, out, _run(plan, task, ps, own, batches, out, observed), observation)
 
 
 def _run(plan: ProcessPlan, task: Any, ps: PartitionStore, own: KeyGroupRange, batches: Iterator[pa.RecordBatch],
-         out: OutputWriter) -> Iterator[pa.RecordBatch]:
+         out: OutputWriter, observed: dict[str, Any]) -> Iterator[pa.RecordBatch]:
     fn = plan.function
     phases = plan.phases
     by_side = bool(plan.sides)
@@ -129,8 +136,11 @@ def _run(plan: ProcessPlan, task: Any, ps: PartitionStore, own: KeyGroupRange, b
         opstate.after_close()
     backend.before_commit()
     if time is not None:
-        time.before_commit()
+        time.before_commit(own)
     ps.commit()
+    observed.update(store_observation(ps, task.batch_id))
+    if time is not None:
+        observed.update(time.observation())
 
 
 class _KeyGroups:

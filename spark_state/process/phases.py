@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from ..partitioning.keygroups import KeyGroupRange
 from ..state.key_context import KeyContext
+from ..state.timers import EVENT_TIME, PROCESSING_TIME
 from .clock import record_max_event_time, resolve
 from .functions import BroadcastContext, KeyedContext, OperatorContext
 from .keycodec import key_decoder
@@ -35,6 +36,7 @@ from .keyed_input import SideLayout, side_rows
 from .operator_state import KEYED_OPERATOR_PREFIX, BroadcastState, OperatorStateStore
 from .plan import BroadcastSpec, ProcessPlan
 from .stores import PartitionStore
+from .observation import max_event_field
 from .timer_service import TimerService
 
 
@@ -44,7 +46,8 @@ class TimePhase:
     def __init__(self, plan: ProcessPlan, task: Any, ps: PartitionStore, keys: KeyContext) -> None:
         self._plan = plan
         self._task = task
-        self._delays = {str(s.tag): s.event_time.delay_ms for s in plan.sides if s.event_time is not None}
+        self._delays = plan.event_delays
+        self._drop_late = plan.options.late_rows == "drop"
         storage, batch_id, delays = task.storage, task.batch_id, self._delays
         self.timers = TimerService(ps.store, keys, lambda: resolve(storage, batch_id, delays),
                                    event_time=bool(delays), fires=plan.phases.timers,
@@ -52,6 +55,9 @@ class TimePhase:
         #: the batch's watermark (after :meth:`start`; None without event time)
         self.watermark: Optional[int] = None
         self._maxima: dict[int, int] = {}
+        #: rows dropped as late by this task
+        self.late_dropped = 0
+        self._next_timers: tuple[Optional[int], Optional[int]] = (None, None)
 
     def start(self, own: KeyGroupRange, ctx: KeyedContext) -> Iterator[Iterable[Any]]:
         """After ``open``: read the batch's watermark, fire the due timers of ``own``; yields
@@ -66,15 +72,37 @@ class TimePhase:
         """Note the largest event time of one side's part (``ts_all``: epoch ms, or None)."""
         if ts_all is None:
             return
+        if self._drop_late and self.watermark is not None:
+            self.late_dropped += pc.sum(pc.less_equal(ts_all, self.watermark)).as_py() or 0
         m = pc.max(ts_all).as_py()
         if m is not None and (tag not in self._maxima or m > self._maxima[tag]):
             self._maxima[tag] = m
 
-    def before_commit(self) -> None:
-        """Record the batch's largest event time per side (the next batch's watermark)."""
+    def before_commit(self, own: KeyGroupRange) -> None:
+        """Record the batch's largest event time per side (the next batch's watermark) and
+        find the earliest pending timers of ``own`` (for the observation)."""
         task = self._task
         for tag, m in self._maxima.items():
             record_max_event_time(task.storage, task.batch_id, tag, self._plan.parallelism, task.partition, m)
+        if self._plan.phases.timers:
+            groups = range(own.start, own.end + 1)
+            event = self.timers.earliest(groups, EVENT_TIME) if self._delays else None
+            self._next_timers = (event, self.timers.earliest(groups, PROCESSING_TIME))
+
+    def observation(self) -> dict[str, Optional[int]]:
+        """This task's time figures (:mod:`.observation`): watermark, timers fired, late rows,
+        the earliest pending timers and, per event-time side, the largest event time so far."""
+        values: dict[str, Optional[int]] = {
+            "watermark_ms": self.watermark, "timers_fired": self.timers.fired,
+            "late_rows_dropped": self.late_dropped,
+            "next_event_timer_ms": self._next_timers[0], "next_processing_timer_ms": self._next_timers[1],
+        }
+        if self._delays:
+            so_far = self.timers.batch_time().max_event_ms
+            for side in self._delays:
+                seen = [v for v in (so_far.get(side), self._maxima.get(int(side))) if v is not None]
+                values[max_event_field(side)] = max(seen) if seen else None
+        return values
 
 
 class OperatorStatePhase:

@@ -31,6 +31,7 @@ from ..config import EngineConfig
 from ..state import MapStateDescriptor
 from .inputs import InputSide
 from .location import LocationSpec
+from .observation import with_observation
 from .options import ProcessOptions
 
 KEYED, OPERATOR = "keyed", "operator"
@@ -111,3 +112,14 @@ class ProcessPlan:
     @property
     def output_schema(self) -> StructType:
         return self.options.output_schema
+
+    @property
+    def event_delays(self) -> dict[str, int]:
+        """Watermark delay (ms) per input side with event time, by side tag as a string (the
+        clock's and the observation's keys)."""
+        return {str(s.tag): s.event_time.delay_ms for s in self.sides if s.event_time is not None}
+
+    @property
+    def task_schema(self) -> StructType:
+        """The ``mapInArrow`` schema: the output and the tasks' observation (:mod:`.observation`)."""
+        return with_observation(self.output_schema, self.event_delays)

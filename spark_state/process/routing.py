@@ -23,7 +23,7 @@ ROUTE_COLUMN = "__spark_state_route"
 #: Which input a row comes from when several are unioned (see :mod:`.inputs`).
 SIDE_COLUMN = "__spark_state_side"
 HIDDEN_COLUMNS = (KEY_GROUP_COLUMN, ROUTE_COLUMN, SIDE_COLUMN)
-#: The key group of rows that belong to no key (broadcast rows, heartbeats).
+#: The key group of rows that belong to no key (broadcast rows, ticks).
 NO_KEY_GROUP = -1
 
 
@@ -60,7 +60,7 @@ def every_route(parallelism: int):
 
 
 def first_route(parallelism: int):
-    """The route of partition 0 (rows that only need to make a batch run: heartbeats)."""
+    """The route of partition 0 (rows that only need to make a batch run: ticks)."""
     from pyspark.sql import functions as F
 
     return F.lit(route_values(parallelism)[0])

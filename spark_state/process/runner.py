@@ -12,7 +12,8 @@ Both runners follow the same protocol:
    keyed functions in the keyed loop (:mod:`.keyed_loop`), ``checkpointed_process`` functions
    row by row (:func:`_operator_loop`);
 4. when the input is exhausted: TTL cleanup (keyed) or ``snapshot_state`` plus the write-back
-   of operator state, ``close()``, and the commit of version ``B + 1``.
+   of operator state, ``close()``, and the commit of version ``B + 1``;
+5. the task's observation row (:mod:`.observation`), which the query's progress shows.
 
 Any exception (in the function, the input, or the commit) discards the pending writes and
 closes the store before it propagates, so Spark's retry of the task starts again from
@@ -50,7 +51,8 @@ from .location import (
 )
 from .operator_state import KEYED_OPERATOR_PREFIX, OperatorStateStore, redistribute
 from .plan import ProcessPlan
-from .stores import PartitionStore, acquire, task_output
+from .observation import ObservationWriter
+from .stores import PartitionStore, acquire, store_observation, task_output
 
 
 @dataclass
@@ -148,8 +150,12 @@ def run_operator(plan: ProcessPlan, batches: Iterator[pa.RecordBatch]) -> Iterat
 
 def _operator_loop(plan: ProcessPlan, task: _Task, ps: PartitionStore,
                    batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    out = OutputWriter(plan.output_schema, plan.function_name)
-    return task_output(ps, out, _operator_run(plan, task, ps, batches, out))
+    out = OutputWriter(plan.output_schema, plan.function_name, plan.task_schema)
+
+    def observation() -> pa.RecordBatch:
+        return ObservationWriter(plan.output_schema, {}).batch(store_observation(ps, task.batch_id))
+
+    return task_output(ps, out, _operator_run(plan, task, ps, batches, out), observation)
 
 
 def _operator_run(plan: ProcessPlan, task: _Task, ps: PartitionStore, batches: Iterator[pa.RecordBatch],

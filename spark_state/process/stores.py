@@ -28,7 +28,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import pyarrow as pa
 
@@ -118,10 +118,12 @@ class PartitionStore:
             self.store.close()
 
 
-def task_output(ps: PartitionStore, out: OutputWriter, body: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def task_output(ps: PartitionStore, out: OutputWriter, body: Iterator[pa.RecordBatch],
+                observation: Callable[[], pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """A task's output: the batches ``body`` yields (it ends with ``ps``'s commit), then what
-    ``out`` still holds. Any exception in ``body`` discards ``ps``'s pending writes and closes
-    it before it propagates, so a retry of the task starts from the committed version."""
+    ``out`` still holds, then the task's observation row (:mod:`.observation`), built after
+    the commit. Any exception in ``body`` discards ``ps``'s pending writes and closes it before
+    it propagates, so a retry of the task starts from the committed version."""
     try:
         yield from body
     except BaseException:
@@ -130,6 +132,21 @@ def task_output(ps: PartitionStore, out: OutputWriter, body: Iterator[pa.RecordB
     last = out.flush()
     if last is not None:
         yield last
+    yield observation()
+
+
+def store_observation(ps: PartitionStore, batch_id: int) -> dict[str, Any]:
+    """The figures of a task's store after its commit (:mod:`.observation`)."""
+    store = ps.store
+    commit = store.last_commit
+    return {
+        "batch": batch_id,
+        "rows_total": store.num_keys(),
+        "rows_updated": commit.num_updates + commit.num_deletes,
+        "state_bytes": store.memory_bytes(),
+        "checkpoint_bytes_written": commit.changelog_bytes + commit.snapshot_bytes_uploaded,
+        "commit_ms": commit.duration_ms,
+    }
 
 
 def acquire(

@@ -64,6 +64,8 @@ class TimerService:
         self._heap: Optional[list] = None
         self._firing_domain = -1
         self._bound = 0
+        #: timers fired by this task
+        self.fired = 0
 
     # ------------------------------------------------------------------ time
     def batch_time(self) -> BatchTime:
@@ -90,7 +92,8 @@ class TimerService:
 
     def register_processing_time_timer(self, ts: int) -> None:
         """Fire ``on_timer(ts, ctx)`` for the current key at the first batch whose processing
-        time is ``>= ts`` (while the source is idle only with ``idle_heartbeat=True``)."""
+        time is ``>= ts`` (while the sources are idle too: spark-state's tick source makes Spark run
+        a batch when the earliest processing-time timer is due, at the query's trigger interval)."""
         self._register(PROCESSING_TIME, ts)
 
     def delete_event_time_timer(self, ts: int) -> None:
@@ -122,6 +125,11 @@ class TimerService:
         kg, key = self._scope("deleting a timer")
         self._queue.delete(kg, key, domain, ts)
 
+    def earliest(self, key_groups: Iterable[int], domain: int) -> Optional[int]:
+        """The earliest pending timer of ``domain`` in ``key_groups`` (one seek per key group)."""
+        found = [ts for ts in map(lambda kg: self._queue.earliest(kg, domain), key_groups) if ts is not None]
+        return min(found) if found else None
+
     # ------------------------------------------------------------------ firing
     def fire_due(self, key_groups: Iterable[int], on_timer: Callable[[int, Any], Optional[Iterable[Any]]],
                  ctx: Any, decode_key: Callable[[bytes], Any]) -> Iterator[Iterable[Any]]:
@@ -146,6 +154,7 @@ class TimerService:
                     if not queue.exists(kg, key, domain, ts):
                         continue  # deleted by an earlier on_timer, or a duplicate heap entry
                     queue.delete(kg, key, domain, ts)
+                    self.fired += 1
                     set_key(key, kg)
                     ctx.current_key = decode_key(key)
                     ctx.current_key_group = kg

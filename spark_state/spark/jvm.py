@@ -76,6 +76,7 @@ from .lines import LINES, SparkLine, get_line, running_line
 __all__ = [
     "PROVIDER_CLASS",
     "PLUGIN_CLASS",
+    "TICK_SOURCE_CLASS",
     "JAR_NAME",
     "ShimBuildError",
     "shim_source_dir",
@@ -99,6 +100,11 @@ PROVIDER_CLASS = "org.apache.spark.sql.execution.streaming.state.sparkstate.Spar
 #: spark-state's Spark plugin (``spark.plugins``): starts each executor's Python workers when the
 #: executor starts (``SparkStatePlugin.scala``; ``prestartWorkers=false`` turns that off).
 PLUGIN_CLASS = "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStatePlugin"
+
+#: spark-state's tick source (``TickSource.scala``), unioned into every keyed or checkpointed
+#: function's input: it places the checkpoint and runs batches for due timers
+#: (:mod:`spark_state.process.ticks`).
+TICK_SOURCE_CLASS = "org.apache.spark.sql.execution.streaming.state.sparkstate.TickSource"
 
 #: File name of the shim jar inside its cache entry.
 JAR_NAME = "spark-state-shim.jar"

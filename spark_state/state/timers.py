@@ -75,6 +75,13 @@ class TimerQueue:
         for entry, _ in self._store.iterate(prefix, domain_end(key_group, domain, bound)):
             yield timestamp_and_key(entry, n)
 
+    def earliest(self, key_group: int, domain: int) -> Optional[int]:
+        """The earliest timer of ``domain`` in ``key_group`` (one seek), or None."""
+        prefix = domain_prefix(key_group, domain)
+        for entry, _ in self._store.iterate(prefix, domain_end(key_group, domain, MAX_TIMESTAMP)):
+            return timestamp_and_key(entry, len(prefix))[0]
+        return None
+
     def timers_of(self, key_group: int, key: bytes, domain: Optional[int] = None) -> list[tuple[int, int]]:
         """``(domain, timestamp)`` of every timer of one key (a scan of its key group's
         timers: for inspection and tests, not for hot paths)."""

@@ -4,7 +4,9 @@ Python workers (shipped by value), and plain-Python models of what each must emi
 The models do not use spark-state: they replay the documented time model on the input
 batches -- the watermark of batch ``B`` is ``max(W(B-1), max event time of batches < B -
 delay)``, 0 at first; due event-time timers fire (time order) before the batch's rows; rows
-with event time ``<= W(B)`` are late.
+with event time ``<= W(B)`` are late. After the last input batch, one more batch runs without
+input when the watermark it would have is above the last batch's and an event-time timer is
+due at it (spark-state's tick source; :func:`model_batches`).
 """
 
 from __future__ import annotations
@@ -102,11 +104,24 @@ def watermarks(batches: Sequence[Sequence[Any]], ts_of, delay_ms: int) -> list[i
     return out
 
 
+def model_batches(batches: Sequence[Sequence[Any]], ts_of, delay_ms: int, pending) -> Iterable[tuple[int, Any, int]]:
+    """``(batch id, rows, watermark)`` of each input batch, then of the batch without input that
+    runs after them when its watermark is above the last one and some event-time timer in
+    ``pending()`` (called after the last input batch was modelled) is due at it."""
+    ws = watermarks(list(batches) + [[]], ts_of, delay_ms)
+    n = len(batches)
+    for b, rows in enumerate(batches):
+        yield b, rows, ws[b]
+    if n and ws[n] > ws[n - 1] and any(t <= ws[n] for t in pending()):
+        yield n, [], ws[n]
+
+
 def expected_page_views(batches, delay_ms: int) -> dict[int, list]:
     count: dict[str, int] = defaultdict(int)
     timer: dict[str, Optional[int]] = {}
     out: dict[int, list] = {}
-    for b, (rows, w) in enumerate(zip(batches, watermarks(batches, lambda r: ms_of(r[2]), delay_ms))):
+    pending = lambda: [t for t in timer.values() if t is not None]  # noqa: E731
+    for b, rows, w in model_batches(batches, lambda r: ms_of(r[2]), delay_ms, pending):
         emitted = []
         for user, t in sorted((u, t) for u, t in timer.items() if t is not None and t <= w):
             emitted.append((user, count[user], t, b))
@@ -152,7 +167,8 @@ def expected_windows(batches, size_ms: int, delay_ms: int) -> dict[int, list]:
     """Rows are (user, url, ts); windows per url."""
     counts: dict[tuple[str, int], int] = defaultdict(int)
     out: dict[int, list] = {}
-    for b, (rows, w) in enumerate(zip(batches, watermarks(batches, lambda r: ms_of(r[2]), delay_ms))):
+    pending = lambda: [start + size_ms - 1 for _, start in counts]  # noqa: E731
+    for b, rows, w in model_batches(batches, lambda r: ms_of(r[2]), delay_ms, pending):
         emitted = []
         for (url, start) in sorted(k for k in counts if k[1] + size_ms - 1 <= w):
             emitted.append((url, start, start + size_ms, counts.pop((url, start))))
@@ -211,7 +227,8 @@ def expected_inactivity(batches, delay_ms: int) -> dict[int, list]:
     current: dict[str, Optional[int]] = {}
     views: dict[str, int] = defaultdict(int)
     out: dict[int, list] = {}
-    for b, (rows, w) in enumerate(zip(batches, watermarks(batches, lambda r: ms_of(r[2]), delay_ms))):
+    pending_times = lambda: [t for _, t in pending]  # noqa: E731
+    for b, rows, w in model_batches(batches, lambda r: ms_of(r[2]), delay_ms, pending_times):
         emitted = []
         heap = [(t, u) for (u, t) in pending if t <= w]
         heapq.heapify(heap)
@@ -469,10 +486,17 @@ def expected_co_counts(left_batches, right_batches, left_delay: int, right_delay
     counts: dict[str, list] = defaultdict(lambda: [0, 0])
     timers: set = set()
     out: dict[int, list] = {}
-    for b, (lrows, rrows) in enumerate(zip(left_batches, right_batches)):
+    inputs = list(zip(left_batches, right_batches))
+    b = 0
+    while b < len(inputs) + 1:
         cands = [m - d for m, d in ((max_l, left_delay), (max_r, right_delay)) if m is not None]
-        if cands:
-            w = max(w, min(cands))
+        next_w = max(w, min(cands)) if cands else w
+        if b == len(inputs):  # the batch without input: runs if a timer is due at a higher watermark
+            if not (next_w > w and any(t <= next_w for _, t in timers)):
+                break
+            inputs.append(([], []))
+        lrows, rrows = inputs[b]
+        w = next_w
         emitted = []
         for t, k in sorted((t, k) for k, t in timers if t <= w):
             timers.discard((k, t))
@@ -484,9 +508,10 @@ def expected_co_counts(left_batches, right_batches, left_delay: int, right_delay
                     continue
                 counts[k][side] += 1
                 timers.add((k, t + 5000))
-        for k, ts in lrows:
+        for _k, ts in lrows:
             max_l = ms_of(ts) if max_l is None else max(max_l, ms_of(ts))
-        for k, ts in rrows:
+        for _k, ts in rrows:
             max_r = ms_of(ts) if max_r is None else max(max_r, ms_of(ts))
         out[b] = sorted(emitted)
+        b += 1
     return out

@@ -1,0 +1,179 @@
+"""What a keyed or checkpointed function's tasks report for each batch, and where it shows.
+
+Every task of a batch ends its output with one *observation row*: the user's columns are
+filler (zero values; the row never reaches the user) and the hidden struct column
+:data:`OBSERVATION_COLUMN` holds the task's figures (:data:`TASK_FIELDS`, plus
+``max_event_ms_<side>`` per input side with event time). Every other output row has that
+column null. On the driver, the function's output is::
+
+    mapInArrow(...)  ->  observe("spark_state.<name>", aggregates)  ->  where(column is null)
+                     ->  drop(column)
+
+so Spark aggregates the observation rows of each batch (:func:`observed`) and shows the result
+in the query's progress: ``query.lastProgress.observedMetrics["spark_state.<name>"]`` (and the
+``QueryProgressEvent`` of every listener). The aggregates (:data:`PROGRESS_FIELDS`):
+
+=========================== ======================================================================
+field                       meaning (summed over the batch's tasks unless said otherwise)
+=========================== ======================================================================
+batch                       the batch id
+tasks                       tasks that reported
+rows_total                  user keys in state after the batch (timers and system keys excluded)
+rows_updated                keys written or deleted by the batch
+state_bytes                 bytes the state takes in the tasks' backends (memory/disk estimate)
+checkpoint_bytes_written    bytes the batch's commits wrote to checkpoint storage
+commit_ms                   time spent in the commits (ms)
+timers_fired                timers fired (both domains)
+late_rows_dropped           rows dropped as late (event time at or below the watermark)
+watermark_ms                the batch's watermark (null without event time)
+next_watermark_ms           the watermark the next batch will have (null without event time)
+next_event_timer_ms         the earliest pending event-time timer (min; null if none)
+next_processing_timer_ms    the earliest pending processing-time timer (min; null if none)
+event_timers_due            an event-time timer is due at ``next_watermark_ms``, which is above
+                            ``watermark_ms``: the next batch fires it
+=========================== ======================================================================
+
+``event_timers_due`` and ``next_processing_timer_ms`` are what spark-state's tick source (the JVM
+class ``TickSource``, unioned into every function's input) reads after each batch to decide
+whether Spark must run a batch for timers. ``next_watermark_ms`` is :func:`.clock.compute`'s rule
+written as Spark aggregates: ``max(W, min over sides that saw rows of (max event time - delay))``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import (BooleanType, DoubleType, LongType, StructField, StructType)
+
+from ..spark.compat import arrow_schema
+
+#: The hidden output column of observation rows.
+OBSERVATION_COLUMN = "__spark_state_observation"
+#: The observation's name in the query progress is this prefix plus the operator's name.
+OBSERVATION_PREFIX = "spark_state."
+
+#: The fields every task reports (the struct also has ``max_event_ms_<side>`` per event-time side).
+TASK_FIELDS: tuple[tuple[str, Any], ...] = (
+    ("batch", LongType()),
+    ("rows_total", LongType()),
+    ("rows_updated", LongType()),
+    ("state_bytes", LongType()),
+    ("checkpoint_bytes_written", LongType()),
+    ("commit_ms", DoubleType()),
+    ("timers_fired", LongType()),
+    ("late_rows_dropped", LongType()),
+    ("watermark_ms", LongType()),
+    ("next_event_timer_ms", LongType()),
+    ("next_processing_timer_ms", LongType()),
+)
+
+#: The fields of the observation in the query progress, in order.
+PROGRESS_FIELDS = ("batch", "tasks", "rows_total", "rows_updated", "state_bytes", "checkpoint_bytes_written",
+                   "commit_ms", "timers_fired", "late_rows_dropped", "watermark_ms", "next_watermark_ms",
+                   "next_event_timer_ms", "next_processing_timer_ms", "event_timers_due")
+
+
+def observation_name(operator_name: str) -> str:
+    return OBSERVATION_PREFIX + operator_name
+
+
+def max_event_field(side: str) -> str:
+    return f"max_event_ms_{side}"
+
+
+def task_struct(event_sides: Mapping[str, int]) -> StructType:
+    """The observation column's type for a plan whose event-time sides are ``event_sides``
+    (side tag -> watermark delay ms)."""
+    fields = [StructField(n, t, True) for n, t in TASK_FIELDS]
+    fields += [StructField(max_event_field(s), LongType(), True) for s in sorted(event_sides)]
+    return StructType(fields)
+
+
+def with_observation(output_schema: StructType, event_sides: Mapping[str, int]) -> StructType:
+    """The ``mapInArrow`` schema: the user's columns plus the observation column."""
+    return StructType(list(output_schema.fields) + [StructField(OBSERVATION_COLUMN, task_struct(event_sides), True)])
+
+
+def observed(out: DataFrame, operator_name: str, event_sides: Mapping[str, int]) -> DataFrame:
+    """The function's output ``out`` (with the observation column) observed under
+    ``spark_state.<operator_name>`` and without observation rows or column."""
+    o = F.col(OBSERVATION_COLUMN)
+
+    def f(name: str) -> Column:
+        return o.getField(name)
+
+    watermark = F.max(f("watermark_ms"))
+    candidates = [F.max(f(max_event_field(s))) - F.lit(d) for s, d in sorted(event_sides.items())]
+    if candidates:
+        # greatest/least skip nulls: sides that saw no rows yet do not hold the watermark back
+        next_watermark = F.greatest(watermark, F.least(*candidates)) if len(candidates) > 1 else \
+            F.greatest(watermark, candidates[0])
+    else:
+        next_watermark = F.lit(None).cast("long")
+    next_event = F.min(f("next_event_timer_ms"))
+    due = F.coalesce((next_event <= next_watermark) & (next_watermark > watermark), F.lit(False))
+    aggregates = [
+        F.max(f("batch")).alias("batch"),
+        F.count(o).alias("tasks"),
+        F.sum(f("rows_total")).alias("rows_total"),
+        F.sum(f("rows_updated")).alias("rows_updated"),
+        F.sum(f("state_bytes")).alias("state_bytes"),
+        F.sum(f("checkpoint_bytes_written")).alias("checkpoint_bytes_written"),
+        F.sum(f("commit_ms")).alias("commit_ms"),
+        F.sum(f("timers_fired")).alias("timers_fired"),
+        F.sum(f("late_rows_dropped")).alias("late_rows_dropped"),
+        watermark.alias("watermark_ms"),
+        next_watermark.alias("next_watermark_ms"),
+        next_event.alias("next_event_timer_ms"),
+        F.min(f("next_processing_timer_ms")).alias("next_processing_timer_ms"),
+        due.cast(BooleanType()).alias("event_timers_due"),
+    ]
+    return out.observe(observation_name(operator_name), *aggregates).where(o.isNull()).drop(OBSERVATION_COLUMN)
+
+
+class ObservationWriter:
+    """Task side: the one observation row of a task, as a record batch of the ``mapInArrow``
+    schema (filler in the user's columns)."""
+
+    def __init__(self, output_schema: StructType, event_sides: Mapping[str, int]) -> None:
+        self._struct = task_struct(event_sides)
+        self._schema = arrow_schema(with_observation(output_schema, event_sides))
+
+    def batch(self, values: Mapping[str, Optional[float]]) -> pa.RecordBatch:
+        arrow = self._schema
+        columns = [_filler(field) for field in list(arrow)[:-1]]
+        row = {f.name: values.get(f.name) for f in self._struct.fields}
+        columns.append(pa.array([row], type=arrow.field(len(arrow) - 1).type))
+        return pa.RecordBatch.from_arrays(columns, schema=arrow)
+
+
+def _filler(field: pa.Field) -> pa.Array:
+    """One value of ``field``'s type: null where the field is nullable, else a zero value
+    (Spark's Arrow reader refuses nulls in columns declared not null)."""
+    if field.nullable:
+        return pa.nulls(1, type=field.type)
+    return pa.array([_zero(field.type)], type=field.type)
+
+
+def _zero(t: pa.DataType) -> Any:
+    if pa.types.is_struct(t):
+        return {t.field(i).name: (None if t.field(i).nullable else _zero(t.field(i).type)) for i in range(t.num_fields)}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        return []
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return ""
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return b""
+    if pa.types.is_boolean(t):
+        return False
+    if pa.types.is_decimal(t):
+        import decimal
+        return decimal.Decimal(0)
+    if pa.types.is_floating(t):
+        return 0.0
+    if pa.types.is_integer(t):
+        return 0
+    return pa.scalar(0, pa.int64()).cast(t).as_py()  # dates, timestamps, durations
