@@ -62,24 +62,7 @@ class EngineConfig:
     storage_options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.backend not in C.BACKENDS:
-            raise ConfigError(
-                f"unknown state backend {self.backend!r}; choose one of {', '.join(C.BACKENDS)}"
-            )
-        _require_int("snapshotInterval", self.snapshot_interval, minimum=0)
-        _require_int("retainedVersions", self.retained_versions, minimum=1)
-        _require_int("rocksdb.blockCacheSizeMB", self.block_cache_mb, minimum=1)
-        _require_int("rocksdb.writeBufferManagerMB", self.write_buffer_mb, minimum=1)
-        _require_int("rocksdb.compactionNice", self.compaction_nice, minimum=0)
-        if self.compaction_nice > C.MAX_NICE:
-            raise ConfigError(f"option 'rocksdb.compactionNice' must be a nice value from 0 to {C.MAX_NICE} "
-                              f"(0 leaves RocksDB's compaction threads as they are), got {self.compaction_nice}")
-        if self.write_buffer_mb > self.block_cache_mb:
-            raise ConfigError(
-                f"rocksdb.writeBufferManagerMB ({self.write_buffer_mb}) must not exceed "
-                f"rocksdb.blockCacheSizeMB ({self.block_cache_mb}): memtables are charged "
-                "to the shared block cache"
-            )
+        _check({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
         object.__setattr__(self, "storage_options", dict(self.storage_options))
 
     def replace(self, **changes: Any) -> "EngineConfig":
@@ -118,7 +101,44 @@ class EngineConfig:
         if storage:
             check_storage_options(storage, prefix + STORAGE_OPTION_PREFIX)
             kwargs["storage_options"] = storage
+        # Checked here too, before the constructor checks them again, so that a message names the
+        # option as the caller wrote it (with ``prefix``: the conf).
+        _check({**_DEFAULTS, **kwargs}, prefix)
         return cls(**kwargs)
+
+
+#: Field values of a default EngineConfig (fields with a default factory excepted).
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(EngineConfig)
+                             if f.default is not dataclasses.MISSING}
+#: EngineConfig field -> its option name.
+_OPTION_OF: dict[str, str] = {field_name: key for key, (field_name, _) in _OPTIONS.items()}
+
+
+def _check(values: Mapping[str, Any], given_as: str = "") -> None:
+    """The rules of the engine's option values, in one place: ``values`` by ``EngineConfig`` field
+    name; a message names the option as ``given_as`` + its name and gives the bad value."""
+    def name(field_name: str) -> str:
+        return given_as + _OPTION_OF[field_name]
+
+    for key, (field_name, _) in _OPTIONS.items():
+        choices = option_specs.spec(key).choices
+        if choices and values[field_name] not in choices:
+            raise ConfigError(f"option {name(field_name)!r} must be one of {', '.join(choices)}, "
+                              f"got {values[field_name]!r}")
+    _require_int(name("snapshot_interval"), values["snapshot_interval"], minimum=0)
+    _require_int(name("retained_versions"), values["retained_versions"], minimum=1)
+    _require_int(name("block_cache_mb"), values["block_cache_mb"], minimum=1)
+    _require_int(name("write_buffer_mb"), values["write_buffer_mb"], minimum=1)
+    _require_int(name("compaction_nice"), values["compaction_nice"], minimum=0)
+    if values["compaction_nice"] > C.MAX_NICE:
+        raise ConfigError(f"option {name('compaction_nice')!r} must be a nice value from 0 to {C.MAX_NICE} "
+                          f"(0 leaves RocksDB's compaction threads as they are), got {values['compaction_nice']}")
+    if values["write_buffer_mb"] > values["block_cache_mb"]:
+        raise ConfigError(
+            f"{name('write_buffer_mb')} ({values['write_buffer_mb']}) must not exceed "
+            f"{name('block_cache_mb')} ({values['block_cache_mb']}): memtables are charged "
+            "to the shared block cache"
+        )
 
 
 def check_storage_options(storage: Mapping[str, str], given_as: str = "") -> None:

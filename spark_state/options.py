@@ -10,6 +10,13 @@ derives its lists of valid keys from it (``S3_OPTIONS``, ``RETRY_OPTIONS``), and
 (``provider/ttl_policy.py``, ``provider/options.py``, the shim's Scala) and every default
 agree with it. Adding an option means adding a row here; the tests say what else to touch.
 
+Who reads what (:attr:`Group.readers`): the provider (Spark's stateful operators) reads every
+group but the Python API's; the keyed functions (``keyed_process`` & co.) read the session's
+engine and storage options, with their ``engine=`` / ``storage_options=`` arguments overriding
+them key by key (:func:`keyed_session_options` selects them), and the Python API's own
+``process.*`` confs; they ignore the TTL and provider groups. Unknown names are handed to the
+engine, which rejects them naming the conf.
+
 Names are relative to :data:`~spark_state.constants.CONF_PREFIX`
 (``spark.sql.streaming.stateStore.sparkState.``), the way they are passed to
 ``spark_state.configure(builder, options={...})`` and :meth:`EngineConfig.from_options`.
@@ -22,14 +29,20 @@ This module imports nothing but :mod:`spark_state.constants`, so any layer can u
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Mapping, Optional
 
 from . import constants as C
 
-__all__ = ["ENV_VARS", "GROUPS", "OPTIONS", "EnvVar", "Group", "OptionSpec", "by_group", "spec"]
+__all__ = ["ENV_VARS", "GROUPS", "KEYED", "OPTIONS", "PROVIDER", "READERS", "EnvVar", "Group", "OptionSpec", "by_group",
+           "find", "keyed_session_options", "spec"]
 
 #: Prefix of the storage options inside the engine's options (stripped for ``storage_options=``).
 STORAGE_PREFIX = "storage."
+#: Readers of options (:attr:`Group.readers`): Spark's stateful operators on spark-state's provider
+#: (its JVM shim and Python workers), and the keyed functions of :mod:`spark_state.process`.
+PROVIDER = "provider"
+KEYED = "keyed functions"
+READERS = (PROVIDER, KEYED)
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,11 @@ class Group:
     title: str
     #: Markdown shown under the section's heading.
     intro: str
+    #: who reads the group's options from the session's confs (:data:`PROVIDER`, :data:`KEYED`)
+    readers: tuple[str, ...] = READERS
+    #: names this group owns beyond its rows: ``<namespace>`` and ``<namespace>.*`` (its reader
+    #: validates them, so a typo there is its error, not the engine's)
+    namespace: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,6 +74,8 @@ class OptionSpec:
             options, else ``None``.
         kind: how the engine parses it (``int``, ``bool``, ``str``); only engine options use it.
         testing_only: a fault-injection or test hook; never set it in production.
+        choices: the values the engine accepts (exactly, after stripping blanks); empty: any
+            value of ``kind``.
     """
 
     key: str
@@ -65,6 +85,7 @@ class OptionSpec:
     field: Optional[str] = None
     kind: str = "str"
     testing_only: bool = False
+    choices: tuple[str, ...] = ()
 
     @property
     def conf(self) -> str:
@@ -91,15 +112,23 @@ class EnvVar:
 
 GROUPS: tuple[Group, ...] = (
     Group("engine", "Engine", (
-        "Read by the engine (`EngineConfig`), i.e. by every store: the provider's, `keyed_process`'s "
-        "(through `engine=`) and the engine API's. Unknown options and bad values are errors that name "
-        "the option. The provider takes `retainedVersions` and `snapshotInterval` from Spark's "
+        "Read by the engine (`EngineConfig`), i.e. by every store: the provider's and the keyed "
+        "functions' (`keyed_process`, `keyed_co_process`, `keyed_broadcast_process`, "
+        "`checkpointed_process`) from the session's confs, and the engine API's from its arguments. "
+        "A keyed function reads the session's confs on the driver when it is called; its `engine=` "
+        "argument overrides them key by key (a mapping), or wholly (an `EngineConfig`). Unknown options "
+        "and bad values are errors that name the option (the conf, for a session conf), raised by "
+        "`spark_state.configure`, by the keyed function's call, or by the provider when a query starts. "
+        "The provider takes `retainedVersions` and `snapshotInterval` from Spark's "
         "`spark.sql.streaming.minBatchesToRetain` and `spark.sql.streaming.stateStore.minDeltasForSnapshot` "
-        "when they are not set.")),
+        "when they are not set; a keyed function from the defaults below.")),
     Group("storage", "Checkpoint storage", (
-        "Read by checkpoint storage (`spark_state.storage.open_storage`). As confs and in `engine=` "
+        "Read by checkpoint storage (`spark_state.storage.open_storage`): the provider's and the keyed "
+        "functions'. As confs and in `engine=` "
         "options they carry the `storage.` prefix; in `storage_options=` (the Python API and "
-        "`VersionedStore`) and the command line's `--option KEY=VALUE` they go without it. On the "
+        "`VersionedStore`) and the command line's `--option KEY=VALUE` they go without it. A keyed "
+        "function takes the session's, then its `engine=` argument's, then its `storage_options=`, each "
+        "overriding the one before key by key. On the "
         "provider with an `s3a://` checkpoint, `s3.endpoint_url`, the credentials and the region also "
         "come from Hadoop's `fs.s3a.*` settings. Local disk accepts the `retry.*` options and ignores "
         "them (a full or read-only disk does not pass by waiting). An unknown name and a bad `retry.*`, "
@@ -109,22 +138,28 @@ GROUPS: tuple[Group, ...] = (
     Group("ttl", "TTL for built-in operators", (
         "Read by the provider when a query (re)starts (`spark_state/provider/ttl_policy.py`); "
         "see [TTL for built-in operators](ttl.md#ttl-for-built-in-operators). Every TTL conf is "
-        "validated for every store, so a typo fails the query at once. `keyed_process` state takes "
-        "its TTL from its descriptors instead ([State TTL](ttl.md#state-ttl)).")),
+        "validated for every store, so a typo fails the query at once. Keyed functions ignore these "
+        "confs: their state takes its TTL from its descriptors ([State TTL](ttl.md#state-ttl))."),
+          readers=(PROVIDER,), namespace="ttl"),
     Group("provider", "Provider", (
-        "Read by the provider's JVM shim or its Python workers, not by the engine. "
-        "`spark_state.configure(options=...)` validates them before the session starts.")),
+        "Read by the provider's JVM shim or its Python workers, not by the engine; keyed functions "
+        "ignore them. `spark_state.configure(options=...)` validates them before the session starts."),
+          readers=(PROVIDER,)),
     Group("process", "Python API", (
         "Session confs read on the driver by `keyed_process` / `checkpointed_process` "
-        "(see [Keyed and operator state](keyed-functions.md), 'Where the state lives').")),
+        "(see [Keyed and operator state](keyed-functions.md), 'Where the state lives'); the provider "
+        "ignores them."), readers=(KEYED,)),
 )
 
 OPTIONS: tuple[OptionSpec, ...] = (
     # --- engine ---------------------------------------------------------------------------------
-    OptionSpec("backend", "engine", field="backend", default=f"`{C.DEFAULT_BACKEND}`", meaning=(
+    OptionSpec("backend", "engine", field="backend", default=f"`{C.DEFAULT_BACKEND}`", choices=C.BACKENDS,
+               meaning=(
         "`rocksdb` (rocksdict; state may exceed memory) or `hashmap` (a dict; fastest, must fit in "
-        "memory). For the provider it chooses where the executor JVM reads state from (a RocksDB view "
-        "or its heap; see [Provider backends](provider-backends.md)); the checkpoint format is the same. "
+        "memory): the store's backend for keyed functions and the engine API. For the provider it "
+        "chooses where the executor JVM reads state from (a RocksDB view or its heap; see "
+        "[Provider backends](provider-backends.md)), while the provider's Python worker keeps its "
+        "store in RocksDB with either; the checkpoint format is the same. "
         "A query can switch backend on restart: a snapshot written by one backend is converted on "
         "restore.")),
     OptionSpec("snapshotInterval", "engine", field="snapshot_interval", kind="int",
@@ -255,6 +290,40 @@ def spec(key: str) -> OptionSpec:
         if option.key == key:
             return option
     raise KeyError(key)
+
+
+def find(key: str) -> Optional[OptionSpec]:
+    """The option ``key`` (relative to the conf prefix) is an instance of, patterns included
+    (``storage.hdfs.dfs.nameservices`` -> ``storage.hdfs.<hadoop key>``); ``None`` if none."""
+    for option in OPTIONS:
+        head, sep, _ = option.key.partition("<")
+        if option.key == key or (sep and key.startswith(head) and len(key) > len(head)):
+            return option
+    return None
+
+
+def group_of(key: str) -> Optional[Group]:
+    """The :class:`Group` of the option ``key`` (patterns included); ``None`` for an unknown name."""
+    option = find(key)
+    if option is not None:
+        return next(g for g in GROUPS if g.name == option.group)
+    return next((g for g in GROUPS if g.namespace and (key == g.namespace or key.startswith(g.namespace + "."))),
+                None)
+
+
+def keyed_session_options(confs: Mapping[str, str], prefix: str = C.CONF_PREFIX) -> dict[str, str]:
+    """The session confs a keyed function reads as engine options: those under ``prefix`` whose
+    group keyed functions read, except the Python API's own (``process.*``, read by their
+    owner), plus unknown names (the engine rejects them naming the conf). Keys keep ``prefix``,
+    so that errors name the conf as set."""
+    out = {}
+    for full_key, value in confs.items():
+        if not full_key.startswith(prefix):
+            continue
+        group = group_of(full_key[len(prefix):])
+        if group is None or (KEYED in group.readers and group.name != "process"):
+            out[full_key] = str(value)
+    return out
 
 
 def by_group(group: str) -> tuple[OptionSpec, ...]:

@@ -48,6 +48,11 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _anchor(title: str) -> str:
+    """GitHub's anchor of a heading."""
+    return "".join(c for c in title.lower().replace(" ", "-") if c.isalnum() or c == "-")
+
+
 def render_configuration() -> str:
     """The Markdown of ``docs/configuration.md``."""
     from spark_state.spark.session import PLUGINS_CONF, PROVIDER_CONF, STOP_ACTIVE_RUN_CONF
@@ -58,7 +63,7 @@ def render_configuration() -> str:
            "`spark_state.configure(builder, options={...})` (which validates them before the session "
            "starts), or in Python as `EngineConfig(...)` fields / string options "
            "(`EngineConfig.from_options(confs, prefix=...)`; `keyed_process(..., engine=...)` takes "
-           "either):\n",
+           "either, over the session's):\n",
            "```python",
            'spark = spark_state.configure(SparkSession.builder, options={"snapshotInterval": "20", '
            '"ttl": "1 hour"}).getOrCreate()',
@@ -67,7 +72,15 @@ def render_configuration() -> str:
            'storage_options={"s3.region": "eu-west-1"}))',
            "```\n",
            "Options marked **testing only** are fault-injection and test hooks; never set them in "
-           "production.\n"]
+           "production.\n",
+           "Who reads which options from the session's confs (the provider serves Spark's stateful "
+           "operators; keyed functions are `keyed_process`, `keyed_co_process`, `keyed_broadcast_process` "
+           "and `checkpointed_process`, which read them on the driver when called, and ignore the others):\n",
+           "| options | " + " | ".join(O.READERS) + " |", "|---|" + "---|" * len(O.READERS)]
+    for group in O.GROUPS:
+        marks = ["yes" if r in group.readers else "no" for r in O.READERS]
+        out.append(f"| [{group.title}](#{_anchor(group.title)}) | " + " | ".join(marks) + " |")
+    out.append("")
     for group in O.GROUPS:
         specs = O.by_group(group.name)
         if not specs:

@@ -94,9 +94,11 @@ def keyed_process(
             ``<state_root>/<query id>/<name>``.
         state_root: root of the default location (default: SQL conf
             ``spark.sql.streaming.stateStore.sparkState.process.root``, else ``./spark-state``).
-        storage_options: checkpoint storage options (``s3.endpoint_url``, ``hdfs.*``, ...).
-        engine: an :class:`~spark_state.EngineConfig` or its string options (``backend``,
-            ``snapshotInterval``, ...); default the engine defaults (RocksDB backend).
+        storage_options: checkpoint storage options (``s3.endpoint_url``, ``hdfs.*``, ...), over the
+            session's ``storage.*`` confs and ``engine=``'s, key by key.
+        engine: an :class:`~spark_state.EngineConfig` (replacing the session's engine confs) or its
+            string options (``backend``, ``snapshotInterval``, ...; over the session's, key by key);
+            default the session's spark-state confs, else the engine defaults (RocksDB backend).
         late_rows: rows whose event time is ``<=`` the batch's watermark: ``"drop"`` (default,
             as Spark's stateful operators do) or ``"deliver"`` (``ctx.is_late()`` is True).
         idle_heartbeat: no longer needed, ignored with a warning: batches run for due timers

@@ -8,6 +8,13 @@ their defaults against the session, and returns one frozen :class:`ProcessOption
 plan (:mod:`.plan`) carries to the tasks. Errors are :class:`~.errors.ProcessDefinitionError`
 (or the key group module's ``ValueError`` for parallelism bounds), raised on the driver before
 the query starts.
+
+Engine and storage options come from the session's spark-state confs (what
+``spark_state.configure(options=...)`` set; which ones apply is :func:`spark_state.options.keyed_session_options`),
+overridden key by key by ``engine=`` (a mapping; an :class:`EngineConfig` replaces the session's
+engine options wholly) and, for storage, by ``storage_options=``: session ``storage.*`` <
+``engine=``'s ``storage.*`` < ``storage_options=``. The result is checked once, here, by
+:meth:`EngineConfig.from_options` (the owner of the rules); a bad session value names its conf.
 """
 
 from __future__ import annotations
@@ -19,10 +26,13 @@ from typing import Any, Mapping, Optional, Union
 from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
-from ..config import EngineConfig
+from .. import constants as C
+from ..config import EngineConfig, check_storage_options
+from ..errors import ConfigError
+from ..options import keyed_session_options
 from ..partitioning.keygroups import (check_max_parallelism, check_parallelism_preconditions,
                                       compute_default_max_parallelism)
-from ..spark.compat import parse_ddl
+from ..spark.compat import parse_ddl, session_confs
 from .errors import ProcessDefinitionError
 from .location import DEFAULT_ROOT_DIR, ROOT_CONF, LocationSpec
 
@@ -68,10 +78,11 @@ def process_options(
     ``keyed`` decides whether ``max_parallelism`` is resolved."""
     n = _parallelism(df, parallelism)
     max_p = _max_parallelism(n, max_parallelism) if keyed else None
+    config = _engine(session_confs(df.sparkSession, C.CONF_PREFIX), engine, storage_options)
     return ProcessOptions(
         function_name=type(function).__name__,
-        location=_location(df, function, name, state_location, state_root, storage_options),
-        engine=_engine(engine),
+        location=_location(df, function, name, state_location, state_root, config.storage_options),
+        engine=config,
         parallelism=n,
         output_schema=_schema(output_schema),
         max_parallelism=max_p,
@@ -115,16 +126,42 @@ def _schema(output_schema: Union[StructType, str]) -> StructType:
         f"output_schema must be a StructType or a DDL string such as 'word string, n bigint', got {output_schema!r}")
 
 
-def _engine(engine: EngineLike) -> EngineConfig:
-    if engine is None:
-        return EngineConfig()
+def _engine(confs: Mapping[str, str], engine: EngineLike,
+            storage_options: Optional[Mapping[str, str]]) -> EngineConfig:
+    """The engine configuration of a keyed function: the session's spark-state ``confs`` (full
+    names) overridden by ``engine=`` and ``storage_options=`` (see the module docstring); its
+    ``storage_options`` are the ones the function's checkpoint storage is opened with."""
+    session = keyed_session_options(confs)
+    try:
+        base = EngineConfig.from_options(session, prefix=C.CONF_PREFIX)
+    except ConfigError as exc:
+        raise ProcessDefinitionError(f"the session's spark-state confs: {exc}") from None
     if isinstance(engine, EngineConfig):
-        return engine
-    return EngineConfig.from_options({str(k): str(v) for k, v in dict(engine).items()})
+        config = engine
+        storage = {**base.storage_options, **engine.storage_options}
+    else:
+        given = {str(k): str(v) for k, v in dict(engine or {}).items()}
+        merged = {k[len(C.CONF_PREFIX):]: v for k, v in session.items()}
+        merged.update(given)
+        try:
+            config = EngineConfig.from_options(merged)
+        except ConfigError as exc:
+            raise ProcessDefinitionError(f"engine= over the session's spark-state confs: {exc}") from None
+        storage = dict(config.storage_options)
+    if storage_options:
+        given_storage = {str(k): str(v) for k, v in storage_options.items()}
+        try:
+            check_storage_options({**storage, **given_storage})
+        except ConfigError as exc:
+            raise ProcessDefinitionError(f"storage_options=: {exc}") from None
+        storage.update(given_storage)
+    if storage == config.storage_options:
+        return config
+    return config.replace(storage_options=storage)
 
 
 def _location(df: DataFrame, function: Any, name: Optional[str], state_location: Optional[str],
-              state_root: Optional[str], storage_options: Optional[Mapping[str, str]]) -> LocationSpec:
+              state_root: Optional[str], storage_options: Mapping[str, str]) -> LocationSpec:
     op_name = name or type(function).__name__
     if "/" in op_name or op_name in (".", ".."):
         raise ProcessDefinitionError(f"name {op_name!r} must not contain '/'")
@@ -132,4 +169,4 @@ def _location(df: DataFrame, function: Any, name: Optional[str], state_location:
     if "://" not in root:
         root = os.path.abspath(root)
     return LocationSpec(explicit=state_location, root=root, name=op_name,
-                        storage_options=dict(storage_options or {}))
+                        storage_options=dict(storage_options))

@@ -113,9 +113,12 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
 
 
 def worker_config(config: EngineConfig) -> EngineConfig:
-    """The worker's own store for a provider instance is RocksDB-backed whatever ``backend``
-    says (that chooses the JVM's views, see :mod:`.views`): checkpoints do not depend on the
-    provider backend, so a query can switch it at a restart."""
+    """The configuration of the worker's own store for a provider instance whose session
+    configuration is ``config``: the same, in RocksDB. For the provider, ``backend`` (validated
+    with every other engine option by :func:`engine_config`) chooses the JVM's views
+    (:mod:`.views`, which gets ``config.backend``), not this store: the option table's row
+    (:mod:`spark_state.options`) says so. Checkpoints do not depend on the provider backend, so
+    a query can switch it at a restart."""
     return dataclasses.replace(config, backend=C.BACKEND_ROCKSDB)
 
 
@@ -270,8 +273,8 @@ class StoreService:
                 views = ViewExporter(config.backend, os.path.join(process_root(config.local_dir),
                                                                   f"views-{instance_id}"))
                 instance = self._instances[instance_id] = _Instance(store, crash, views, ttl, checkpoint)
-                _LOG.info("opened store %s for %s (%s)", instance_id, checkpoint,
-                          ttl.config.describe() if ttl.config else ttl.exempt_reason or "no TTL")
+                _LOG.info("opened store %s for %s (backend=%s: JVM views; %s)", instance_id, checkpoint,
+                          config.backend, ttl.config.describe() if ttl.config else ttl.exempt_reason or "no TTL")
             return instance
 
 

@@ -7,6 +7,7 @@ call                   3.5 / 4.0 / 4.1                              4.2 and newe
 =====================  ===========================================  ==========================
 ``to_arrow_schema``    ``(schema)``: timestamps are UTC already     ``(schema, timezone=...)``
 ``StructType.fromDDL`` 4.0+; 3.5 parses with the JVM's DDL parser   ``StructType.fromDDL``
+``RuntimeConfig``      4.0+: ``getAll``; 3.5: names from ``SET``     ``getAll``
 =====================  ===========================================  ==========================
 """
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql.types import DataType, StructType
 
-__all__ = ["arrow_schema", "parse_ddl"]
+__all__ = ["arrow_schema", "parse_ddl", "session_confs"]
 
 
 @lru_cache(maxsize=None)
@@ -51,3 +52,14 @@ def parse_ddl(ddl: str) -> "DataType":
     from pyspark.sql.types import _parse_datatype_string
 
     return _parse_datatype_string(ddl)
+
+
+def session_confs(spark: Any, prefix: str) -> dict[str, str]:
+    """The session's confs (classic or Spark Connect) whose names start with ``prefix``."""
+    conf = spark.conf
+    if hasattr(type(conf), "getAll"):  # 4.0+: a property, on classic and Connect sessions
+        return {k: v for k, v in conf.getAll.items() if k.startswith(prefix)}
+    # Spark 3.5 has no getAll: the names come from the SET command's listing, the values from
+    # conf.get, since SET shows secrets (storage.s3.secret_access_key) redacted.
+    names = [row[0] for row in spark.sql("SET").collect() if str(row[0]).startswith(prefix)]
+    return {name: conf.get(name) for name in names}

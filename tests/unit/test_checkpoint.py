@@ -235,7 +235,7 @@ def test_incompatible_format_version_is_rejected(committed, document):
 
 
 def test_unknown_backend_and_options_are_rejected():
-    with pytest.raises(ConfigError, match="unknown state backend 'leveldb'; choose one of rocksdb, hashmap"):
+    with pytest.raises(ConfigError, match="option 'backend' must be one of rocksdb, hashmap, got 'leveldb'"):
         EngineConfig(backend="leveldb")
     with pytest.raises(ConfigError, match="unknown spark-state option 'x.snapshotIntervl'"):
         EngineConfig.from_options({"x.snapshotIntervl": "3"}, prefix="x.")

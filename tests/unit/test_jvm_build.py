@@ -504,7 +504,7 @@ def test_configure_minimal(no_build: list[int], monkeypatch: pytest.MonkeyPatch)
     [
         ({"options": {"snapshotIntervall": "5"}}, "unknown spark-state option"),
         ({"options": {"snapshotInterval": "often"}}, "must be an integer"),
-        ({"backend": "leveldb"}, "unknown state backend"),
+        ({"backend": "leveldb"}, "option 'backend' must be one of rocksdb, hashmap, got 'leveldb'"),
         ({"backend": "rocksdb", "options": {"backend": "hashmap"}}, "contradicts"),
         # checkpoint storage options: names and values, checked by the storage layer's own checks
         ({"options": {"storage.retry.attempts": "0"}},

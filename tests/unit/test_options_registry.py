@@ -115,3 +115,67 @@ def test_environment_variables_match_their_readers():
     assert {jvm.CACHE_DIR_ENV, ENV_VAR, CRASH_AFTER_STORES_ENV, "SPARK_STATE_LOG_LEVEL", "PYSPARK_PYTHON"} == names
     worker = (ROOT / "spark_state/provider/worker.py").read_text()
     assert 'os.environ.get("SPARK_STATE_LOG_LEVEL", "INFO")' in worker
+
+
+# --- who reads what: the keyed functions' share of the session's confs ------------------------------
+P = C.CONF_PREFIX
+
+
+def test_find_and_groups_cover_patterns_and_namespaces():
+    assert O.find("storage.hdfs.dfs.nameservices").key == "storage.hdfs.<hadoop key>"
+    assert O.find("ttl.operator.3").key == "ttl.operator.<operatorId>"
+    assert O.find("storage.hdfs.") is None and O.find("snapshotIntervall") is None
+    assert O.group_of("ttl.updateTyp").name == "ttl"  # the TTL policy owns ttl.* and names its typos
+    assert O.group_of("backend").readers == O.READERS
+    assert {g.name for g in O.GROUPS if O.KEYED not in g.readers} == {"ttl", "provider"}
+    assert {g.name for g in O.GROUPS if O.PROVIDER not in g.readers} == {"process"}
+
+
+def test_keyed_functions_read_engine_storage_and_unknown_confs_only():
+    confs = {P + "backend": "hashmap", P + "storage.s3.region": "eu", P + "storage.hdfs.dfs.x": "1",
+             P + "ttl": "1h", P + "ttl.operator.2": "none", P + "workersPerExecutor": "2",
+             P + "heap.maxBytes": "1g", P + "process.root": "/r", P + "snapshotIntervall": "3",
+             "spark.sql.shuffle.partitions": "4"}
+    assert O.keyed_session_options(confs) == {P + "backend": "hashmap", P + "storage.s3.region": "eu",
+                                              P + "storage.hdfs.dfs.x": "1", P + "snapshotIntervall": "3"}
+
+
+def test_backend_choices_are_the_engines():
+    assert O.spec("backend").choices == C.BACKENDS
+    with pytest.raises(ConfigError, match=rf"^option '{re.escape(P)}backend' must be one of rocksdb, hashmap, "
+                                          r"got 'HashMap'$"):
+        EngineConfig.from_options({P + "backend": "HashMap"}, prefix=P)
+    with pytest.raises(ConfigError, match=rf"^option '{re.escape(P)}snapshotInterval' must be >= 0, got -1$"):
+        EngineConfig.from_options({P + "snapshotInterval": "-1"}, prefix=P)
+
+
+def test_the_shim_checks_backend_with_the_same_rule():
+    scala = (ROOT / "jvm-shim/src/main/scala/org/apache/spark/sql/execution/streaming/state/sparkstate/"
+             "StateView.scala").read_text()
+    assert "must be \" +\n      s\"one of $RocksDB, $HashMap, got '$other'\"" in scala
+    assert tuple(re.findall(r'val (?:RocksDB|HashMap) = "(\w+)"', scala)) == C.BACKENDS
+    core = (ROOT / "jvm-shim/src/main/scala/org/apache/spark/sql/execution/streaming/state/sparkstate/"
+            "ProviderCore.scala").read_text()
+    assert "toLowerCase" not in core.split('conf(confs, "backend")')[1].split("\n")[0]
+
+
+def test_keyed_engine_resolution_session_then_arguments():
+    from spark_state.process.errors import ProcessDefinitionError
+    from spark_state.process.options import _engine
+
+    confs = {P + "backend": "hashmap", P + "snapshotInterval": "3", P + "ttl": "1h", P + "workersPerExecutor": "2",
+             P + "storage.s3.region": "eu", P + "storage.s3.endpoint_url": "http://a"}
+    config = _engine(confs, None, None)
+    assert (config.backend, config.snapshot_interval) == ("hashmap", 3)
+    assert config.storage_options == {"s3.region": "eu", "s3.endpoint_url": "http://a"}
+    config = _engine(confs, {"snapshotInterval": "5", "storage.s3.region": "us"}, {"s3.endpoint_url": "http://b"})
+    assert (config.backend, config.snapshot_interval) == ("hashmap", 5)
+    assert config.storage_options == {"s3.region": "us", "s3.endpoint_url": "http://b"}
+    whole = _engine(confs, EngineConfig(snapshot_interval=7), None)  # an EngineConfig replaces the engine options
+    assert (whole.backend, whole.snapshot_interval, whole.storage_options["s3.region"]) == ("rocksdb", 7, "eu")
+    with pytest.raises(ProcessDefinitionError, match=rf"'{re.escape(P)}backend' must be one of .*got 'heap'"):
+        _engine({P + "backend": "heap"}, {"backend": "rocksdb"}, None)
+    with pytest.raises(ProcessDefinitionError, match=r"^engine=.*'snapshotInterval' must be an integer, got 'x'"):
+        _engine(confs, {"snapshotInterval": "x"}, None)
+    with pytest.raises(ProcessDefinitionError, match=r"^storage_options=.*retry.attempts"):
+        _engine(confs, None, {"retry.attempts": "0"})

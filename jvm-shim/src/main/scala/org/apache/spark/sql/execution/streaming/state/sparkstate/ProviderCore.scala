@@ -73,7 +73,7 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
     this.hasRunId = hadoopConf != null && hadoopConf.get(RunIdConf) != null
     this.hadoopConf = hadoopConf
     val confs = storeConfs.sqlConfs
-    this.views = StoreViews.forBackend(conf(confs, "backend").getOrElse(StoreViews.RocksDB).trim.toLowerCase,
+    this.views = StoreViews.forBackend(conf(confs, "backend").getOrElse(StoreViews.RocksDB).trim,
       ViewOptions(
         prefixScans = prefixColumns > 0,
         layerEpochs = conf(confs, ViewOptions.LayerEpochsConf).map(positiveInt(ViewOptions.LayerEpochsConf, _))

@@ -117,12 +117,17 @@ private[sparkstate] object StoreViews {
   val RocksDB = "rocksdb"
   val HashMap = "hashmap"
 
-  /** The views of a store whose `backend` conf is `backend` (validated by the worker as well). */
+  /**
+   * The views of a store whose `backend` conf is `backend` (blanks trimmed). The rule is Python's
+   * (`EngineConfig`, from `spark_state/options.py`), which `spark_state.configure` and the worker apply;
+   * it is checked here only because the views are chosen at init, before the worker is asked, with
+   * the same values and the same message.
+   */
   def forBackend(backend: String, options: ViewOptions, describe: => String): StoreViews = backend match {
     case RocksDB => new RocksViews(options, describe)
     case HashMap => new HeapViews(options, describe)
-    case other => throw new IllegalArgumentException(s"${ProviderCore.ConfPrefix}backend must be " +
-      s"'$RocksDB' or '$HashMap', got '$other'")
+    case other => throw new IllegalArgumentException(s"option '${ProviderCore.ConfPrefix}backend' must be " +
+      s"one of $RocksDB, $HashMap, got '$other'")
   }
 }
 
