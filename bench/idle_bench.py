@@ -1,17 +1,20 @@
-"""What an idle source costs with each way of making Spark run batches without new data.
+"""What an idle source costs: batches and CPU per minute while nothing is due.
 
-Timers must fire while no new rows arrive, so something must make Spark run batches:
+Variants, each in a fresh process (``local[2]``, 4 partitions, the default trigger -- as fast
+as possible -- one small input file, then an idle source for ``--seconds``):
 
-* ``A`` -- ``applyInPandasWithState`` with ``ProcessingTimeTimeout`` (its operator answers
-  ``shouldRunAnotherBatch`` with yes at every trigger while any group has a timeout);
-* ``B`` -- ``keyed_process(..., idle_heartbeat=True)``: a ``rate`` source (one row per second)
-  unioned into the input.
+* ``keyed`` -- ``keyed_process`` with event time and timers pending far in the future (an
+  event-time and a processing-time timer per key): spark-state's tick source runs no batch
+  while nothing is due;
+* ``window`` -- Spark's own ``groupBy(window(...)).count()`` in append mode on the same input
+  (the reference: Spark runs a no-data batch only when the watermark moved);
+* ``aipws`` -- ``applyInPandasWithState`` with ``ProcessingTimeTimeout`` (Spark's way to get
+  batches for timers from a Python function: a no-data batch at every trigger).
 
-Each runs in a fresh process with the default trigger (as fast as possible), one small input
-file, ``local[2]``, 4 partitions; after the first batch the source is idle for ``--seconds``
-and the script counts the batches Spark ran in that time.
+Reported per variant: batches Spark ran while idle, per minute, and the CPU time of the whole
+process tree (driver JVM, driver Python, Python workers), per minute of idle time.
 
-Usage: python bench/idle_bench.py [--seconds 30] [--variants A,B]
+Usage: python bench/idle_bench.py [--seconds 60] [--variants keyed,window,aipws] [--json FILE]
 """
 
 from __future__ import annotations
@@ -24,55 +27,83 @@ import sys
 import tempfile
 import time
 
+VARIANTS = ("keyed", "window", "aipws")
+
+
+def _cpu_seconds() -> float:
+    """CPU time (user + system) of this process and every descendant (the JVM, the workers)."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
 
 def child(variant: str, seconds: float, work: str) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import datetime as dt
+
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     import spark_state
     from spark_state.process import KeyedProcessFunction
 
-    spark = (SparkSession.builder.master("local[2]").appName("idle-bench")
-             .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")
-             .config("spark.pyspark.python", sys.executable).getOrCreate())
+    spark = spark_state.configure(
+        SparkSession.builder.master("local[2]").appName("idle-bench")
+        .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     os.makedirs(f"{work}/in")
-    pq.write_table(pa.table({"k": list(range(100)), "v": [1] * 100}), f"{work}/in/f.parquet")
-    df = spark.readStream.schema("k bigint, v bigint").parquet(f"{work}/in")
-    if variant == "A":
+    now = dt.datetime(2024, 1, 1)
+    pq.write_table(pa.table({"k": list(range(100)), "ts": [now] * 100}), f"{work}/in/f.parquet")
+    df = spark.readStream.schema("k bigint, ts timestamp").parquet(f"{work}/in").withWatermark("ts", "10 seconds")
+    mode = "append"
+    if variant == "aipws":
         def fn(key, pdfs, state):
             n = sum(len(p) for p in pdfs)
             state.update((n,))
-            state.setTimeoutDuration(1000)
+            state.setTimeoutDuration(60_000)
             yield pd.DataFrame({"k": [key[0]], "n": [n]})
 
         out = df.groupBy("k").applyInPandasWithState(fn, "k bigint, n bigint", "n bigint", "update",
                                                      GroupStateTimeout.ProcessingTimeTimeout)
+        mode = "update"
+    elif variant == "window":
+        out = df.groupBy(F.window("ts", "1 minute"), "k").count()
     else:
-        class Count(KeyedProcessFunction):
+        class Pending(KeyedProcessFunction):
             def process_element(self, row, ctx):
+                ts = ctx.timer_service()
+                ts.register_event_time_timer(ctx.timestamp() + 3_600_000)  # an hour of event time away
+                ts.register_processing_time_timer(ts.current_processing_time() + 3_600_000)
                 return ()
 
-        out = spark_state.keyed_process(df, "k", Count(), "k bigint", parallelism=4,
-                                        state_location=f"{work}/state", idle_heartbeat=True)
-    q = (out.writeStream.format("noop").outputMode("update" if variant == "A" else "append")
-         .option("checkpointLocation", f"{work}/ckpt").start())
-    while q.lastProgress is None:
+            def on_timer(self, timestamp, ctx):
+                return ()
+
+        out = spark_state.keyed_process(df, "k", Pending(), "k bigint", parallelism=4)
+    q = out.writeStream.format("noop").outputMode(mode).option("checkpointLocation", f"{work}/ckpt").start()
+    deadline = time.monotonic() + 120
+    while (q.lastProgress is None or q.lastProgress["numInputRows"] == 0) and time.monotonic() < deadline:
         time.sleep(0.1)
-    start_batches = len(q.recentProgress)
-    t0 = time.monotonic()
+    time.sleep(3)  # the batches the first one asks for (a watermark move) run now
+    last_before = max((p["batchId"] for p in q.recentProgress), default=-1)
+    cpu0, t0 = _cpu_seconds(), time.monotonic()
     time.sleep(seconds)
-    elapsed = time.monotonic() - t0
-    progress = [json.loads(p.json()) for p in q._jsq.recentProgress()]
-    ran = [p for p in progress if p["batchId"] >= start_batches]
+    cpu, elapsed = _cpu_seconds() - cpu0, time.monotonic() - t0
+    ran = {p["batchId"] for p in q.recentProgress if p["batchId"] > last_before and p["durationMs"].get("addBatch")}
     q.stop()
-    durations = sorted(p["durationMs"].get("triggerExecution", 0) for p in ran)
-    print("RESULT " + json.dumps({"batches": len(ran), "seconds": elapsed,
-                                  "median_batch_ms": durations[len(durations) // 2] if durations else None}))
+    print("RESULT " + json.dumps({"variant": variant, "batches": len(ran), "seconds": elapsed, "cpu_seconds": cpu}))
     spark.stop()
 
 
@@ -80,13 +111,21 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--child")
     ap.add_argument("--work")
-    ap.add_argument("--seconds", type=float, default=30)
-    ap.add_argument("--variants", default="A,B")
+    ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--json", help="write the results to this file")
     args = ap.parse_args()
     if args.child:
         child(args.child, args.seconds, args.work)
         return
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        sys.exit("bench/idle_bench.py measures CPU with psutil: pip install psutil")
+    results = []
     for variant in args.variants.split(","):
+        if variant not in VARIANTS:
+            sys.exit(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
         work = tempfile.mkdtemp(prefix="idle-bench-")
         proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", variant, "--work", work,
                                "--seconds", str(args.seconds)], capture_output=True, text=True)
@@ -94,8 +133,15 @@ def main() -> None:
         if line is None:
             raise RuntimeError(f"variant {variant} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
         r = json.loads(line[7:])
-        print(f"  {variant}: {r['batches']} batches in {r['seconds']:.0f} s idle = "
-              f"{r['batches'] / r['seconds']:.2f} batches/s, median batch {r['median_batch_ms']} ms", flush=True)
+        per_minute = 60 / r["seconds"]
+        r["batches_per_minute"] = r["batches"] * per_minute
+        r["cpu_seconds_per_minute"] = r["cpu_seconds"] * per_minute
+        results.append(r)
+        print(f"  {variant}: {r['batches_per_minute']:.1f} batches/min, "
+              f"{r['cpu_seconds_per_minute']:.1f} CPU s/min while idle ({r['seconds']:.0f} s measured)", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,6 @@ Workloads (``--rows-per-batch`` rows per micro-batch, keys uniform over ``--keys
   timer emits the key's count. ``keyed_process`` only (transformWithStateInPandas has no
   equivalent run here).
 
-Carriers of the keyed function (engines; ``count`` workload), for the choice of how timers
-fire without new input (README, "Time"):
-
-* ``process`` -- ``mapInArrow`` (what ``keyed_process`` does);
-* ``heartbeat`` -- ``keyed_process(..., idle_heartbeat=True)``: the input unioned with a
-  ``rate`` source and tagged by side (option B);
-* ``aipws`` -- the same keyed loop carried by ``applyInPandasWithState``, one group per
-  partition (option A; NoTimeout here, which suffices while every group has rows).
-
 Floors and forms for the Python per-row cost (issue 14, item 4; ``--suite speed``):
 
 * ``passthrough`` -- the same routed stream (key group + route columns, ``repartition``) through
@@ -46,7 +37,7 @@ the first ``--warmup`` batches are not measured; the figure is the median ``addB
 the measured batches, as rows/s. Ratios are keyed_process over transformWithStateInPandas.
 
 Usage: python bench/keyed_bench.py [--rows-per-batch 50000] [--keys 25000] [--batches 4]
-           [--workloads count,listmap,count_timer] [--engines process,tws,heartbeat,aipws]
+           [--workloads count,listmap,count_timer] [--engines process,tws]
            [--backends rocksdb,hashmap] [--json out.json]
        python bench/keyed_bench.py --suite speed    # issue 14's shape: 200k rows/batch, 20k keys,
            # workloads count,listmap; engines passthrough,dictloop,process,vector; both backends
@@ -62,7 +53,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 WORKLOADS = ("count", "listmap", "count_timer")
@@ -70,10 +60,10 @@ ENGINES = ("process", "tws")
 OUTPUTS = {"count": "k bigint, count bigint", "listmap": "k bigint, bucket bigint, count bigint",
            "count_timer": "k bigint, count bigint"}
 #: engines each workload runs on (others are skipped)
-SUPPORTED = {"count": ("passthrough", "dictloop", "process", "vector", "tws", "heartbeat", "aipws"),
+SUPPORTED = {"count": ("passthrough", "dictloop", "process", "vector", "tws"),
              "listmap": ("process", "vector", "tws"), "count_timer": ("process",)}
 #: engines that run keyed_process (once per backend in --backends)
-KEYED_ENGINES = ("process", "vector", "heartbeat", "aipws")
+KEYED_ENGINES = ("process", "vector")
 #: event time of batch b's rows: [b * BATCH_EVENT_MS, (b + 1) * BATCH_EVENT_MS)
 BATCH_EVENT_MS = 10_000
 
@@ -203,42 +193,6 @@ def floor_carrier(df, engine: str, partitions: int):
     return routed.mapInArrow(passthrough if engine == "passthrough" else dictloop, OUTPUTS["count"])
 
 
-def aipws_carrier(df, function, output: str, partitions: int, state: str, backend: str):
-    """Option A: the keyed loop carried by applyInPandasWithState, one group per partition."""
-    import pyarrow as pa
-    from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
-    from pyspark.sql.types import StructType
-
-    from spark_state import EngineConfig
-    from spark_state.process.location import LocationSpec
-    from spark_state.process.routing import KEY_GROUP_COLUMN
-    from spark_state.process.options import ProcessOptions
-    from spark_state.process.plan import KEYED, ProcessPlan
-    from spark_state.process.runner import run_keyed
-
-    max_p = 128
-    options = ProcessOptions(function_name=type(function).__name__,
-                             location=LocationSpec(explicit=state, root="", name="bench"),
-                             engine=EngineConfig(backend=backend), parallelism=partitions,
-                             output_schema=StructType.fromDDL(output), max_parallelism=max_p)
-    plan = ProcessPlan(KEYED, function, options, (df.schema["k"],))
-    kg = F.pmod(F.hash(F.col("k")), F.lit(max_p)).cast("int")
-    routed = df.withColumn(KEY_GROUP_COLUMN, kg).withColumn(
-        "__part", F.floor(F.col(KEY_GROUP_COLUMN) * partitions / max_p).cast("int"))
-
-    def carry(key, pdfs, state):
-        def batches():
-            for pdf in pdfs:
-                yield pa.RecordBatch.from_pandas(pdf.drop(columns=["__part"]), preserve_index=False)
-
-        for rb in run_keyed(plan, batches(), partition=int(key[0])):
-            yield rb.to_pandas()
-
-    return routed.groupBy("__part").applyInPandasWithState(carry, output, "x int", "append",
-                                                           GroupStateTimeout.NoTimeout)
-
-
 def tws_processor(workload: str):
     """The transformWithStateInPandas processor of a workload."""
     import numpy as np
@@ -309,11 +263,13 @@ def child(args: argparse.Namespace) -> None:
     from pyspark.sql import SparkSession
 
     import spark_state
+    from spark_state.spark.jvm import jar_path
 
     spark = (SparkSession.builder.master("local[2]").appName("keyed-bench")
              .config("spark.sql.shuffle.partitions", str(args.partitions))
              .config("spark.ui.enabled", "false").config("spark.pyspark.python", sys.executable)
              .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+             .config("spark.jars", jar_path())  # keyed_process's tick source is a JVM class
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     df = spark.readStream.schema("k bigint, v bigint, ts timestamp").option("maxFilesPerTrigger", 1).parquet(args.input)
@@ -321,38 +277,21 @@ def child(args: argparse.Namespace) -> None:
         df = df.withWatermark("ts", "5 seconds")
     if args.engine in ("passthrough", "dictloop"):
         out = floor_carrier(df, args.engine, args.partitions)
-    elif args.engine in ("process", "heartbeat", "vector"):
+    elif args.engine in ("process", "vector"):
         fn = vector_function(args.workload) if args.engine == "vector" else process_function(args.workload)
         out = spark_state.keyed_process(df, "k", fn, OUTPUTS[args.workload],
                                         parallelism=args.partitions, state_location=args.state,
-                                        engine={"backend": args.backend}, idle_heartbeat=args.engine == "heartbeat")
-    elif args.engine == "aipws":
-        out = aipws_carrier(df, process_function(args.workload), OUTPUTS[args.workload], args.partitions,
-                            args.state, args.backend)
+                                        engine={"backend": args.backend})
     else:
         out = df.groupBy("k").transformWithStateInPandas(
             statefulProcessor=tws_processor(args.workload), outputStructType=OUTPUTS[args.workload],
             outputMode="Append", timeMode="None")
     writer = out.writeStream.format("noop").outputMode("append").option("checkpointLocation", args.checkpoint)
-    if args.engine != "heartbeat":
-        query = writer.trigger(availableNow=True).start()
-        query.awaitTermination()
-        progress = [json.loads(p.json()) for p in query._jsq.recentProgress()]
-    else:
-        # Spark runs a query with a source that lacks availableNow support (rate) as one batch
-        # under availableNow, so the heartbeat runs on the default trigger until the input is in.
-        import pyarrow.parquet as pq
-
-        total = sum(pq.ParquetFile(os.path.join(args.input, f)).metadata.num_rows for f in os.listdir(args.input))
-        query = writer.start()
-        while True:
-            progress = [json.loads(p.json()) for p in query._jsq.recentProgress()]
-            if sum(p["numInputRows"] for p in progress) >= total:
-                break
-            time.sleep(0.2)
-        query.stop()
-        # measure the batches that carried an input file (heartbeat-only batches are idle cost)
-        progress = [p for p in progress if p["numInputRows"] >= total // len(os.listdir(args.input))]
+    query = writer.trigger(availableNow=True).start()
+    query.awaitTermination()
+    progress = [json.loads(p.json()) for p in query._jsq.recentProgress()]
+    # the batches that read an input file (not the one a due timer runs after the input: count_timer)
+    progress = [p for p in progress if p["numInputRows"] >= args.rows_per_batch]
     durations = [p["durationMs"]["addBatch"] for p in progress if "addBatch" in p.get("durationMs", {})]
     print("RESULT " + json.dumps({"addBatch": durations, "rows": [p["numInputRows"] for p in progress]}))
     spark.stop()
@@ -362,7 +301,8 @@ def run_one(workload: str, engine: str, backend: str, args: argparse.Namespace, 
     work = tempfile.mkdtemp(dir=tmp)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--workload", workload, "--engine", engine,
            "--backend", backend, "--input", input_dir, "--partitions", str(args.partitions),
-           "--checkpoint", os.path.join(work, "ckpt"), "--state", os.path.join(work, "state")]
+           "--checkpoint", os.path.join(work, "ckpt"), "--state", os.path.join(work, "state"),
+           "--rows-per-batch", str(args.rows_per_batch)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:

@@ -2,8 +2,8 @@
 
 ``keyed_process``, ``keyed_co_process``, ``keyed_broadcast_process`` and
 ``checkpointed_process`` take the same keyword options (``parallelism``, ``max_parallelism``,
-``name``, ``state_location``, ``state_root``, ``storage_options``, ``engine``, ``late_rows``,
-``idle_heartbeat``) plus the output schema. :func:`process_options` checks them and resolves
+``name``, ``state_location``, ``state_root``, ``storage_options``, ``engine``, ``late_rows``)
+plus the output schema. :func:`process_options` checks them and resolves
 their defaults against the session, and returns one frozen :class:`ProcessOptions` that the
 plan (:mod:`.plan`) carries to the tasks. Errors are :class:`~.errors.ProcessDefinitionError`
 (or the key group module's ``ValueError`` for parallelism bounds), raised on the driver before
@@ -54,8 +54,6 @@ class ProcessOptions:
     max_parallelism: Optional[int] = None
     #: rows at or below the batch's watermark: "drop" or "deliver" (flagged ``ctx.is_late()``)
     late_rows: str = "drop"
-    #: a heartbeat input makes batches (and timers) run while the sources are idle
-    idle_heartbeat: bool = False
 
 
 def process_options(
@@ -72,7 +70,6 @@ def process_options(
     storage_options: Optional[Mapping[str, str]],
     engine: EngineLike,
     late_rows: str = "drop",
-    idle_heartbeat: bool = False,
 ) -> ProcessOptions:
     """The options of an operator on ``df`` (its first input) running ``function``, checked;
     ``keyed`` decides whether ``max_parallelism`` is resolved."""
@@ -87,7 +84,6 @@ def process_options(
         output_schema=_schema(output_schema),
         max_parallelism=max_p,
         late_rows=_late_rows(late_rows),
-        idle_heartbeat=bool(idle_heartbeat),
     )
 
 
