@@ -68,6 +68,13 @@ ARROW_BATCH_ROWS = 65536
 #: Version of the schema record's JSON; readers reject others (``state/schema.py``).
 SCHEMA_RECORD_FORMAT = 1
 
+# --- keyed and checkpointed functions' state --------------------------------------------------
+#: Their state's default place: ``<query checkpoint>/spark-state/<operator name>/``.
+PROCESS_CHECKPOINT_DIR = "spark-state"
+#: Where it was before (and still is for queries that started there):
+#: ``<driver's working directory>/spark-state/<query id>/<operator name>/``.
+LEGACY_PROCESS_ROOT_DIR = "spark-state"
+
 # --- time in keyed functions ----------------------------------------------------------------
 #: Under a keyed operator's state location: ``time/clock/<B>.json`` (a batch's watermark and
 #: processing time) and ``time/watermarks/<B>/<side>.<n>.<i>.<max ms>`` (``process/clock.py``).

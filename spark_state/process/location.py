@@ -1,14 +1,28 @@
 """Where a process operator keeps its state, and which layout holds a version.
 
-Resolving the location
-----------------------
-``state_location`` given: used as is (a local path, ``file://``, ``s3://`` or ``hdfs://`` URL).
-Otherwise ``<root>/<query id>/<name>``: ``root`` is the option ``state_root``, else the SQL conf
-``spark.sql.streaming.stateStore.sparkState.process.root``, else ``./spark-state`` in the
-driver's working directory (made absolute on the driver, like ``spark-warehouse``); the query
-id is the task local property ``sql.streaming.queryId``, which Spark keeps in the query's
-checkpoint, so a restart from the same checkpoint finds the same directory; ``name`` is the
-option ``name``, default the function's class name.
+Resolving the location (:func:`locate`, in each task)
+-----------------------------------------------------
+``name`` is the option ``name``, default the function's class name.
+
+* ``state_location`` given: used as is (a local path, ``file://``, ``s3://`` or ``hdfs://`` URL).
+* ``state_root`` given (the option, else the SQL conf
+  ``spark.sql.streaming.stateStore.sparkState.process.root``): ``<root>/<query id>/<name>``; the
+  query id is the task local property ``sql.streaming.queryId``, which Spark keeps in the
+  query's checkpoint, so a restart from the same checkpoint finds the same directory.
+* Otherwise (the default): beside the checkpoint, ``<checkpoint root>/spark-state/<name>``, in
+  the checkpoint's own storage (so a checkpoint on S3 or HDFS holds its functions' state too,
+  and copying, moving or deleting the checkpoint takes the state along). The checkpoint root is
+  the task local property :data:`CHECKPOINT_ROOT_PROPERTY`, which spark-state's tick source
+  sets on the query's thread (:mod:`.ticks`).
+
+  A query whose state is under the former default, ``./spark-state/<query id>/<name>`` of the
+  driver's working directory (made absolute when the function was defined), keeps it there:
+  when the checkpoint has no state of the operator and that directory has, the task uses it
+  and logs a one-line notice (``spark-state move-state`` moves it beside the checkpoint).
+
+A location that executors on several hosts cannot share (a local path on a cluster) fails at
+the first batch that needs state written on another host, with
+:class:`~.errors.StateVersionMissingError` naming the location, instead of starting empty.
 
 Layout of one state location (one operator)
 -------------------------------------------
@@ -46,11 +60,13 @@ task; a run with another value fails with :class:`MaxParallelismMismatchError`.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from .. import constants as C
 from ..checkpoint.retention import list_copies
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..errors import SparkStateError
@@ -62,14 +78,19 @@ META_FILE = "_operator.json"
 LAYOUT_DIR = "layouts"
 STORE_DIR = "stores"
 ROOT_CONF = "spark.sql.streaming.stateStore.sparkState.process.root"
-DEFAULT_ROOT_DIR = "spark-state"
+DEFAULT_ROOT_DIR = C.LEGACY_PROCESS_ROOT_DIR
+CHECKPOINT_DIR = C.PROCESS_CHECKPOINT_DIR
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
+#: Set by spark-state's tick source on the query's thread: the query's checkpoint root, as
+#: Spark resolved it (a URI: ``file:/...``, ``hdfs://...``, ``s3a://...``).
+CHECKPOINT_ROOT_PROPERTY = "spark.sparkState.checkpointRoot"
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 #: Spark sets a streaming query's job group to its run id (``StreamExecution.runStream``);
 #: the job description also names it (``...\nrunId = <uuid>\nbatch = N``).
 JOB_GROUP_PROPERTY = "spark.jobGroup.id"
 JOB_DESCRIPTION_PROPERTY = "spark.job.description"
 
+_LOG = logging.getLogger(__name__)
 _LAYOUT_RE = re.compile(r"^p(\d+)-b(\d+)\.json$")
 
 
@@ -93,23 +114,46 @@ class Layout:
 
 @dataclass(frozen=True)
 class LocationSpec:
-    """Picklable description of where the state lives; resolved inside tasks."""
+    """Picklable description of where the state lives; resolved inside tasks (see the module
+    docstring)."""
 
     explicit: Optional[str]
-    root: str
+    #: ``state_root`` (option or SQL conf); None: beside the checkpoint
+    root: Optional[str]
     name: str
     storage_options: Mapping[str, str] = field(default_factory=dict)
+    #: the former default root, ``./spark-state`` of the driver's working directory, absolute
+    legacy_root: Optional[str] = None
 
-    def resolve(self, query_id: Optional[str]) -> str:
-        """The state location URL for a query (``query_id`` unused when explicit)."""
+    def resolve(self, query_id: Optional[str], checkpoint_root: Optional[str]) -> str:
+        """The state location URL for a query (without the former default's fallback)."""
         if self.explicit:
             return self.explicit.rstrip("/") or self.explicit
-        if not query_id:
+        if self.root is not None:
+            return f"{self.root.rstrip('/')}/{_query_id(query_id)}/{self.name}"
+        if not checkpoint_root:
             raise StateLocationError(
-                "cannot place the state: the task has no local property "
-                f"'{QUERY_ID_PROPERTY}' (is this running in a streaming query?); "
-                "pass state_location=... explicitly")
-        return f"{self.root.rstrip('/')}/{query_id}/{self.name}"
+                f"cannot place the state of {self.name!r} beside the query's checkpoint: the task has no local "
+                f"property '{CHECKPOINT_ROOT_PROPERTY}', which spark-state's tick source sets when the query starts "
+                "(is this a streaming query built by keyed_process/checkpointed_process?); pass state_location=... "
+                "or state_root=... explicitly")
+        return f"{checkpoint_root.rstrip('/')}/{CHECKPOINT_DIR}/{self.name}"
+
+    def legacy(self, query_id: Optional[str]) -> Optional[str]:
+        """Where the former default put this operator's state (None when the location is not
+        the default one)."""
+        if self.explicit or self.root is not None or not self.legacy_root or not query_id:
+            return None
+        return f"{self.legacy_root.rstrip('/')}/{query_id}/{self.name}"
+
+
+def _query_id(query_id: Optional[str]) -> str:
+    if not query_id:
+        raise StateLocationError(
+            "cannot place the state: the task has no local property "
+            f"'{QUERY_ID_PROPERTY}' (is this running in a streaming query?); "
+            "pass state_location=... explicitly")
+    return query_id
 
 
 def join(url: str, rel: str) -> str:
@@ -136,6 +180,35 @@ def storage_for(url: str, options: Mapping[str, str]) -> CheckpointStorage:
                 raise StateLocationError(f"state location {url} cannot be opened: {exc}") from exc
             _storages[key] = storage
         return storage
+
+
+_located: dict[tuple, str] = {}
+
+
+def locate(spec: LocationSpec, query_id: Optional[str], checkpoint_root: Optional[str]) -> str:
+    """The state location of ``spec`` for this query (cached per process): the default one
+    beside the checkpoint, unless only the former default holds the operator's state."""
+    key = (spec.explicit, spec.root, spec.name, spec.legacy_root, tuple(sorted(spec.storage_options.items())),
+           query_id, checkpoint_root)
+    found = _located.get(key)
+    if found is not None:
+        return found
+    url = spec.resolve(query_id, checkpoint_root)
+    legacy = spec.legacy(query_id)
+    if legacy is not None and _has_state(legacy, spec) and not _has_state(url, spec):
+        _LOG.warning("spark-state: %s keeps its state at %s, the former default location; `spark-state move-state "
+                     "<checkpoint>` moves it beside the checkpoint (%s)", spec.name, legacy, url)
+        url = legacy
+    with _lock:
+        _located[key] = url
+    return url
+
+
+def _has_state(url: str, spec: LocationSpec) -> bool:
+    try:
+        return storage_for(url, spec.storage_options).exists(META_FILE)
+    except SparkStateError:
+        return False
 
 
 def verify_location(storage: CheckpointStorage, kind: str, max_parallelism: Optional[int]) -> None:

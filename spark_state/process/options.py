@@ -161,8 +161,9 @@ def _location(df: DataFrame, function: Any, name: Optional[str], state_location:
     op_name = name or type(function).__name__
     if "/" in op_name or op_name in (".", ".."):
         raise ProcessDefinitionError(f"name {op_name!r} must not contain '/'")
-    root = state_root or df.sparkSession.conf.get(ROOT_CONF, None) or DEFAULT_ROOT_DIR
-    if "://" not in root:
+    root = state_root or df.sparkSession.conf.get(ROOT_CONF, None) or None
+    if root is not None and "://" not in root:
         root = os.path.abspath(root)
-    return LocationSpec(explicit=state_location, root=root, name=op_name,
-                        storage_options=dict(storage_options))
+    # the former default root: state a query kept there is still found (see .location)
+    return LocationSpec(explicit=state_location, root=root, name=op_name, storage_options=dict(storage_options),
+                        legacy_root=os.path.abspath(DEFAULT_ROOT_DIR))

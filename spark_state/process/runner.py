@@ -40,10 +40,12 @@ from .keyed_input import BatchLayout
 from .keyed_loop import keyed_loop
 from .location import (
     BATCH_ID_PROPERTY,
+    CHECKPOINT_ROOT_PROPERTY,
     JOB_DESCRIPTION_PROPERTY,
     JOB_GROUP_PROPERTY,
     QUERY_ID_PROPERTY,
     Layout,
+    locate,
     run_context,
     run_id_of_task,
     storage_for,
@@ -74,7 +76,7 @@ def _task(plan: ProcessPlan, partition: Optional[int] = None) -> _Task:
             f"{plan.function_name} runs only in a streaming query (no '{BATCH_ID_PROPERTY}' "
             "task property): keyed_process/checkpointed_process need a streaming DataFrame, "
             "started with writeStream")
-    url = plan.location.resolve(tc.getLocalProperty(QUERY_ID_PROPERTY))
+    url = locate(plan.location, tc.getLocalProperty(QUERY_ID_PROPERTY), tc.getLocalProperty(CHECKPOINT_ROOT_PROPERTY))
     run_id = run_id_of_task({k: tc.getLocalProperty(k) for k in (JOB_DESCRIPTION_PROPERTY, JOB_GROUP_PROPERTY)})
     if run_id is None:
         raise NotInStreamingQueryError(

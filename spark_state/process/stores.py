@@ -195,7 +195,10 @@ def acquire(
             f"no state for batch {batch_version} (version {batch_version}) of partition {partition} "
             f"(parallelism {parallelism}) under {url}; found: {describe_layouts(storage)}. The query's "
             "checkpoint says earlier batches ran, so their state should be here: was the state "
-            "location changed or cleaned, or retention (retainedVersions) too small?")
+            "location changed or cleaned, or retention (retainedVersions) too small?"
+            + (f" {url} is a local path: executors on different hosts do not share it, so state written on one "
+               "host is missing on another; put the checkpoint (or state_location=) on storage every host shares "
+               "(HDFS, S3, a shared mount)" if _is_local(url) else ""))
     if choice.mode == "direct":
         store = _store_for(cached, storage, config, choice.layout, partition, runs)
         try:
@@ -230,6 +233,10 @@ def _rescale(storage: CheckpointStorage, config: EngineConfig, parallelism: int,
             old.close()
     register_layout(storage, layout)
     return PartitionStore(storage.url, partition, layout, store, "rescaled", batch_version, storage)
+
+
+def _is_local(url: str) -> bool:
+    return "://" not in url or url.startswith("file:")
 
 
 def _store_for(cached: Optional[_Cached], storage: CheckpointStorage, config: EngineConfig,

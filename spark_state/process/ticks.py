@@ -26,9 +26,9 @@ from pyspark.sql import functions as F
 
 from ..spark.jvm import TICK_SOURCE_CLASS
 from .errors import ProcessDefinitionError
+from .location import CHECKPOINT_ROOT_PROPERTY
 
-#: Set by the tick source on the query's thread: the query's checkpoint root (a Hadoop URI).
-CHECKPOINT_ROOT_PROPERTY = "spark.sparkState.checkpointRoot"
+__all__ = ["CHECKPOINT_ROOT_PROPERTY", "tick_stream", "with_tick_source"]
 
 
 def tick_stream(df: DataFrame, operator_name: str, *, timers: bool) -> DataFrame:

@@ -143,6 +143,10 @@ def test_location_metadata_pins_kind_and_max_parallelism(tmp_path):
     with pytest.raises(StateLocationError, match="holds state of a 'keyed' operator"):
         verify_location(s, "operator", None)
     spec = LocationSpec(explicit=None, root="s3://b/root/", name="Fn")
-    assert spec.resolve("q-1") == "s3://b/root/q-1/Fn"
+    assert spec.resolve("q-1", None) == "s3://b/root/q-1/Fn"
     with pytest.raises(StateLocationError, match="sql.streaming.queryId"):
-        spec.resolve(None)
+        spec.resolve(None, None)
+    beside = LocationSpec(explicit=None, root=None, name="Fn")
+    assert beside.resolve("q-1", "s3a://b/ckpt/") == "s3a://b/ckpt/spark-state/Fn"
+    with pytest.raises(StateLocationError, match="spark.sparkState.checkpointRoot"):
+        beside.resolve("q-1", None)

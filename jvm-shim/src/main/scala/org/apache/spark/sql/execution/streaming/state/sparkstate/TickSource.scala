@@ -129,9 +129,10 @@ private[sparkstate] class TickStream(name: String, timers: Boolean, checkpointLo
   private var tickedFor = Long.MinValue
   private var restartChecked = false
 
-  // `<root>/sources/<i>` -> `<root>`; set on the query's thread (see the class comment of TickSource).
+  // `<root>/sources/<i>` -> `<root>`, kept as Spark wrote it (a URI, escaped: Hadoop's Path would unescape it);
+  // set on the query's thread (see the class comment of TickSource).
   locally {
-    val root = new Path(checkpointLocation).getParent.getParent.toString
+    val root = checkpointLocation.replaceAll("/sources/[^/]+/?$", "")
     SparkContext.getActive.foreach(_.setLocalProperty(TickSource.CheckpointRootProperty, root))
   }
 
