@@ -9,7 +9,10 @@
   state (list = even-split, union list, broadcast).
 * Keyed functions have timers (``ctx.timer_service()``, ``on_timer``), event time from
   ``withWatermark``, operator state beside keyed state (``initialize_state``), two inputs
-  (:func:`keyed_co_process`) and broadcast rules (:func:`keyed_broadcast_process`).
+  (:func:`keyed_co_process`) and broadcast rules (:func:`keyed_broadcast_process`). Spark runs
+  a batch when their timers are due, also while the sources are idle.
+* Their state lives beside the query's checkpoint (``<checkpoint>/spark-state/<name>``) and
+  their figures are in the query's progress (``observedMetrics["spark_state.<name>"]``).
 
 Modules: :mod:`.api` (driver: the entry points), :mod:`.options` (their shared options, checked
 once), :mod:`.plan` (what a task runs: function, options, phases), :mod:`.runner` (task: the
@@ -17,8 +20,9 @@ mapInArrow bodies), :mod:`.keyed_loop` (the keyed loop), :mod:`.phases` (its opt
 time, operator state, broadcast), :mod:`.keyed_input` (input rows grouped by key),
 :mod:`.stores` (versions, store cache, rescale), :mod:`.location` (state
 location layout), :mod:`.routing` (key groups -> partitions), :mod:`.inputs` (unioning inputs
-by side), :mod:`.event_time` (the watermark declaration in the plan), :mod:`.clock` (a batch's
-watermark and processing time), :mod:`.timer_service`, :mod:`.operator_state`,
+by side), :mod:`.ticks` (the tick source: batches for due timers, the checkpoint's place),
+:mod:`.observation` (each task's figures, in the query's progress), :mod:`.event_time` (the
+watermark declaration in the plan), :mod:`.clock` (a batch's watermark and processing time), :mod:`.timer_service`, :mod:`.operator_state`,
 :mod:`.arrow_io` (rows in, batches out), :mod:`.datetimes` (fast timestamp/date conversion),
 :mod:`.gc_pacing` (collector thresholds during a task), :mod:`.keycodec`, :mod:`.functions`
 (the user-facing classes and contexts).
