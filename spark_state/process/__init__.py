@@ -22,7 +22,8 @@ time, operator state, broadcast), :mod:`.keyed_input` (input rows grouped by key
 location layout), :mod:`.routing` (key groups -> partitions), :mod:`.inputs` (unioning inputs
 by side), :mod:`.ticks` (the tick source: batches for due timers, the checkpoint's place),
 :mod:`.observation` (each task's figures, in the query's progress), :mod:`.event_time` (the
-watermark declaration in the plan), :mod:`.clock` (a batch's watermark and processing time), :mod:`.timer_service`, :mod:`.operator_state`,
+watermark declaration in the plan), :mod:`.clock` (a batch's watermark and processing time),
+:mod:`.timer_service`, :mod:`.operator_state`,
 :mod:`.arrow_io` (rows in, batches out), :mod:`.datetimes` (fast timestamp/date conversion),
 :mod:`.gc_pacing` (collector thresholds during a task), :mod:`.keycodec`, :mod:`.functions`
 (the user-facing classes and contexts).
