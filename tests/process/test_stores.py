@@ -150,3 +150,11 @@ def test_location_metadata_pins_kind_and_max_parallelism(tmp_path):
     assert beside.resolve("q-1", "s3a://b/ckpt/") == "s3a://b/ckpt/spark-state/Fn"
     with pytest.raises(StateLocationError, match="spark.sparkState.checkpointRoot"):
         beside.resolve("q-1", None)
+
+
+def test_a_local_location_without_the_state_of_earlier_batches_names_the_unshared_path(storage):
+    """What a task on another host of a cluster sees when the state location is a local path:
+    the query has run batches, this host has none of their state -- an error, not an empty start."""
+    with pytest.raises(StateVersionMissingError, match=r"no state for batch 3 .*is a local path: executors on "
+                                                       r"different hosts do not share it"):
+        _acquire(storage, 2, 1, 3)
