@@ -18,8 +18,10 @@ field                       meaning (summed over the batch's tasks unless said o
 =========================== ======================================================================
 batch                       the batch id
 tasks                       tasks that reported
-rows_total                  user keys in state after the batch (timers and system keys excluded)
-rows_updated                keys written or deleted by the batch
+rows_total                  rows in state after the batch: one per value, map entry and list
+                            element (as Spark counts its stores' rows); timers and system
+                            records excluded
+rows_updated                rows written or deleted by the batch
 state_bytes                 bytes the state takes in the tasks' backends (memory/disk estimate)
 checkpoint_bytes_written    bytes the batch's commits wrote to checkpoint storage
 commit_ms                   time spent in the commits (ms)
