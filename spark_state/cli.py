@@ -1,6 +1,6 @@
 """The command line: ``python -m spark_state <command>`` or the ``spark-state`` script.
 
-Commands: ``inspect``, ``savepoint``, ``restore``, ``rescale``, ``migrate`` (the operations
+Commands: ``inspect``, ``savepoint``, ``restore``, ``rescale``, ``migrate``, ``move-state`` (the operations
 of :mod:`spark_state.ops`, the same functions as the Python API), ``demo``, ``jar`` and
 ``server-conf`` (the confs of a Spark Connect server or other driver started elsewhere).
 
@@ -56,8 +56,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="spark-state: operate stateful Spark Structured Streaming queries "
-                    "(inspect, savepoint, restore, rescale, migrate); the demo; the JVM shim jar and the confs "
-                    "of a Spark driver (e.g. a Spark Connect server) started elsewhere.")
+                    "(inspect, savepoint, restore, rescale, migrate, move-state); the demo; the JVM shim jar and "
+                    "the confs of a Spark driver (e.g. a Spark Connect server) started elsewhere.")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
 
     p = _command(sub, "inspect", "show what a checkpoint holds (reads only; safe on a running query)", _inspect)
@@ -85,7 +85,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                    help="engine backend of the restored state's snapshots (default rocksdb)")
     p.add_argument("--keep-query-id", action="store_true",
                    help="keep the savepoint's query id (default: a new one, like a new Flink job)")
-    _process_options(p)
+    _process_options(p, _RESTORE_ROOT_HELP)
 
     p = _command(sub, "rescale", "change the partition count of a stopped query's checkpoint in place", _rescale)
     p.add_argument("checkpoint", help="the query's checkpointLocation")
@@ -100,6 +100,14 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("target", help="the new checkpoint directory")
     p.add_argument("--to", required=True, choices=("spark-state", "hdfs", "rocksdb"), help="the target provider")
     p.add_argument("--batch", type=int, help="the committed batch to migrate (default: the latest)")
+
+    p = _command(sub, "move-state", "move a stopped query's keyed-function state from the former default location "
+                                    "(./spark-state/<query id>/<name>) beside its checkpoint "
+                                    "(<checkpoint>/spark-state/<name>)", _move_state)
+    p.add_argument("checkpoint", help="the query's checkpointLocation")
+    p.add_argument("--process-root", metavar="DIR",
+                   help="where the state is, as DIR/<query id>/<name> on local disk (default ./spark-state: the former "
+                        "default root, in the directory the query was started from)")
 
     sub.add_parser("demo", help="run the demo job (python -m spark_state demo --help)")
 
@@ -143,9 +151,17 @@ def _command(sub, name: str, text: str, run: Callable[[argparse.Namespace], Any]
     return p
 
 
-def _process_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--process-root", metavar="DIR",
-                   help="root of keyed_process/checkpointed_process state (default ./spark-state if it exists)")
+#: --process-root of the commands that read process state, and of restore, which writes it
+_ROOT_HELP = ("root of keyed_process/checkpointed_process state kept under a state_root, as DIR/<query id>/<name> "
+              "(state beside the checkpoint, <checkpoint>/spark-state/<name>, is found without it; default: also the "
+              "former default root ./spark-state, if it exists)")
+_RESTORE_ROOT_HELP = ("write the restored keyed_process/checkpointed_process state under DIR/<new query id>/<name> "
+                      "(for a query run with state_root=DIR; default: beside the new checkpoint, "
+                      "<checkpoint>/spark-state/<name>, or under the state_root the savepoint's query used)")
+
+
+def _process_options(p: argparse.ArgumentParser, root_help: str = _ROOT_HELP) -> None:
+    p.add_argument("--process-root", metavar="DIR", help=root_help)
     p.add_argument("--process-location", action="append", default=[], metavar="NAME=URL",
                    help="state location of a process operator given an explicit state_location, repeatable")
 
@@ -241,6 +257,17 @@ def _migrate(args):
     d = r.to_dict()
     return d, (f"migrated batch {d['batch_id']} of {d['checkpoint']} from {d['from_provider']} to {d['to_provider']}: "
                f"{d['target']} ({d['keys']} keys, {d['seconds']:.1f} s); restart the unchanged query on it")
+
+
+def _move_state(args):
+    from .ops import move_state
+
+    r = move_state(args.checkpoint, process_root=args.process_root, progress=not args.no_progress,
+                   storage_options=_pairs(args.option, "--option"))
+    moved = "".join(f"\n  {m['name']}: {m['source']} -> {m['destination']} ({m['files']} files, {m['bytes']} bytes)"
+                    for m in r.moved)
+    return r.to_dict(), (f"moved the state of {len(r.moved)} operator(s) of query {r.query_id} beside {r.checkpoint} "
+                         f"({r.seconds:.1f} s); restart the query{moved}")
 
 
 def _describe_inspect(r: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from ..errors import SparkStateError
 
 
 class OpsError(SparkStateError):
-    """Base class of the errors of inspect, savepoint, restore, rescale and migrate."""
+    """Base class of the errors of inspect, savepoint, restore, rescale, migrate and move-state."""
 
 
 class NotACheckpointError(OpsError):
@@ -51,3 +51,7 @@ class ProcessStateNotFoundError(OpsError):
 class RetentionRaceError(OpsError):
     """A file of the batch being copied disappeared (retention of a running query deleted
     it) even after retrying at newer committed batches."""
+
+
+class MoveVerificationError(OpsError):
+    """move-state's copy of a state location differs from its source (the source is kept)."""

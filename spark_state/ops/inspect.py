@@ -28,7 +28,8 @@ from ..partitioning.keygroups import compute_key_group_range_for_operator_index
 from ..storage import CheckpointStorage
 from ..keys import system as syskeys
 from .checkpoint_reader import SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint, provider_short_name
-from .state_io import find_process_locations, open_committed, process_layout, reader_config
+from .process_locations import find_process_locations
+from .state_io import open_committed, process_layout, reader_config
 
 
 #: snapshots/<version>-<id>.json: one per snapshot (private files are <version>-<id>-<name>)
@@ -75,7 +76,8 @@ def inspect(checkpoint: str, *, process_root: Optional[str] = None, process_loca
     out["operators"] = ops
     out["process_states"] = [
         _process(loc, version, load_stores)
-        for loc in find_process_locations(out["query_id"], process_root, process_locations or {}, storage_options or {})
+        for loc in find_process_locations(ckpt.storage, out["query_id"], process_root, process_locations or {},
+                                          storage_options or {})
     ]
     return out
 

@@ -17,9 +17,13 @@ for another provider, through a temporary canonical savepoint:
   uses the new provider. The query id is kept (it is the same query, moving).
 
 The source checkpoint is never modified. ``keyed_process`` / ``checkpointed_process`` state
-is not a provider's: it stays in its state location, which the migrated checkpoint (same
-query id) keeps using; restart only the migrated checkpoint from then on (a restart of the
-old one would find the state ahead of it and fail with ``ConcurrentWriterError``).
+is not a provider's. State kept beside the checkpoint (``<checkpoint>/spark-state/<name>``,
+the default) is part of the checkpoint and is copied beside the target, as the unchanged
+query started on the target looks for it there. State elsewhere (under a ``state_root``, at a
+``state_location``, at the former default ``./spark-state/<query id>/<name>``) stays in its
+location, which the migrated checkpoint (same query id) keeps using; restart only the
+migrated checkpoint from then on (a restart of the old one would find the state ahead of it
+and fail with ``ConcurrentWriterError``).
 
 Consistency is a savepoint's: a committed batch of a stopped or running source.
 """
@@ -73,7 +77,8 @@ def migrate(checkpoint: str, target: str, *, to: str, batch: Optional[int] = Non
             storage_options: Optional[dict[str, str]] = None, progress: bool = True) -> MigrateResult:
     """Write ``target``, a checkpoint of ``checkpoint``'s query at its committed ``batch``
     (default the latest) for provider ``to`` (``spark-state``, ``hdfs`` or ``rocksdb``).
-    Process state stays where it is (see the module docstring)."""
+    Process state beside the checkpoint is copied beside ``target``; elsewhere it stays where it
+    is (see the module docstring)."""
     started = time.perf_counter()
     if to not in PROVIDERS:
         raise ValueError(f"--to must be one of {', '.join(PROVIDERS)}, got {to!r}")
@@ -94,7 +99,7 @@ def migrate(checkpoint: str, target: str, *, to: str, batch: Optional[int] = Non
         writer = spark_provider_writer(target, to_class, conf)
     tmp = tempfile.mkdtemp(prefix="spark-state-migrate-")
     try:
-        # no process state: it is not a provider's and stays in its location
+        # process state beside the checkpoint only (process_root=""): state elsewhere stays where it is
         sp = savepoint(checkpoint, f"{tmp}/savepoint", n, process_root="", storage_options=storage_options,
                        progress=progress, allow_no_state=True)
         restored = restore(sp.savepoint, target, keep_query_id=True, storage_options=storage_options,

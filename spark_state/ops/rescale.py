@@ -60,7 +60,8 @@ from .checkpoint_reader import (SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, Op
                                 provider_short_name)
 from .errors import QueryRunningError, UnsupportedCheckpointError
 from .progress import Progress
-from .state_io import (find_process_locations, import_store, new_tool_run_id, process_entries, process_layout,
+from .process_locations import find_process_locations
+from .state_io import (import_store, new_tool_run_id, process_entries, process_layout,
                        reader_config, store_entries, write_process_layout)
 
 _LOG = logging.getLogger(__name__)
@@ -165,7 +166,8 @@ class RescaleResult:
         return dict(self.__dict__)
 
 
-def check_stopped(ckpt: SparkCheckpoint, last_committed: int, resume_marker: bool) -> None:
+def check_stopped(ckpt: SparkCheckpoint, last_committed: int, resume_marker: bool, operation: str = "rescale",
+                  force_option: bool = True) -> None:
     """Refuse a checkpoint a query is (or may be) running on.
 
     Signs of a live query: (a) its newest offset log entry has no commit -- a batch is under
@@ -175,13 +177,15 @@ def check_stopped(ckpt: SparkCheckpoint, last_committed: int, resume_marker: boo
     waiting for data) leaves no trace a reader can see; a query stopped by a crash in the
     middle of a batch looks like (a). Stop the query first; after a crash, run it once to
     finish its batch (or rescale anyway, knowing it was stopped: ``force=True``).
+    ``operation`` names the operation in the message; ``force_option``: it has ``--force``.
     """
     offsets = ckpt.batch_ids("offsets")
     if offsets and offsets[-1] > last_committed and not resume_marker:
         raise QueryRunningError(
             f"{ckpt.url}: batch {offsets[-1]} has offsets but no commit: the query is running (or "
             "stopped in the middle of a batch). Stop the query and let it finish its batch (restart "
-            "it once and stop it after a batch), then rescale; or pass --force if you know it is stopped")
+            f"it once and stop it after a batch), then {operation}"
+            + ("; or pass --force if you know it is stopped" if force_option else ""))
 
 
 def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = None,
@@ -239,7 +243,7 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
 
                 keys += write_split(split, target, state_version + 1, config, run_id)
             op_summaries.append({"id": op.id, "name": op.name, "keys": keys})
-        processes = find_process_locations(ckpt.query_id(), process_root, process_locations or {},
+        processes = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, process_locations or {},
                                            storage_options or {})
         for loc in processes:
             storage = loc.storage()

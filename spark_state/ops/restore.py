@@ -11,15 +11,19 @@ The new checkpoint restarts the unchanged query right after the savepoint's batc
   ``N``, and ``metadata`` **last**: a target without ``metadata`` is not a checkpoint yet,
   so an interrupted restore can simply be run again;
 * the query id: a new one by default (``keep_query_id=False``), as Flink gives a restored
-  job a new id. Two checkpoints with one id would share process state locations
-  (``<root>/<query id>/<name>``) and exactly-once sinks that key on the query id (Delta's
+  job a new id. Two checkpoints with one id would share process state locations under a
+  root (``<root>/<query id>/<name>``) and exactly-once sinks that key on the query id (Delta's
   ``txnAppId``); keep the id when the restored query replaces the original and its sink
   must see the same query.
 * the provider: spark-state's (the state is written as its stores), also for a savepoint of
   a checkpoint of Spark's HDFS or RocksDB provider -- restoring one is a migration;
 * process state: written at the savepoint's layout (same parallelism) into the new query's
-  location (``<process_root>/<new query id>/<name>``, or the location named in
-  ``process_locations`` for states that had an explicit ``state_location``). Its runtime
+  location: the one named in ``process_locations`` (required for a state that had an explicit
+  ``state_location``), else ``<process_root>/<new query id>/<name>`` when ``process_root`` is
+  given, else where the restored query started with the original's options looks -- beside the
+  new checkpoint (``<new checkpoint>/spark-state/<name>``) for state the original kept beside
+  its checkpoint or at the former default ``./spark-state/<query id>/<name>``, and
+  ``<its state_root>/<new query id>/<name>`` for state kept under a ``state_root``. Its runtime
   rescales by key group if the query runs it at another parallelism (see :mod:`.rescale`).
 
 Every file read from the savepoint is checked against the manifest's size and CRC-32 first.
@@ -39,6 +43,7 @@ from . import savepoint_format as F
 from .checkpoint_reader import (PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OffsetEntry,
                                 OperatorInfo, SparkCheckpoint, StoreInfo)
 from .errors import SavepointError, TargetExistsError
+from .process_locations import CHECKPOINT, FORMER_DEFAULT, beside_checkpoint
 from .progress import Progress
 from .rescale import SINGLE_PARTITION_OPERATORS, Split, write_split
 from .state_io import new_tool_run_id, write_process_layout
@@ -121,9 +126,12 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
     run_id = new_tool_run_id("restore")
     keys = 0
     bar = Progress("restore", unit="rows", enabled=progress)
-    targets = _process_targets(manifest, query_id, process_root, process_locations or {})
+    targets = _process_targets(manifest, target.storage, query_id, process_root, process_locations or {})
+    beside = beside_checkpoint(target.storage)
     for name, url in targets.items():
-        if open_storage(url, dict(storage_options or {})).exists(L.META_FILE):
+        # State beside the new checkpoint (not a checkpoint yet) is an interrupted restore's:
+        # written again, by a later tool run, whose copies supersede it.
+        if url != beside.full_url(name) and open_storage(url, dict(storage_options or {})).exists(L.META_FILE):
             raise TargetExistsError(
                 f"the state location {url} of process operator {name!r} already holds state; pass "
                 f"--process-root or --process-location {name}=<new location>")
@@ -164,14 +172,19 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
                          round(time.perf_counter() - started, 3))
 
 
-def _process_targets(manifest: F.SavepointManifest, query_id: str, root: Optional[str],
+def _process_targets(manifest: F.SavepointManifest, target: CheckpointStorage, query_id: str, root: Optional[str],
                      explicit: dict[str, str]) -> dict[str, str]:
+    """Where the restored query keeps each process state (see the module docstring)."""
     out = {}
     for proc in manifest.process:
         if proc.name in explicit:
             out[proc.name] = explicit[proc.name]
-        elif proc.under_root or root:
-            out[proc.name] = f"{(root or proc.under_root or '').rstrip('/')}/{query_id}/{proc.name}"
+        elif root:
+            out[proc.name] = f"{root.rstrip('/')}/{query_id}/{proc.name}"
+        elif proc.placement in (CHECKPOINT, FORMER_DEFAULT):
+            out[proc.name] = beside_checkpoint(target).full_url(proc.name)
+        elif proc.under_root:
+            out[proc.name] = f"{proc.under_root.rstrip('/')}/{query_id}/{proc.name}"
         else:
             raise SavepointError(
                 f"process operator {proc.name!r} kept its state at an explicit state_location ({proc.location}); "

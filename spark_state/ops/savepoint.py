@@ -40,8 +40,8 @@ from . import savepoint_format as F
 from .checkpoint_reader import OPERATOR_METADATA, SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint
 from .errors import ProcessStateNotFoundError, RetentionRaceError, TargetExistsError, TargetInsideSourceError
 from .progress import Progress
-from .state_io import (default_process_root, find_process_locations, process_entries, process_layout, reader_config,
-                       store_entries)
+from .process_locations import find_process_locations, where_looked
+from .state_io import process_entries, process_layout, reader_config, store_entries
 
 #: How often a savepoint of a running query starts again at a newer batch when retention
 #: deleted a file it was copying.
@@ -79,10 +79,12 @@ def savepoint(checkpoint: str, savepoint_dir: str, batch: Optional[int] = None, 
     See the module docstring.
 
     Spark's checkpoint does not record ``keyed_process`` / ``checkpointed_process`` operators,
-    so their state is looked for under ``process_root`` (default ``./spark-state``) and at
-    ``process_locations``. A query whose checkpoint has no stateful operator of Spark's and whose
-    process state is found nowhere is refused (:class:`ProcessStateNotFoundError`): its savepoint
-    would hold no state, and a query that keeps its state elsewhere could not be restored from it.
+    so their state is looked for beside the checkpoint (``<checkpoint>/spark-state/<name>``, the
+    runtime's default), under ``process_root`` (default: the former default root
+    ``./spark-state`` if it exists) and at ``process_locations`` (see :mod:`.process_locations`).
+    A query whose checkpoint has no stateful operator of Spark's and whose process state is
+    found nowhere is refused (:class:`ProcessStateNotFoundError`): its savepoint would hold no
+    state, and a query that keeps its state elsewhere could not be restored from it.
     ``allow_no_state=True`` takes it anyway (a query that keeps no state)."""
     started = time.perf_counter()
     ckpt = SparkCheckpoint(checkpoint, storage_options)
@@ -176,7 +178,8 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
     manifest = F.SavepointManifest(source=ckpt.url, query_id=ckpt.query_id(), batch_id=n, provider_class=provider,
                                    partitions=ckpt.partitions(n))
     operators = ckpt.operators()
-    processes = find_process_locations(manifest.query_id, process_root, process_locations, storage_options)
+    processes = find_process_locations(ckpt.storage, manifest.query_id, process_root, process_locations,
+                                       storage_options)
     if not operators and not processes and not allow_no_state:
         raise _no_state(ckpt, n, manifest.query_id, process_root)
     # The partition count of batch n is its offset log entry's: operator metadata holds the
@@ -215,7 +218,7 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
             for rel in time_files(storage, n):
                 _copy(storage, target, rel, manifest, dest=F.process_time_file(loc.name, rel))
             manifest.process.append(F.ProcessEntry(loc.name, loc.kind, loc.max_parallelism, layout.parallelism,
-                                                   loc.url, loc.under_root))
+                                                   loc.url, loc.under_root, loc.placement))
         for path in _spark_files(ckpt, operators, n):
             _copy(ckpt.storage, target, path, manifest)
         for op in operators:  # operator metadata: Spark's file, or what was inferred without one (3.5)
@@ -230,19 +233,15 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
 
 
 def _no_state(ckpt: SparkCheckpoint, n: int, query_id: str, process_root: Optional[str]) -> ProcessStateNotFoundError:
-    if process_root is None:
-        default = default_process_root()
-        where = f"under the default root {default}" + ("" if os.path.isdir(default) else " (which does not exist here)")
-    else:
-        where = f"under {process_root}" if process_root else "(no process root given)"
     return ProcessStateNotFoundError(
         f"the savepoint of batch {n} of {ckpt.url} would hold no state: the checkpoint has no stateful operator "
-        f"of Spark's, and no keyed_process/checkpointed_process state of query {query_id} was found {where}. "
-        "Spark's checkpoint does not record those operators or where their state lives: if the query runs one, "
-        "point at its state with --process-root DIR (the query's state_root= or "
-        f"{L.ROOT_CONF}; the state is at DIR/{query_id}/<name>) or --process-location NAME=URL (an operator "
-        "given state_location=); a savepoint without it could not be restored. For a query that keeps no state, "
-        "pass --allow-no-state. (Python: process_root=, process_locations={name: url}, allow_no_state=True)")
+        f"of Spark's, and no keyed_process/checkpointed_process state of query {query_id} was found "
+        f"{where_looked(ckpt.storage, query_id, process_root)}. Spark's checkpoint does not record those operators "
+        "or where their state lives: if the query runs one with state_root= (or the conf "
+        f"{L.ROOT_CONF}), point at its state with --process-root DIR (the state is at DIR/{query_id}/<name>); with "
+        "state_location=, with --process-location NAME=URL; a savepoint without it could not be restored. For a "
+        "query that keeps no state, pass --allow-no-state. (Python: process_root=, process_locations={name: url}, "
+        "allow_no_state=True)")
 
 
 def _write_state(target: CheckpointStorage, path: str, entries: Iterator[tuple[bytes, bytes]],

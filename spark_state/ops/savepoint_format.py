@@ -44,7 +44,8 @@ count in one vectorised pass.
                     "stores": [{"name": "default", "num_cols_prefix_key": 0,
                                 "key_schema": {...}, "value_schema": {...}}]}],
      "process": [{"name": "RunningCount", "kind": "keyed", "max_parallelism": 128,
-                  "parallelism": 4, "location": "<url>", "under_root": "<root>" | null}],
+                  "parallelism": 4, "location": "<url>", "under_root": "<root>" | null,
+                  "placement": "checkpoint" | "former-default" | "root" | "explicit"}],
      "files": [{"path": "state/0/default/0.arrow", "size": 1234, "crc32": 305419896, "rows": 10,
                 "keys": 9}, {"path": "spark/offsets/3", "size": ..., "crc32": ...}, ...]}
 
@@ -131,8 +132,12 @@ class ProcessEntry:
     parallelism: int
     location: str
     #: the state root the location was derived from (``<root>/<query id>/<name>``), or None
-    #: when the query gave an explicit ``state_location``
     under_root: Optional[str]
+    #: where the query kept it: "checkpoint" (``<checkpoint>/spark-state/<name>``, the default),
+    #: "former-default" (``./spark-state/<query id>/<name>``), "root" (``under_root``) or
+    #: "explicit" (``state_location=``); "" in savepoints of earlier releases, whose
+    #: ``under_root`` says "root" (not None) or "explicit" (None)
+    placement: str = ""
 
 
 @dataclass

@@ -13,26 +13,22 @@ version before the one it writes, so that copies of later versions left by earli
 the query, which registers after it, takes the tool's copy as the committed one.
 
 Process state (``keyed_process`` / ``checkpointed_process``) lives in its own *state
-location* (see :mod:`spark_state.process.location`), by default ``<root>/<query id>/<name>``.
-:func:`find_process_locations` finds the locations of a query under a root on local disk;
-remote roots need the locations named explicitly.
+location* (see :mod:`spark_state.process.location`); :mod:`.process_locations` finds a
+query's locations, this module reads and writes the layouts in one.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import uuid
-from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Optional
+from typing import Iterable, Iterator, Optional
 
 from ..checkpoint.retention import list_copies
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..config import EngineConfig
-from ..storage import CheckpointStorage, open_storage
+from ..storage import CheckpointStorage
 from ..engine.store import VersionedStore
 from ..process import location as L
-from .errors import NoCommittedBatchError, ProcessStateNotFoundError, UnsupportedCheckpointError
+from .errors import NoCommittedBatchError
 
 
 def reader_config(backend: str = "rocksdb", local_dir: Optional[str] = None) -> EngineConfig:
@@ -84,88 +80,6 @@ def import_store(storage: CheckpointStorage, version: int, entries: Iterable[tup
 
 
 # ------------------------------------------------------------------------------ process state
-@dataclass(frozen=True)
-class ProcessLocation:
-    """A keyed_process / checkpointed_process state location of the query."""
-
-    name: str
-    url: str
-    kind: str
-    max_parallelism: Optional[int]
-    #: the root it was found under (``<root>/<query id>/<name>``), None if given explicitly
-    under_root: Optional[str]
-    storage_options: Mapping[str, str]
-
-    def storage(self) -> CheckpointStorage:
-        return open_storage(self.url, dict(self.storage_options))
-
-
-def default_process_root() -> str:
-    """Where keyed_process keeps state by default: ``./spark-state`` of the working directory."""
-    return os.path.abspath(L.DEFAULT_ROOT_DIR)
-
-
-def find_process_locations(query_id: str, root: Optional[str], explicit: Mapping[str, str],
-                           storage_options: Mapping[str, str]) -> list[ProcessLocation]:
-    """The query's process state locations: those named in ``explicit`` (name -> URL) and every
-    ``<root>/<query id>/<name>`` holding an ``_operator.json`` (``root`` on local disk; None:
-    the runtime's default root, ``./spark-state``, if it exists; ``""``: no root).
-
-    Raises:
-        ProcessStateNotFoundError: ``root`` was given and holds no state of the query (a wrong
-            root, or a remote one, which cannot be listed).
-    """
-    found: dict[str, ProcessLocation] = {}
-    given = root
-    if root is None and os.path.isdir(default_process_root()):
-        root = default_process_root()
-    for name, url in explicit.items():
-        found[name] = _location(name, url, None, storage_options, required=True)
-    if root:
-        under_root = _locations_under(root, query_id, storage_options)
-        if given and not under_root:
-            raise _nothing_under(given, query_id)
-        for name, location in under_root.items():
-            found.setdefault(name, location)
-    return [found[n] for n in sorted(found)]
-
-
-def _locations_under(root: str, query_id: str, storage_options: Mapping[str, str]) -> dict[str, ProcessLocation]:
-    """Every ``<root>/<query id>/<name>`` holding an ``_operator.json`` (``root`` on local disk)."""
-    base = os.path.join(_local_path(root), query_id)
-    if not os.path.isdir(base):
-        return {}
-    return {name: _location(name, os.path.join(base, name), root, storage_options, required=True)
-            for name in sorted(os.listdir(base)) if os.path.isfile(os.path.join(base, name, L.META_FILE))}
-
-
-def _nothing_under(root: str, query_id: str) -> ProcessStateNotFoundError:
-    where = os.path.join(_local_path(root), query_id)
-    remote = "://" in root and not root.startswith("file://")
-    return ProcessStateNotFoundError(
-        f"the process root {root} holds no keyed_process/checkpointed_process state of query {query_id}: "
-        + ("process roots are listed on local disk only; name each remote state location with "
-           "--process-location NAME=URL (Python: process_locations={name: url})" if remote else
-           f"no {where}/<name>/{L.META_FILE}. Pass the root the query's state_root= or the conf {L.ROOT_CONF} "
-           "named (its state is at <root>/<query id>/<name>), or name each state location with "
-           "--process-location NAME=URL (Python: process_locations={name: url})"))
-
-
-def _local_path(url: str) -> str:
-    return url[len("file://"):] if url.startswith("file://") else url
-
-
-def _location(name: str, url: str, root: Optional[str], options: Mapping[str, str], required: bool) -> ProcessLocation:
-    storage = open_storage(url, dict(options))
-    try:
-        meta = json.loads(storage.read_bytes(L.META_FILE))
-    except Exception as exc:
-        raise UnsupportedCheckpointError(
-            f"{storage.full_url(L.META_FILE)} cannot be read ({exc}): is {url} the state location of "
-            f"the process operator {name!r}?") from None
-    return ProcessLocation(name, url, str(meta.get("kind")), meta.get("max_parallelism"), root, dict(options))
-
-
 def process_layout(storage: CheckpointStorage, batch_version: int) -> L.Layout:
     """The layout whose stores hold the committed copy of ``batch_version`` in every partition."""
     runs = RunContext(RunRegistry(storage), None)

@@ -19,7 +19,7 @@ from spark_state import ops
 
 pytestmark = pytest.mark.spark
 
-COMMANDS = ["inspect", "savepoint", "restore", "rescale", "migrate", "jar", "server-conf"]
+COMMANDS = ["inspect", "savepoint", "restore", "rescale", "migrate", "move-state", "jar", "server-conf"]
 
 
 def cli(*args):

@@ -120,16 +120,17 @@ def test_savepoint_demands_process_state_it_cannot_find(spark, tmp_path):
     assert out.returncode == 1, out.stderr
     default = tmp_path / "spark-state"
     message = (f"the savepoint of batch 1 of {ck} would hold no state: the checkpoint has no stateful operator of "
-               f"Spark's, and no keyed_process/checkpointed_process state of query {query_id} was found under the "
-               f"default root {default} (which does not exist here). Spark's checkpoint does not record those "
-               "operators or where their state lives: if the query runs one, point at its state with --process-root "
-               "DIR (the query's state_root= or spark.sql.streaming.stateStore.sparkState.process.root; the state is "
-               f"at DIR/{query_id}/<name>) or --process-location NAME=URL (an operator given state_location=); a "
+               f"Spark's, and no keyed_process/checkpointed_process state of query {query_id} was found beside the "
+               f"checkpoint ({ck}/spark-state/<name>) and under the former default root {default} "
+               f"({default}/{query_id}/<name>, which does not exist here). Spark's checkpoint does not record those "
+               "operators or where their state lives: if the query runs one with state_root= (or the conf "
+               "spark.sql.streaming.stateStore.sparkState.process.root), point at its state with --process-root DIR "
+               f"(the state is at DIR/{query_id}/<name>); with state_location=, with --process-location NAME=URL; a "
                "savepoint without it could not be restored. For a query that keeps no state, pass --allow-no-state. "
                "(Python: process_root=, process_locations={name: url}, allow_no_state=True)")
     assert json.loads(out.stdout) == {"error": "ProcessStateNotFoundError", "message": message}
     with pytest.raises(ops.ProcessStateNotFoundError, match=f"no keyed_process/checkpointed_process state of query "
-                                                            f"{query_id} was found under the default root"):
+                                                            f"{query_id} was found beside the checkpoint"):
         ops.savepoint(str(ck), str(tmp_path / "sp"), progress=False)
     wrong = str(tmp_path / "wrong-root")
     with pytest.raises(ops.ProcessStateNotFoundError) as info:
