@@ -258,11 +258,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("testing.crashOnCommit", "provider", testing_only=True, meaning=(
         "`<version>:<dir>:once|always` makes a worker exit while committing `<version>`")),
     # --- Python API -----------------------------------------------------------------------------
-    OptionSpec("process.root", "process", default="`./spark-state` in the driver's working directory",
+    OptionSpec("process.root", "process", default="unset: beside the query's checkpoint",
                meaning=(
                    "root of the state of `keyed_process` / `checkpointed_process` calls without "
-                   "`state_location=` or `state_root=`: `<root>/<query id>/<name>`; on a cluster set a "
-                   "shared root")),
+                   "`state_location=` or `state_root=`: `<root>/<query id>/<name>`; unset, their state "
+                   "lives beside the query's checkpoint, `<checkpoint>/spark-state/<name>`")),
 )
 
 ENV_VARS: tuple[EnvVar, ...] = (

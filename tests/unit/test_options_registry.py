@@ -87,10 +87,11 @@ def test_provider_options_match_provider_and_shim():
 
 
 def test_process_options_match_the_python_api():
-    from spark_state.process.location import DEFAULT_ROOT_DIR, ROOT_CONF
+    from spark_state.process.location import CHECKPOINT_DIR, ROOT_CONF
 
     assert {o.conf for o in O.by_group("process")} == {ROOT_CONF}
-    assert f"./{DEFAULT_ROOT_DIR}" in O.spec("process.root").default
+    assert "beside the query's checkpoint" in O.spec("process.root").default
+    assert f"<checkpoint>/{CHECKPOINT_DIR}/<name>" in O.spec("process.root").meaning
 
 
 def test_a_python_api_conf_is_no_engine_error():
