@@ -37,7 +37,7 @@ count in one vectorised pass.
 
 **The manifest** (``savepoint.json``, UTF-8 JSON)::
 
-    {"kind": "spark-state/savepoint", "format_version": 1, "created_ms": ..., "spark_state": "0.1.0",
+    {"kind": "spark-state/savepoint", "format_version": 2, "created_ms": ..., "spark_state": "0.1.0",
      "source": "<checkpoint url>", "query_id": "...", "batch_id": N, "state_version": N + 1,
      "provider_class": "...", "partitions": 3,
      "operators": [{"id": 0, "name": "stateStoreSave", "partitions": 3,
@@ -70,14 +70,20 @@ from ..version import __version__
 from .errors import SavepointError
 
 KIND = "spark-state/savepoint"
-FORMAT_VERSION = 1
+#: The manifest's format: 2 added ``process[].placement`` (a reader of format 1 rejects it by
+#: its number, with a message, rather than by the unknown field).
+FORMAT_VERSION = 2
+#: Manifest formats this release reads (1: no ``placement``; see :class:`ProcessEntry`).
+READABLE_FORMATS = (1, 2)
+#: The format of the state files' entries (unchanged since format 1 of the manifest).
+ENTRIES_FORMAT = 1
 MANIFEST = "savepoint.json"
 SPARK_DIR = "spark"
 STATE_DIR = "state"
 PROCESS_DIR = "process"
 BATCH_ROWS = 65536
 SCHEMA = pa.schema([pa.field("key", pa.binary(), nullable=False), pa.field("value", pa.binary(), nullable=False)],
-                   metadata={b"spark_state.savepoint": str(FORMAT_VERSION).encode()})
+                   metadata={b"spark_state.savepoint": str(ENTRIES_FORMAT).encode()})
 
 
 def state_file(op: int, store: str, partition: int) -> str:
@@ -209,9 +215,9 @@ class SavepointManifest:
             raise SavepointError(f"{where} is not valid JSON ({exc}): the savepoint is damaged") from None
         if not isinstance(doc, dict) or doc.get("kind") != KIND:
             raise SavepointError(f"{where} is not a spark-state savepoint manifest")
-        if doc.get("format_version") != FORMAT_VERSION:
+        if doc.get("format_version") not in READABLE_FORMATS:
             raise SavepointError(f"{where} has savepoint format {doc.get('format_version')!r}; this release "
-                                 f"reads format {FORMAT_VERSION}")
+                                 f"reads formats {', '.join(map(str, READABLE_FORMATS))}")
         try:
             return cls(
                 source=str(doc["source"]), query_id=str(doc["query_id"]), batch_id=int(doc["batch_id"]),

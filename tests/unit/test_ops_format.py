@@ -81,6 +81,15 @@ def test_manifest_round_trip_and_refusals():
         F.SavepointManifest.from_json(b"{", "sp.json")
     with pytest.raises(SavepointError, match="format 9"):
         F.SavepointManifest.from_json(json.dumps({"kind": F.KIND, "format_version": 9}).encode(), "sp.json")
+    # a manifest of format 1 (no process placement) still loads; today's writes format 2
+    proc = F.ProcessEntry("Fn", "keyed", 128, 4, "/state/q/Fn", "/state", "root")
+    doc = json.loads(F.SavepointManifest(source="/ck", query_id="q", batch_id=1, provider_class="p", partitions=1,
+                                         process=[proc]).to_json())
+    assert doc["format_version"] == 2
+    doc["format_version"] = 1
+    del doc["process"][0]["placement"]
+    old = F.SavepointManifest.from_json(json.dumps(doc).encode(), "sp.json")
+    assert old.process[0].placement == "" and old.process[0].under_root == "/state"
 
 
 def test_resplit_follows_sparks_partitioning_and_carries_system_keys():
