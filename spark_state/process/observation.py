@@ -18,7 +18,9 @@ field                       meaning (summed over the batch's tasks unless said o
 =========================== ======================================================================
 batch                       the batch id
 tasks                       tasks that reported
-rows_total                  user keys in state after the batch (timers and system keys excluded)
+rows_total                  keys in state after the batch: every state entry (a value, a map or
+                            list element) and every pending timer (timers are entries of their
+                            key group, :mod:`spark_state.keys.timers`); system keys excluded
 rows_updated                keys written or deleted by the batch
 state_bytes                 bytes the state takes in the tasks' backends (memory/disk estimate)
 checkpoint_bytes_written    bytes the batch's commits wrote to checkpoint storage
