@@ -153,6 +153,7 @@ def test_progress_shows_the_figures_of_the_state(window_runs):
         assert o["next_processing_timer_ms"] is None, where
 
 
+@pytest.mark.lines
 def test_checkpointed_process_reports_tasks_and_rows(spark, tmp_path):
     _ship()
     write_batches(tmp_path / "in", [file_rows(0), file_rows(1)], SCHEMA)
@@ -227,6 +228,12 @@ def idle_queries(spark, tmp_path_factory):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (queries["keyed"].rows() == want == queries["spark"].rows()):
             time.sleep(0.25)
+        # The sink sees a batch's rows before the batch ends and its progress is reported: wait
+        # until every batch the sinks saw is reported (and the query without timers read its files).
+        while time.monotonic() < deadline and not (
+                len(queries["no_timers"].batch_ids()) >= 2
+                and all(set(q.batch_ids()) == q.progress_batch_ids() for q in queries.values())):
+            time.sleep(0.25)
         settled = {k: (q.batch_ids(), q.progress_batch_ids()) for k, q in queries.items()}
         time.sleep(5)
         later = {k: (q.batch_ids(), q.progress_batch_ids()) for k, q in queries.items()}
@@ -238,11 +245,13 @@ def idle_queries(spark, tmp_path_factory):
             spark.conf.set(k, v)
 
 
+@pytest.mark.lines
 def test_an_idle_source_gets_every_window_the_final_watermark_closes(idle_queries):
     queries, want = idle_queries["queries"], idle_queries["want"]
     assert queries["keyed"].rows() == want == queries["spark"].rows()
 
 
+@pytest.mark.lines
 def test_no_batch_runs_while_nothing_is_due(idle_queries):
     settled, later = idle_queries["settled"], idle_queries["later"]
     for kind in ("keyed", "spark", "no_timers"):
