@@ -89,6 +89,8 @@ def test_window_counts_equal_sparks_after_every_available_now_run(window_runs):
         assert expected[r][-1].file is None and expected[r][-1].emitted
         assert keyed[r].batches[keyed[r].batch_ids[-1]] == sorted(expected[r][-1].emitted)
         assert own[r].batches[own[r].batch_ids[-1]] == sorted(expected[r][-1].emitted)
+    # no state_root or state_location: the state lives beside the query's checkpoint
+    assert (window_runs["root"] / "ckpt-keyed" / "spark-state" / NAME).is_dir()
 
 
 @pytest.mark.lines
@@ -138,6 +140,8 @@ def test_a_run_without_new_files_runs_no_batch(spark, window_runs):
 
 @pytest.mark.lines
 def test_progress_shows_the_figures_of_the_state(window_runs):
+    """observedMetrics["spark_state.WindowCount"] of every batch against the model: tasks, keys
+    in state, timers fired, late rows dropped, the watermark and what the tick source reads."""
     expected = [b for run in nodata_fns.model(spark_rule=False) for b in run]
     progress = [p for run in window_runs["keyed"] for p in run.progress]
     observed = _observations(progress)
