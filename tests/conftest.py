@@ -109,17 +109,19 @@ def s3_location(s3_endpoint: str) -> tuple[str, dict[str, str]]:
 # * Work units: the tests that share a costly module-scoped fixture run on one worker, back to
 #   back, so the fixture is built once, not once per worker: the Connect server, the soak run,
 #   the wheel build, the CLI's checkpoint, keyed_process's and event time's unscaled runs, the
-#   TTL dedup test's HDFS run; and, per operator case, the tests that compare with the case's
-#   reference runs (test_operator_equivalence.reference_run, a per-session cache shared with the
-#   ops tests). Every other test is a unit of its own. (xdist's own ``xdist_group`` marks do not
-#   work with pytest 9.2: xdist 3.8 renames ``item._nodeid``, which pytest no longer reads.)
+#   no-data batch tests' runs, the TTL dedup test's HDFS run; and, per operator case, the tests
+#   that compare with the case's reference runs (test_operator_equivalence.reference_run, a
+#   per-session cache shared with the ops tests). Every other test is a unit of its own.
+#   (xdist's own ``xdist_group`` marks do not work with pytest 9.2: xdist 3.8 renames
+#   ``item._nodeid``, which pytest no longer reads.)
 # * Order: the long tests (their own Spark applications, clusters, restarts) are handed out
 #   first and the many short ones last, so that the run does not end with one worker still in a
 #   long test while the other has nothing left to do.
 
 #: Modules whose tests share a module-scoped fixture that runs a query, a server or a build.
 _SHARED_MODULES = {"tests/connect/test_connect.py", "tests/soak/test_soak_short.py", "tests/ops/test_cli.py",
-                   "tests/packaging/test_wheel.py", "tests/process/test_keyed_process.py", "tests/process/test_time.py"}
+                   "tests/packaging/test_wheel.py", "tests/process/test_keyed_process.py", "tests/process/test_time.py",
+                   "tests/process/test_no_data_batches.py"}
 #: Tests (all their parameters) that share a module-scoped fixture.
 _SHARED_TESTS = {"tests/spark/test_provider_ttl.py::test_dedup_with_ttl_keeps_state_bounded_while_hdfs_grows"}
 #: Modules whose tests take the operator case as their first parameter and compare with its

@@ -19,14 +19,15 @@ field                       meaning (summed over the batch's tasks unless said o
 batch                       the batch id
 tasks                       tasks that reported
 rows_total                  rows in state after the batch: one per value, map entry and list
-                            element (as Spark counts its stores' rows); timers and system
-                            records excluded
+                            element, and one per pending timer (timers are entries of their key
+                            group, :mod:`spark_state.keys.timers`); system records excluded
 rows_updated                rows written or deleted by the batch
 state_bytes                 bytes the state takes in the tasks' backends (memory/disk estimate)
 checkpoint_bytes_written    bytes the batch's commits wrote to checkpoint storage
 commit_ms                   time spent in the commits (ms)
-timers_fired                timers fired (both domains)
-late_rows_dropped           rows dropped as late (event time at or below the watermark)
+timers_fired                timers fired (both domains; null when the input is read plainly)
+late_rows_dropped           rows dropped as late (event time at or below the watermark; null
+                            when the input is read plainly)
 watermark_ms                the batch's watermark (null without event time)
 next_watermark_ms           the watermark the next batch will have (null without event time)
 next_event_timer_ms         the earliest pending event-time timer (min; null if none)

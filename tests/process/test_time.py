@@ -167,9 +167,10 @@ def test_event_time_timer_without_a_watermark_and_a_dropped_event_time_column_fa
 
 # ------------------------------------------------------------------ processing time, idle source
 def test_processing_time_timers_fire_while_the_source_is_idle(spark, tmp_path):
-    """One input file, then nothing: the heartbeat keeps batches running, and the timers
-    registered 1.5 s after the first batch's processing time fire in a later batch whose
-    processing time has passed them. Waits for the output (bounded), asserts on content."""
+    """One input file, then nothing: the tick source runs a batch once the earliest
+    processing-time timer has passed (no heartbeat), and the timers registered 1.5 s after the
+    first batch's processing time fire in that later batch. Waits for the output (bounded),
+    asserts on content."""
     ship_module_by_value(time_fns)
     input_dir = tmp_path / "in"
     write_batches(input_dir, [[(f"u{i}", "/", at(i)) for i in range(5)]], EVENTS_SCHEMA)
@@ -183,7 +184,7 @@ def test_processing_time_timers_fire_while_the_source_is_idle(spark, tmp_path):
 
     df = spark.readStream.schema(EVENTS_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(input_dir))
     out = keyed_process(df, "user", time_fns.ProcessingTimeReminder(1500), "user string, fired bigint, seen bigint, now bigint",
-                        parallelism=2, state_root=str(tmp_path / "state"), idle_heartbeat=True)
+                        parallelism=2, state_root=str(tmp_path / "state"))
     query = (out.writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt"))
              .trigger(processingTime="200 milliseconds").start())
     try:
@@ -204,3 +205,12 @@ def test_processing_time_timers_fire_while_the_source_is_idle(spark, tmp_path):
     for user, fired_at, seen, now in fired:
         assert fired_at == seen + 1500 and now >= fired_at
     assert min(fired_batches) >= 1 and len(ran) >= 2, "they fired in a later batch, without new input"
+    assert max(ran) <= 2, f"one batch for the input, then one for each timer time that passed: {ran}"
+
+
+def test_idle_heartbeat_is_ignored_with_a_warning(spark, events):
+    input_dir, _ = events
+    df = spark.readStream.schema(EVENTS_SCHEMA).parquet(input_dir)
+    with pytest.warns(FutureWarning, match="idle_heartbeat"):
+        keyed_process(df, "user", time_fns.ProcessingTimeReminder(1500), "user string, fired bigint",
+                      parallelism=2, idle_heartbeat=True)
