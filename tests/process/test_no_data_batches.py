@@ -171,7 +171,6 @@ def test_progress_shows_the_figures_of_the_state(window_runs):
         assert o["next_processing_timer_ms"] is None, where
 
 
-@pytest.mark.lines
 def test_checkpointed_process_reports_tasks_and_rows(spark, tmp_path):
     _ship()
     write_batches(tmp_path / "in", [file_rows(0), file_rows(1)], SCHEMA)
@@ -263,13 +262,11 @@ def idle_queries(spark, tmp_path_factory):
             spark.conf.set(k, v)
 
 
-@pytest.mark.lines
 def test_an_idle_source_gets_every_window_the_final_watermark_closes(idle_queries):
     queries, want = idle_queries["queries"], idle_queries["want"]
     assert queries["keyed"].rows() == want == queries["spark"].rows()
 
 
-@pytest.mark.lines
 def test_no_batch_runs_while_nothing_is_due(idle_queries):
     settled, later = idle_queries["settled"], idle_queries["later"]
     for kind in ("keyed", "spark", "no_timers"):
