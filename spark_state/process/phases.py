@@ -34,9 +34,9 @@ from .functions import BroadcastContext, KeyedContext, OperatorContext
 from .keycodec import key_decoder
 from .keyed_input import SideLayout, side_rows
 from .operator_state import KEYED_OPERATOR_PREFIX, BroadcastState, OperatorStateStore
+from .observation import max_event_field
 from .plan import BroadcastSpec, ProcessPlan
 from .stores import PartitionStore
-from .observation import max_event_field
 from .timer_service import TimerService
 
 

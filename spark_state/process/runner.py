@@ -51,9 +51,9 @@ from .location import (
     storage_for,
     verify_location,
 )
+from .observation import ObservationWriter
 from .operator_state import KEYED_OPERATOR_PREFIX, OperatorStateStore, redistribute
 from .plan import ProcessPlan
-from .observation import ObservationWriter
 from .stores import PartitionStore, acquire, store_observation, task_output
 
 
