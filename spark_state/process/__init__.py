@@ -12,7 +12,7 @@
   (:func:`keyed_co_process`) and broadcast rules (:func:`keyed_broadcast_process`). Spark runs
   a batch when their timers are due, also while the sources are idle.
 * Their state lives beside the query's checkpoint (``<checkpoint>/spark-state/<name>``) and
-  their figures are in the query's progress (``observedMetrics["spark_state.<name>"]``).
+  their figures are in the query's progress (``observedMetrics["spark_state.<name>"]["figures"]``).
 
 Modules: :mod:`.api` (driver: the entry points), :mod:`.options` (their shared options, checked
 once), :mod:`.plan` (what a task runs: function, options, phases), :mod:`.runner` (task: the

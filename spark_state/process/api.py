@@ -105,7 +105,7 @@ def keyed_process(
             while the sources are idle (see docs/time.md).
 
     The query's progress shows the function's figures under
-    ``observedMetrics["spark_state.<name>"]`` (see :mod:`spark_state.process.observation`).
+    ``observedMetrics["spark_state.<name>"]["figures"]`` (see :mod:`spark_state.process.observation`).
     """
     function = _function_instance(function, KeyedProcessFunction, "keyed_process")
     _check_stream(df, "keyed_process")

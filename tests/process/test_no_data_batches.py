@@ -48,7 +48,7 @@ def _rows(batches) -> set:
 
 def _observations(progress, name=NAME) -> dict[int, dict]:
     """batch id -> the function's observation in that batch's progress report."""
-    return {p["batchId"]: p["observedMetrics"]["spark_state." + name] for p in progress
+    return {p["batchId"]: p["observedMetrics"]["spark_state." + name]["figures"] for p in progress
             if name and "spark_state." + name in (p.get("observedMetrics") or {})}
 
 

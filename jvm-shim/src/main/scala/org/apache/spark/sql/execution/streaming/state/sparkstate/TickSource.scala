@@ -28,8 +28,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  *     property `spark.sparkState.checkpointRoot` to the query's checkpoint root on that thread, so every task
  *     of the run reads it; a function's state lives under it by default (`spark_state.process.location`).
  *  2. **Batches for timers.** Its offset is a count of ticks. At each trigger it reads the observation its
- *     function's tasks reported for the last batch (`df.observe("spark_state.<name>", ...)`, in the query's
- *     last progress) and grows by one -- so that Spark runs a batch, with one tick row -- when
+ *     function's tasks reported for the last batch (`df.observe("spark_state.<name>", ...)`, column `figures`,
+ *     in the query's last progress) and grows by one -- so that Spark runs a batch, with one tick row -- when
  *       - `event_timers_due`: an event-time timer is due at the watermark of the next batch, which is above the
  *         last batch's (the rule is computed by the tasks' observation, see `spark_state.process.observation`);
  *       - `next_processing_timer_ms` has passed (not under `availableNow`: a periodic processing-time timer
@@ -93,7 +93,11 @@ private[sparkstate] case class Observation(batch: Long, eventTimersDue: Boolean,
 }
 
 private[sparkstate] object Observation {
-  def fromRow(row: Row): Option[Observation] = {
+  /** The observation's one column, `figures` (a struct; `spark_state.process.observation.FIGURES`). */
+  def fromRow(observed: Row): Option[Observation] = {
+    val at = observed.schema.fieldNames.indexOf("figures")
+    if (at < 0 || observed.isNullAt(at)) return None
+    val row = observed.getStruct(at)
     def field(name: String): Any = {
       val i = row.schema.fieldNames.indexOf(name)
       if (i < 0 || row.isNullAt(i)) null else row.get(i)
