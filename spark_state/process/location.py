@@ -186,8 +186,9 @@ _located: dict[tuple, str] = {}
 
 
 def locate(spec: LocationSpec, query_id: Optional[str], checkpoint_root: Optional[str]) -> str:
-    """The state location of ``spec`` for this query (cached per process): the default one
-    beside the checkpoint, unless only the former default holds the operator's state."""
+    """The state location of ``spec`` for this query: the default one beside the checkpoint
+    (cached per process), unless only the former default holds the operator's state (checked
+    again by every task while that lasts)."""
     key = (spec.explicit, spec.root, spec.name, spec.legacy_root, tuple(sorted(spec.storage_options.items())),
            query_id, checkpoint_root)
     found = _located.get(key)
@@ -196,9 +197,11 @@ def locate(spec: LocationSpec, query_id: Optional[str], checkpoint_root: Optiona
     url = spec.resolve(query_id, checkpoint_root)
     legacy = spec.legacy(query_id)
     if legacy is not None and _has_state(legacy, spec) and not _has_state(url, spec):
+        # not cached: `spark-state move-state` may move it while this worker lives on, and the
+        # restarted query must then find it beside the checkpoint
         _LOG.warning("spark-state: %s keeps its state at %s, the former default location; `spark-state move-state "
                      "<checkpoint>` moves it beside the checkpoint (%s)", spec.name, legacy, url)
-        url = legacy
+        return legacy
     with _lock:
         _located[key] = url
     return url

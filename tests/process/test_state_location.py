@@ -97,6 +97,12 @@ def test_locate_prefers_the_checkpoint_and_falls_back_to_the_former_default_only
     with caplog.at_level(logging.WARNING):
         assert locate(spec, "q3", ckpt) == str(tmp_path / "old" / "q3" / "op")
     assert "former default location" in caplog.text
+    # moved beside the checkpoint (spark-state move-state) while this process lives on: found there
+    moved = tmp_path / "ckpt" / "spark-state" / "op"
+    moved.mkdir(parents=True)
+    (moved / "_operator.json").write_text("{}")
+    (tmp_path / "old" / "q3" / "op" / "_operator.json").unlink()
+    assert locate(spec, "q3", ckpt) == f"{ckpt}/spark-state/op"
     explicit = LocationSpec(explicit="s3://b/x/", root=None, name="op", legacy_root=str(tmp_path / "old"))
     assert locate(explicit, "q3", ckpt) == "s3://b/x"
     rooted = LocationSpec(explicit=None, root="/r", name="op", legacy_root=str(tmp_path / "old"))
