@@ -107,3 +107,17 @@ def test_locate_prefers_the_checkpoint_and_falls_back_to_the_former_default_only
     assert locate(explicit, "q3", ckpt) == "s3://b/x"
     rooted = LocationSpec(explicit=None, root="/r", name="op", legacy_root=str(tmp_path / "old"))
     assert locate(rooted, "q3", ckpt) == "/r/q3/op"
+
+
+def test_a_session_without_spark_states_classes_fails_the_call_and_says_how_to_fix_it(spark, monkeypatch, tmp_path):
+    """The tick source is a JVM class of the shim jar: a session that cannot load it (here: a
+    class name the jar does not have, as a session without the jar would see it) fails the
+    keyed_process call itself, naming configure()."""
+    from spark_state.process import ProcessDefinitionError
+    from spark_state.process import ticks
+
+    monkeypatch.setattr(ticks, "TICK_SOURCE_CLASS", "org.apache.spark.sql.execution.streaming.state.sparkstate"
+                                                    ".MissingTickSource")
+    df = spark.readStream.schema(INPUT_SCHEMA).parquet(str(tmp_path))
+    with pytest.raises(ProcessDefinitionError, match=r"spark_state.configure\(SparkSession.builder\)"):
+        keyed_process(df, "k", AllStates(), ALL_STATES_OUTPUT, parallelism=2)
