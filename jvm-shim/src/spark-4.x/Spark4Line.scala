@@ -1,10 +1,9 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
-import java.util.UUID
-
 import org.apache.hadoop.conf.Configuration
 
 import org.apache.spark.sql.classic.SparkSession
+import org.apache.spark.sql.internal.SharedState
 
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.StructType
@@ -31,13 +30,7 @@ private[sparkstate] trait Spark4Line {
   /** An empty write store of `version` whatever the checkpoint holds, where the line can make one. */
   def loadEmpty(provider: StateStoreProvider, version: Long): Option[StateStore] = None
 
-  /** The running query `id` of this application (any session: the registry is shared). */
-  def runningQuery(id: UUID): Option[RunningQuery] =
-    SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
-      .flatMap(s => Option(s.sharedState.activeStreamingQueries.get(id))).map { q =>
-        new RunningQuery {
-          def lastProgress() = q.lastProgress
-          def lastCommittedBatch(): Option[Long] = q.commitLog.getLatest().map(_._1)
-        }
-      }
+  /** The application's shared state (any session's: the running queries' registry is shared). */
+  def sharedState(): Option[SharedState] =
+    SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession).map(_.sharedState)
 }

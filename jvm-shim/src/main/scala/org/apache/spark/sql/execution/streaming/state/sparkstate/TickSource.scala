@@ -75,10 +75,22 @@ private[sparkstate] class TickTable(options: CaseInsensitiveStringMap) extends T
   }
 }
 
-/** A running query as the tick source reads it (each line's `SparkLine.runningQuery` finds it). */
+/** A running query as the tick source reads it. */
 private[sparkstate] trait RunningQuery {
   def lastProgress(): org.apache.spark.sql.streaming.StreamingQueryProgress
   def lastCommittedBatch(): Option[Long]
+}
+
+private[sparkstate] object RunningQuery {
+  /** The running query `id` of this application, from the registry every session shares (its
+   *  `StreamExecution` class moved between lines; compiled per line, the calls are the same). */
+  def find(id: UUID): Option[RunningQuery] =
+    SparkLine.sharedState().flatMap(s => Option(s.activeStreamingQueries.get(id))).map { q =>
+      new RunningQuery {
+        def lastProgress() = q.lastProgress
+        def lastCommittedBatch(): Option[Long] = q.commitLog.getLatest().map(_._1)
+      }
+    }
 }
 
 private[sparkstate] case class TickOffset(n: Long) extends Offset {
@@ -158,7 +170,7 @@ private[sparkstate] class TickStream(name: String, timers: Boolean, checkpointLo
   }
 
   private def due(now: Long): Boolean = {
-    val query = currentQueryId.flatMap(SparkLine.runningQuery)
+    val query = currentQueryId.flatMap(RunningQuery.find)
     val latest = query.flatMap(q => Option(q.lastProgress())).flatMap { p =>
       Option(p.observedMetrics).flatMap(m => Option(m.get(observationName))).flatMap(Observation.fromRow)
     }
