@@ -263,14 +263,16 @@ def child(args: argparse.Namespace) -> None:
     from pyspark.sql import SparkSession
 
     import spark_state
-    from spark_state.spark.jvm import jar_path
+    from spark_state.spark.jvm import EXTENSIONS_CLASS, jar_path
 
     spark = (SparkSession.builder.master("local[2]").appName("keyed-bench")
              .config("spark.sql.shuffle.partitions", str(args.partitions))
              .config("spark.ui.enabled", "false").config("spark.pyspark.python", sys.executable)
              .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-             .config("spark.jars", jar_path())  # keyed_process's tick source is a JVM class
-             .getOrCreate())
+             .config("spark.jars", jar_path()))  # keyed_process's tick source is a JVM class
+    if args.extensions == "on":  # as spark_state.configure sets it: the SQL tab's node per keyed function
+        spark = spark.config("spark.sql.extensions", EXTENSIONS_CLASS)
+    spark = spark.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     df = spark.readStream.schema("k bigint, v bigint, ts timestamp").option("maxFilesPerTrigger", 1).parquet(args.input)
     if args.workload == "count_timer":
@@ -302,7 +304,7 @@ def run_one(workload: str, engine: str, backend: str, args: argparse.Namespace, 
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--workload", workload, "--engine", engine,
            "--backend", backend, "--input", input_dir, "--partitions", str(args.partitions),
            "--checkpoint", os.path.join(work, "ckpt"), "--state", os.path.join(work, "state"),
-           "--rows-per-batch", str(args.rows_per_batch)]
+           "--rows-per-batch", str(args.rows_per_batch), "--extensions", args.extensions]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
@@ -327,6 +329,8 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=4, help="measured batches")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--extensions", choices=["on", "off"], default="on",
+                    help="spark-state's session extensions (the SQL tab's node), as configure sets them")
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.suite == "speed":

@@ -30,7 +30,7 @@ def spark():
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from spark_state.spark.jvm import jar_path
+    from spark_state.spark.jvm import EXTENSIONS_CLASS, jar_path
 
     # The shim jar is on the classpath of every test session; each query chooses its provider
     # (tests compare ours with Spark's), so the session default stays Spark's HDFS provider.
@@ -41,6 +41,7 @@ def spark():
         .config("spark.jars", jar_path())
         .config("spark.pyspark.python", sys.executable)
         .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.extensions", EXTENSIONS_CLASS)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.ansi.enabled", "false")
         .getOrCreate()

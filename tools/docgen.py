@@ -55,7 +55,7 @@ def _anchor(title: str) -> str:
 
 def render_configuration() -> str:
     """The Markdown of ``docs/configuration.md``."""
-    from spark_state.spark.session import PLUGINS_CONF, PROVIDER_CONF, STOP_ACTIVE_RUN_CONF
+    from spark_state.spark.session import EXTENSIONS_CONF, PLUGINS_CONF, PROVIDER_CONF, STOP_ACTIVE_RUN_CONF
 
     out = [_HEADER.format(source="`spark_state/options.py`"), "# Configuration\n",
            "Every option spark-state reads, with its default and meaning. Set them as Spark SQL confs "
@@ -107,6 +107,8 @@ def render_configuration() -> str:
             f"- `{PROVIDER_CONF}` = the provider class;",
             f"- `{PLUGINS_CONF}` += spark-state's plugin, which starts each executor's Python workers when "
             "the executor starts (option `prestartWorkers`); plugins set on the builder are kept;",
+            f"- `{EXTENSIONS_CONF}` += spark-state's session extensions, which show each keyed function in "
+            "the Spark UI's SQL tab with its state figures; extensions set on the builder are kept;",
             "- `spark.pyspark.python` = the driver's interpreter (and `PYSPARK_PYTHON` when unset);",
             f"- `{STOP_ACTIVE_RUN_CONF}` = `false` unless set on the builder: a second start of a running "
             "query fails instead of stopping the first "

@@ -76,6 +76,7 @@ from .lines import LINES, SparkLine, get_line, running_line
 __all__ = [
     "PROVIDER_CLASS",
     "PLUGIN_CLASS",
+    "EXTENSIONS_CLASS",
     "TICK_SOURCE_CLASS",
     "JAR_NAME",
     "ShimBuildError",
@@ -100,6 +101,10 @@ PROVIDER_CLASS = "org.apache.spark.sql.execution.streaming.state.sparkstate.Spar
 #: spark-state's Spark plugin (``spark.plugins``): starts each executor's Python workers when the
 #: executor starts (``SparkStatePlugin.scala``; ``prestartWorkers=false`` turns that off).
 PLUGIN_CLASS = "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStatePlugin"
+
+#: spark-state's session extensions (``spark.sql.extensions``, ``FunctionMetrics.scala``): each keyed
+#: or checkpointed function appears in the Spark UI's SQL tab with its state figures as SQL metrics.
+EXTENSIONS_CLASS = "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateExtensions"
 
 #: spark-state's tick source (``TickSource.scala``), unioned into every keyed or checkpointed
 #: function's input: it places the checkpoint and runs batches for due timers

@@ -20,6 +20,8 @@ __all__ = ["configure", "server_confs"]
 PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 #: Spark's list of plugin classes (comma-separated), where spark-state's goes.
 PLUGINS_CONF = "spark.plugins"
+#: Spark's list of session extension classes (comma-separated), where spark-state's goes.
+EXTENSIONS_CONF = "spark.sql.extensions"
 #: Spark's default (true) lets a second start of a running query *stop* the running one; we
 #: make it fail instead, so that a second copy started by mistake cannot harm the first.
 STOP_ACTIVE_RUN_CONF = "spark.sql.streaming.stopActiveRunOnRestart"
@@ -45,6 +47,9 @@ def configure(
       Python workers when the executor starts, so the first micro-batch does not wait for them
       (option ``prestartWorkers=false`` keeps them lazy); plugins already set on this builder
       are kept;
+    * ``spark.sql.extensions`` += :data:`spark_state.spark.jvm.EXTENSIONS_CLASS`, which shows each
+      keyed or checkpointed function in the Spark UI's SQL tab with its state figures
+      (``SparkStateFunction <name>``); extensions already set on this builder are kept;
     * ``spark.pyspark.python`` = ``python`` or ``sys.executable`` (and the environment
       variable ``PYSPARK_PYTHON`` when unset), so that the Python workers the provider
       starts can import spark_state;
@@ -98,7 +103,7 @@ def configure(
 
     # Builder.config() stores every set conf in _options (pyspark 3.x and 4.x); read it so
     # that jars and plugins the caller added before us are kept, not overwritten.
-    for key in ("spark.jars", PLUGINS_CONF):
+    for key in ("spark.jars", PLUGINS_CONF, EXTENSIONS_CONF):
         existing = str(getattr(builder, "_options", {}).get(key) or "")
         items = [item.strip() for item in existing.split(",") if item.strip()]
         if confs[key] not in items:
@@ -127,7 +132,8 @@ def server_confs(
 
     Keys: ``spark.jars`` (the shim jar, see :mod:`spark_state.spark.jvm`),
     ``spark.sql.streaming.stateStore.providerClass``, ``spark.plugins`` (spark-state's plugin,
-    which starts the executors' Python workers with the executors), ``spark.pyspark.python`` (``python``,
+    which starts the executors' Python workers with the executors), ``spark.sql.extensions``
+    (spark-state's session extensions: keyed functions in the SQL tab), ``spark.pyspark.python`` (``python``,
     default ``sys.executable``: the Python whose workers import spark_state),
     ``spark.sql.streaming.stopActiveRunOnRestart=false`` and one
     ``spark.sql.streaming.stateStore.sparkState.<key>`` per ``backend``/``options`` item
@@ -152,6 +158,7 @@ def server_confs(
         "spark.jars": jvm.jar_path(),
         PROVIDER_CONF: jvm.PROVIDER_CLASS,
         PLUGINS_CONF: jvm.PLUGIN_CLASS,
+        EXTENSIONS_CONF: jvm.EXTENSIONS_CLASS,
         "spark.pyspark.python": python or sys.executable,
         STOP_ACTIVE_RUN_CONF: "false",
     }

@@ -17,7 +17,7 @@ import nodata_fns
 import time_fns
 from nodata_fns import DELAY_MS, RUNS, SCHEMA, SIZE_MS, WINDOW_OUTPUT, WindowCount, file_rows
 from spark_state.process import checkpointed_process, keyed_process
-from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
+from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, sql_tab, write_batches
 
 pytestmark = pytest.mark.spark
 
@@ -169,6 +169,81 @@ def test_progress_shows_the_figures_of_the_state(window_runs):
             assert o["next_watermark_ms"] == after.watermark_ms, where
         assert o["event_timers_due"] == (after is not None and bool(after.emitted)), where
         assert o["next_processing_timer_ms"] is None, where
+
+
+def _count(text: str) -> int:
+    """A count metric as the SQL tab shows it ("1,234"; never updated: absent)."""
+    return int(text.replace(",", "") or 0)
+
+
+def _total(text: str) -> float:
+    """The total of a size or timing metric as the SQL tab shows it ("total (min, med, max ...)\n
+    12.5 KiB (...)": 12.5); 0 when never updated."""
+    lines = text.splitlines()
+    return float(lines[1].split()[0].replace(",", "")) if len(lines) > 1 else 0.0
+
+
+def test_the_sql_tab_shows_the_figures_of_the_state(spark, window_runs):
+    """The Spark UI's SQL tab has a node SparkStateFunction WindowCount in every batch's plan,
+    whose metrics are the batch's figures of the progress (summed over the tasks). (Through a
+    foreachBatch sink, Spark before 4.3 shows no metric values of any node of the batch's plan:
+    the lines run the memory-sink test below.)"""
+    progress = [p for run in window_runs["keyed"] for p in run.progress]
+    observed = _observations(progress)
+    deadline = time.monotonic() + 30
+    while True:  # the status store follows Spark's listener bus, which is asynchronous
+        tab = sql_tab(spark, progress[0]["id"])
+        shown = {b: nodes["SparkStateFunction " + NAME] for b, nodes in tab.items()
+                 if "SparkStateFunction " + NAME in nodes}
+        if set(observed) <= set(shown) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    # (a later test of this module runs the query once more: its batches may be there too)
+    assert set(observed) <= set(shown), "every batch's plan has the function's node"
+    for b, o in sorted(observed.items()):
+        metrics, where = shown[b], f"batch {b}: {shown[b]} vs {o}"
+        assert _count(metrics["number of total state rows"]) == o["rows_total"], where
+        assert _count(metrics["number of updated state rows"]) == o["rows_updated"], where
+        assert _count(metrics["number of timers fired"]) == o["timers_fired"], where
+        assert _count(metrics["number of rows which are dropped by watermark"]) == o["late_rows_dropped"], where
+        assert (_total(metrics["bytes written to checkpoint storage"]) > 0) == (o["checkpoint_bytes_written"] > 0), where
+        assert (_total(metrics["state size in the backends"]) > 0) == (o["state_bytes"] > 0), where
+        assert "time to commit changes" in metrics, where
+    # Spark's own query over the same input has no such node
+    spark_tab = sql_tab(spark, window_runs["spark"][0].progress[0]["id"])
+    assert spark_tab and not [n for nodes in spark_tab.values() for n in nodes if n.startswith("SparkStateFunction")]
+
+
+@pytest.mark.lines
+def test_the_sql_tab_shows_checkpointed_process(spark, tmp_path):
+    """A checkpointed function writing to the memory sink: its node in the SQL tab of each batch
+    has the batch's figures."""
+    _ship()
+    write_batches(tmp_path / "in", [file_rows(0), file_rows(1)], SCHEMA)
+    out = checkpointed_process(spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(
+        str(tmp_path / "in")), nodata_fns.Collect(), WINDOW_OUTPUT, parallelism=2, name="CollectShown")
+    query = (out.writeStream.format("memory").queryName("collect_shown").outputMode("append")
+             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    try:
+        query.awaitTermination(120)
+        progress = [json.loads(p.json()) for p in query._jsq.recentProgress()]
+    finally:
+        query.stop()
+    observed = _observations(progress, "CollectShown")
+    assert sorted(observed) == [0, 1]
+    deadline = time.monotonic() + 30
+    while True:  # the status store follows Spark's listener bus, which is asynchronous
+        shown = {b: nodes.get("SparkStateFunction CollectShown") for b, nodes in sql_tab(spark, str(query.id)).items()}
+        if (sorted(shown) == [0, 1] and all(_count(m.get("number of total state rows", "")) for m in shown.values() if m)
+                or time.monotonic() > deadline):
+            break
+        time.sleep(0.5)
+    for b, o in observed.items():
+        metrics, where = shown[b], f"batch {b}: {shown[b]} vs {o}"
+        assert _count(metrics["number of total state rows"]) == o["rows_total"] > 0, where
+        assert _count(metrics["number of updated state rows"]) == o["rows_updated"], where
+        assert _total(metrics["bytes written to checkpoint storage"]) > 0, where
+        assert _count(metrics["number of timers fired"]) == 0, where  # no time: the figures are null
 
 
 def test_checkpointed_process_reports_tasks_and_rows(spark, tmp_path):

@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import sys
 import threading
 import uuid
@@ -358,6 +359,34 @@ def state_operator_metrics(source, batch_id: Optional[int] = None) -> list[dict]
     if not reports:
         return []
     return list(reports[-1].get("stateOperators") or [])
+
+
+def sql_tab(spark, query_id: str) -> dict[int, dict[str, dict[str, str]]]:
+    """What the Spark UI's SQL tab shows for the batches of the query ``query_id`` (every run):
+    batch id -> plan node name -> metric name -> the metric's text as the tab shows it. Read from
+    the application's SQL status store, which feeds the tab (and keeps it without a UI)."""
+    store = spark._jsparkSession.sharedState().statusStore()
+    executions = store.executionsList()
+    out: dict[int, dict[str, dict[str, str]]] = {}
+    for i in range(executions.size()):
+        execution = executions.apply(i)
+        description = execution.description() or ""
+        batch = re.search(r"^batch = (\d+)$", description, re.M)
+        if f"\nid = {query_id}\n" not in description or batch is None:
+            continue
+        values: dict[int, str] = {}
+        entries = store.executionMetrics(execution.executionId()).iterator()
+        while entries.hasNext():
+            entry = entries.next()
+            values[int(entry._1())] = entry._2()
+        nodes = store.planGraph(execution.executionId()).allNodes()
+        shown = out.setdefault(int(batch.group(1)), {})
+        for j in range(nodes.size()):
+            node = nodes.apply(j)
+            metrics = node.metrics()
+            shown[node.name()] = {metrics.apply(k).name(): values.get(int(metrics.apply(k).accumulatorId()), "")
+                                  for k in range(metrics.size())}
+    return out
 
 
 def batch_durations(source, key: str = "triggerExecution", skip_first: int = 0) -> list[int]:

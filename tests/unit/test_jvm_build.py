@@ -463,7 +463,8 @@ def test_configure_sets_confs(no_build: list[int], monkeypatch: pytest.MonkeyPat
     from pyspark.sql import SparkSession
 
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
-    builder = SparkSession.builder.config("spark.jars", "/a.jar,/b.jar").config("spark.plugins", "com.example.Theirs")
+    builder = (SparkSession.builder.config("spark.jars", "/a.jar,/b.jar").config("spark.plugins", "com.example.Theirs")
+               .config("spark.sql.extensions", "com.example.TheirExtensions"))
     out = spark_state.configure(
         builder,
         backend="hashmap",
@@ -473,6 +474,7 @@ def test_configure_sets_confs(no_build: list[int], monkeypatch: pytest.MonkeyPat
     conf = builder._options
     assert conf["spark.jars"] == "/a.jar,/b.jar," + FAKE_JAR
     assert conf["spark.plugins"] == "com.example.Theirs," + jvm.PLUGIN_CLASS  # theirs kept, ours appended
+    assert conf["spark.sql.extensions"] == "com.example.TheirExtensions," + jvm.EXTENSIONS_CLASS
     assert conf["spark.sql.streaming.stateStore.providerClass"] == jvm.PROVIDER_CLASS
     assert conf["spark.pyspark.python"] == sys.executable
     assert os.environ["PYSPARK_PYTHON"] == sys.executable
@@ -484,6 +486,7 @@ def test_configure_sets_confs(no_build: list[int], monkeypatch: pytest.MonkeyPat
     spark_state.configure(builder)
     assert builder._options["spark.jars"].split(",").count(FAKE_JAR) == 1
     assert builder._options["spark.plugins"].split(",").count(jvm.PLUGIN_CLASS) == 1
+    assert builder._options["spark.sql.extensions"].split(",").count(jvm.EXTENSIONS_CLASS) == 1
 
 
 def test_configure_minimal(no_build: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -494,6 +497,7 @@ def test_configure_minimal(no_build: list[int], monkeypatch: pytest.MonkeyPatch)
     conf = builder._options
     assert conf["spark.jars"] == FAKE_JAR
     assert conf["spark.plugins"] == jvm.PLUGIN_CLASS
+    assert conf["spark.sql.extensions"] == jvm.EXTENSIONS_CLASS
     assert conf["spark.pyspark.python"] == "/usr/bin/python3.11"
     assert os.environ["PYSPARK_PYTHON"] == "/keep/this/python"  # an existing value wins
     assert not [k for k in conf if k.startswith("spark.sql.streaming.stateStore.sparkState.")]
@@ -562,6 +566,7 @@ def test_server_confs_are_what_configure_sets(no_build: list[int], capsys: pytes
         "spark.jars": FAKE_JAR,
         "spark.sql.streaming.stateStore.providerClass": jvm.PROVIDER_CLASS,
         "spark.plugins": jvm.PLUGIN_CLASS,
+        "spark.sql.extensions": jvm.EXTENSIONS_CLASS,
         "spark.pyspark.python": "/py",
         "spark.sql.streaming.stopActiveRunOnRestart": "false",
         "spark.sql.streaming.stateStore.sparkState.backend": "hashmap",
