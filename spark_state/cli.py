@@ -1,7 +1,8 @@
 """The command line: ``python -m spark_state <command>`` or the ``spark-state`` script.
 
 Commands: ``inspect``, ``savepoint``, ``restore``, ``rescale``, ``migrate``, ``move-state`` (the operations
-of :mod:`spark_state.ops`, the same functions as the Python API), ``demo``, ``jar`` and
+of :mod:`spark_state.ops`, the same functions as the Python API), ``get`` (a point lookup,
+:mod:`spark_state.processor`), ``demo``, ``jar`` and
 ``server-conf`` (the confs of a Spark Connect server or other driver started elsewhere).
 
 Conventions (every command follows them; keep them when adding one):
@@ -108,6 +109,18 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--process-root", metavar="DIR",
                    help="where the state is, as DIR/<query id>/<name> on local disk (default ./spark-state: the former "
                         "default root, in the directory the query was started from)")
+
+    p = _command(sub, "get", "print one key's value in one keyed state of a query, from its last committed batch "
+                             "(reads only the partition store that holds the key; safe on a running query)", _get)
+    p.add_argument("checkpoint", help="the query's checkpointLocation")
+    p.add_argument("state", help="the keyed state's name (its descriptor's name)")
+    p.add_argument("key", help="the key: its value as text for one key column (42, alice, 2024-01-31, 0x00ff for "
+                               "binary), or a JSON array of the key columns' values ('[\"eu\", 42]')")
+    p.add_argument("--function", metavar="NAME", help="the keyed function's name (needed when the query has several)")
+    p.add_argument("--batch", type=int, help="the committed batch to read (default: the latest)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="decode pickled values (unpickling runs whatever the stored bytes say: trusted storage only)")
+    _process_options(p)
 
     sub.add_parser("demo", help="run the demo job (python -m spark_state demo --help)")
 
@@ -268,6 +281,18 @@ def _move_state(args):
                     for m in r.moved)
     return r.to_dict(), (f"moved the state of {len(r.moved)} operator(s) of query {r.query_id} beside {r.checkpoint} "
                          f"({r.seconds:.1f} s); restart the query{moved}")
+
+
+def _get(args):
+    from .processor import StateLookup
+
+    with StateLookup(args.checkpoint, function=args.function, allow_pickle=args.allow_pickle,
+                     **_common(args)) as states:
+        r = states.lookup(args.state, states.key_columns.parse(args.key), batch=args.batch)
+    d = r.to_dict()
+    shown = json.dumps(d["value"]) if r.found else "(no value)"
+    return d, (f"{shown}\n  {r.function}.{r.state} ({r.kind} state), key {d['key']}, batch {r.batch}, "
+               f"key group {r.key_group}, partition {r.partition}")
 
 
 def _describe_inspect(r: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ query's locations, this module reads and writes the layouts in one.
 from __future__ import annotations
 
 import uuid
-from typing import Iterable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 from ..checkpoint.retention import list_copies
 from ..checkpoint.runs import RunContext, RunRegistry
@@ -80,15 +80,19 @@ def import_store(storage: CheckpointStorage, version: int, entries: Iterable[tup
 
 
 # ------------------------------------------------------------------------------ process state
-def process_layout(storage: CheckpointStorage, batch_version: int) -> L.Layout:
-    """The layout whose stores hold the committed copy of ``batch_version`` in every partition."""
+def process_layout(storage: CheckpointStorage, batch_version: int,
+                   partitions: Optional[Callable[[L.Layout], Iterable[int]]] = None) -> L.Layout:
+    """The layout whose stores hold the committed copy of ``batch_version`` in every partition
+    (``partitions``: in only the partitions it names for a layout, so that a reader of one key
+    touches no other partition's store)."""
     runs = RunContext(RunRegistry(storage), None)
     runs.refresh()
     best: Optional[tuple[tuple[int, int], L.Layout]] = None
     for lay in L.list_layouts(storage):
         if lay.base >= batch_version:
             continue
-        ranks = [L.valid_rank(storage, lay, i, batch_version, runs) for i in range(lay.parallelism)]
+        wanted = range(lay.parallelism) if partitions is None else partitions(lay)
+        ranks = [L.valid_rank(storage, lay, i, batch_version, runs) for i in wanted]
         if any(r is None for r in ranks):
             continue
         order = (min(r for r in ranks if r is not None), lay.base)

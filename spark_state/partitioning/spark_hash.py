@@ -12,6 +12,9 @@ group (:mod:`spark_state.keys.provider`).
 
 from __future__ import annotations
 
+import datetime as _dt
+import decimal
+import re
 import struct
 from typing import Any, Callable, Sequence
 
@@ -164,6 +167,50 @@ def _hash_binary(value: Any, seed: int) -> int:
     return spark_murmur3_bytes(bytes(value), seed)
 
 
+_EPOCH_DATE = _dt.date(1970, 1, 1)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
+def _hash_date(value: Any, seed: int) -> int:
+    """``hashInt(days since 1970-01-01)``."""
+    if isinstance(value, _dt.datetime) or not isinstance(value, _dt.date):
+        raise ValueError(f"date value must be a datetime.date, got {value!r}")
+    return spark_murmur3_int((value - _EPOCH_DATE).days, seed)
+
+
+def _hash_timestamp(value: Any, seed: int) -> int:
+    """``hashLong(microseconds since the epoch, UTC)``; a naive datetime is taken as UTC, as
+    spark-state's key codec presents timestamp keys (:mod:`spark_state.process.keycodec`)."""
+    if not isinstance(value, _dt.datetime):
+        raise ValueError(f"timestamp value must be a datetime.datetime, got {value!r}")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=_dt.timezone.utc)
+    delta = value - _EPOCH
+    return spark_murmur3_long((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds, seed)
+
+
+_DECIMAL_RE = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+_MAX_LONG_DIGITS = 18
+
+
+def _decimal_hasher(precision: int, scale: int) -> Callable[[Any, int], int]:
+    """Spark's ``Murmur3Hash`` of a ``decimal(p, s)``: ``hashLong(unscaled)`` when ``p <= 18``,
+    else ``hashUnsafeBytes`` of the unscaled value's two's-complement big-endian bytes
+    (``BigInteger.toByteArray``)."""
+    def hash_decimal(value: Any, seed: int) -> int:
+        if not isinstance(value, (decimal.Decimal, int)):
+            raise ValueError(f"decimal value must be a decimal.Decimal, got {value!r}")
+        with decimal.localcontext() as exact:  # the default context rounds to 28 digits
+            exact.prec = 80
+            unscaled = int(decimal.Decimal(value).scaleb(scale).to_integral_value(rounding=decimal.ROUND_HALF_UP))
+        if precision <= _MAX_LONG_DIGITS:
+            return spark_murmur3_long(unscaled, seed)
+        length = unscaled.bit_length() // 8 + 1
+        return spark_murmur3_bytes(unscaled.to_bytes(length, "big", signed=True), seed)
+
+    return hash_decimal
+
+
 _TYPE_HASHERS: dict[str, Callable[[Any, int], int]] = {
     "boolean": _hash_boolean,
     "byte": _checked_int(-(1 << 7), (1 << 7) - 1, "byte"),
@@ -174,6 +221,9 @@ _TYPE_HASHERS: dict[str, Callable[[Any, int], int]] = {
     "double": _hash_double,
     "string": _hash_string,
     "binary": _hash_binary,
+    "date": _hash_date,
+    "timestamp": _hash_timestamp,
+    "timestamp_ntz": _hash_timestamp,
 }
 
 # Spark's DataType.simpleString / typeName spellings of the same types.
@@ -183,6 +233,9 @@ _TYPE_ALIASES = {"tinyint": "byte", "smallint": "short", "integer": "int", "bigi
 def _hasher_for(type_name: str) -> Callable[[Any, int], int]:
     canonical = type_name.strip().lower()
     canonical = _TYPE_ALIASES.get(canonical, canonical)
+    decimal_type = _DECIMAL_RE.match(canonical)
+    if decimal_type:
+        return _decimal_hasher(int(decimal_type.group(1)), int(decimal_type.group(2)))
     try:
         return _TYPE_HASHERS[canonical]
     except KeyError:
@@ -204,9 +257,11 @@ def spark_hash(values: Sequence[Any], types: Sequence[str], seed: int = SPARK_HA
     * double: ``hashLong(0, h)`` for +-0.0 else ``hashLong(doubleToLongBits(v), h)``
       (every NaN is 0x7ff8000000000000)
     * string: :func:`spark_murmur3_bytes` of the UTF-8 bytes; binary: of the bytes.
+    * date: ``hashInt(days)``; timestamp, timestamp_ntz: ``hashLong(micros)`` (naive: UTC);
+      decimal(p, s): ``hashLong(unscaled)`` for p <= 18, else the unscaled value's bytes.
 
     Type names are Spark's: boolean, byte/tinyint, short/smallint, int/integer, long/bigint,
-    float, double, string, binary.
+    float, double, string, binary, date, timestamp, timestamp_ntz, decimal(p,s).
 
     :raises ValueError: mismatched lengths, an unknown type, or a value that is not of its type.
     """

@@ -28,7 +28,8 @@ Layout of one state location (one operator)
 -------------------------------------------
 ::
 
-    _operator.json               {"format": 1, "kind": "keyed"|"operator", "max_parallelism": 128|null}
+    _operator.json               {"format": 1, "kind": "keyed"|"operator", "max_parallelism": 128|null,
+                                  "key": {"columns": ["user"], "types": ["string"]}}   (keyed only)
     layouts/p<n>-b<base>.json    one file per layout ever used (create-if-absent, never changed)
     runs/<seq>.json              the query runs that committed here (spark_state.checkpoint.runs)
     stores/p<n>-b<base>/<i>/     partition i's VersionedStore (manifests/, changelogs/, ...)
@@ -54,7 +55,11 @@ store the partition needs holds it (rescale from them). Copies made without a ru
 releases) rank lowest; among those, the newest base, then the current parallelism, wins.
 
 Max parallelism is recorded in ``_operator.json`` by the first task and checked by every
-task; a run with another value fails with :class:`MaxParallelismMismatchError`.
+task; a run with another value fails with :class:`MaxParallelismMismatchError`. So are the key
+columns' names and Spark types (``key``; the readers of :mod:`spark_state.processor` build and
+hash keys with them): a run whose key types differ fails with :class:`StateLocationError` (its
+keys would hash to other key groups and encode to other bytes); a location written before the
+key was recorded gets it from the next run.
 """
 
 from __future__ import annotations
@@ -162,7 +167,7 @@ def join(url: str, rel: str) -> str:
 
 # ------------------------------------------------------------------------------ per process
 _storages: dict[tuple[str, tuple], CheckpointStorage] = {}
-_verified: set[tuple[str, str, Optional[int]]] = set()
+_verified: set[tuple[str, str, Optional[int], Optional[tuple]]] = set()
 _lock = threading.Lock()
 
 
@@ -214,24 +219,37 @@ def _has_state(url: str, spec: LocationSpec) -> bool:
         return False
 
 
-def verify_location(storage: CheckpointStorage, kind: str, max_parallelism: Optional[int]) -> None:
-    """Create ``_operator.json`` or check it against this operator's kind and max parallelism."""
-    key = (storage.url, kind, max_parallelism)
-    if key in _verified:
+def verify_location(storage: CheckpointStorage, kind: str, max_parallelism: Optional[int],
+                    key: Optional[Mapping[str, list]] = None) -> None:
+    """Create ``_operator.json`` or check it against this operator's kind, max parallelism and
+    key columns (``key``: ``{"columns": [...], "types": [Spark simple strings]}``, keyed only)."""
+    cache_key = (storage.url, kind, max_parallelism, None if key is None else tuple(map(tuple, key.values())))
+    if cache_key in _verified:
         return
-    wanted = {"format": FORMAT, "kind": kind, "max_parallelism": max_parallelism}
+    wanted: dict = {"format": FORMAT, "kind": kind, "max_parallelism": max_parallelism}
+    if key is not None:
+        wanted["key"] = {"columns": list(key["columns"]), "types": list(key["types"])}
     try:
         try:
             storage.write_bytes(META_FILE, json.dumps(wanted).encode(), overwrite=False)
             found = wanted
         except FileExistsError:
             found = json.loads(storage.read_bytes(META_FILE))
+        _check_meta(storage, found, kind, max_parallelism, wanted.get("key"))
+        if key is not None and "key" not in found:  # written before the key was recorded
+            storage.write_bytes(META_FILE, json.dumps({**found, "key": wanted["key"]}).encode(), overwrite=True)
     except SparkStateError as exc:
         if isinstance(exc, StateLocationError):
             raise
         raise StateLocationError(f"state location {storage.url} is not usable: {exc}") from exc
     except (OSError, ValueError) as exc:
         raise StateLocationError(f"state location {storage.url} is not usable: {exc}") from exc
+    with _lock:
+        _verified.add(cache_key)
+
+
+def _check_meta(storage: CheckpointStorage, found: dict, kind: str, max_parallelism: Optional[int],
+                key: Optional[dict]) -> None:
     if found.get("format") != FORMAT or found.get("kind") != kind:
         raise StateLocationError(
             f"state location {storage.url} holds state of a {found.get('kind')!r} operator "
@@ -242,8 +260,17 @@ def verify_location(storage: CheckpointStorage, kind: str, max_parallelism: Opti
             f"state at {storage.url} was created with max_parallelism={found.get('max_parallelism')} "
             f"but this run uses max_parallelism={max_parallelism}; the number of key groups is "
             f"fixed for the life of the state: pass max_parallelism={found.get('max_parallelism')}")
-    with _lock:
-        _verified.add(key)
+    recorded = found.get("key")
+    if key is not None and recorded is not None and list(recorded.get("types", [])) != key["types"]:
+        raise StateLocationError(
+            f"state at {storage.url} is keyed by {_describe_key(recorded)} but this run keys by "
+            f"{_describe_key(key)}: keys of other types hash to other key groups and encode to other bytes, "
+            "so the state would not be found. Key by columns of the recorded types (cast them), or give "
+            "this function a new state location (name=... or state_location=...)")
+
+
+def _describe_key(key: Mapping[str, list]) -> str:
+    return ", ".join(f"{c} {t}" for c, t in zip(key.get("columns", []), key.get("types", [])))
 
 
 def list_layouts(storage: CheckpointStorage) -> list[Layout]:

@@ -114,6 +114,15 @@ class ProcessPlan:
         return self.options.output_schema
 
     @property
+    def key_record(self) -> Optional[dict[str, list]]:
+        """The key columns as the state location records them (:func:`.location.verify_location`):
+        names and Spark simple-string types; None for operator state."""
+        if not self.key_fields:
+            return None
+        return {"columns": [f.name for f in self.key_fields],
+                "types": [f.dataType.simpleString() for f in self.key_fields]}
+
+    @property
     def event_delays(self) -> dict[str, int]:
         """Watermark delay (ms) per input side with event time, by side tag as a string (the
         clock's and the observation's keys)."""

@@ -85,7 +85,7 @@ def _task(plan: ProcessPlan, partition: Optional[int] = None) -> _Task:
             "micro-batch); was the job group overridden?")
     crashpoints.set_role("process")  # crash tests may target the workers running process functions
     storage = storage_for(url, plan.location.storage_options)
-    verify_location(storage, plan.kind, plan.max_parallelism)
+    verify_location(storage, plan.kind, plan.max_parallelism, plan.key_record)
     part = tc.partitionId() if partition is None else partition
     return _Task(int(raw), part, url, storage, run_context(storage, run_id))
 

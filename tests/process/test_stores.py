@@ -3,6 +3,8 @@ trusted, rescale layouts, missing versions, the location's metadata."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from spark_state import EngineConfig, VersionedStore
@@ -142,6 +144,12 @@ def test_location_metadata_pins_kind_and_max_parallelism(tmp_path):
         verify_location(s, "keyed", 256)
     with pytest.raises(StateLocationError, match="holds state of a 'keyed' operator"):
         verify_location(s, "operator", None)
+    # the key columns: recorded by the first run that knows them, then checked
+    verify_location(s, "keyed", 128, {"columns": ["user"], "types": ["string"]})
+    assert json.loads(s.read_bytes("_operator.json"))["key"] == {"columns": ["user"], "types": ["string"]}
+    verify_location(s, "keyed", 128, {"columns": ["name"], "types": ["string"]})  # a rename keeps the bytes
+    with pytest.raises(StateLocationError, match=r"keyed by user string but this run keys by user bigint"):
+        verify_location(s, "keyed", 128, {"columns": ["user"], "types": ["bigint"]})
     spec = LocationSpec(explicit=None, root="s3://b/root/", name="Fn")
     assert spec.resolve("q-1", None) == "s3://b/root/q-1/Fn"
     with pytest.raises(StateLocationError, match="sql.streaming.queryId"):

@@ -177,3 +177,38 @@ def test_spark_partition_id_matches_repartition(
     expected = {row["id"]: spark_partition_id(_expected_hash(row, cols), num_partitions) for row in rows}
     assert actual == expected
     assert set(expected.values()) == set(range(num_partitions))  # every partition got rows
+
+
+def test_spark_hash_matches_F_hash_for_dates_timestamps_and_decimals(spark) -> None:
+    """The key types beyond the shuffle's: date, timestamp (aware, UTC), timestamp_ntz and
+    decimals on both sides of 18 digits (hashLong of the unscaled value vs its bytes)."""
+    import datetime as dt
+    import decimal
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    utc = dt.timezone.utc
+    rng = random.Random(7)
+    dates = [dt.date(1970, 1, 1), dt.date(1969, 12, 31), dt.date(1, 1, 1), dt.date(9999, 12, 31)]
+    dates += [dt.date(1970, 1, 1) + dt.timedelta(days=rng.randint(-200_000, 200_000)) for _ in range(20)]
+    stamps = [dt.datetime(1970, 1, 1), dt.datetime(1969, 12, 31, 23, 59, 59, 999_999), dt.datetime(2024, 2, 29, 12)]
+    stamps += [dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=rng.randint(-10**16, 10**16)) for _ in range(20)]
+    small = [decimal.Decimal(0), decimal.Decimal("-1.25"), decimal.Decimal("99999999999999.9999")]
+    small += [decimal.Decimal(rng.randint(-10**17, 10**17)).scaleb(-4) for _ in range(20)]
+    big = [decimal.Decimal(0), decimal.Decimal("-1.5"), decimal.Decimal("9" * 28 + ".5"), decimal.Decimal(-(2**63))]
+    big += [decimal.Decimal(rng.randint(-10**29, 10**29)).scaleb(-1) for _ in range(20)]
+    n = max(map(len, (dates, stamps, small, big)))
+    schema = T.StructType([T.StructField("id", T.IntegerType()), T.StructField("d", T.DateType()),
+                           T.StructField("ts", T.TimestampType()), T.StructField("ntz", T.TimestampNTZType()),
+                           T.StructField("small", T.DecimalType(18, 4)), T.StructField("big", T.DecimalType(30, 1))])
+    rows = [(i, dates[i % len(dates)], stamps[i % len(stamps)].replace(tzinfo=utc), stamps[i % len(stamps)],
+             small[i % len(small)], big[i % len(big)]) for i in range(n)] + [(n, None, None, None, None, None)]
+    frame = spark.createDataFrame(rows, schema)
+    types = {"d": "date", "ts": "timestamp", "ntz": "timestamp_ntz", "small": "decimal(18,4)", "big": "decimal(30,1)"}
+    combos = [(c,) for c in types] + [tuple(types)]
+    got = frame.select("id", *[F.hash(*c).alias(f"h{k}") for k, c in enumerate(combos)]).collect()
+    by_id = {r[0]: r for r in rows}
+    mismatches = [(c, r["id"]) for r in got for k, c in enumerate(combos)
+                  if r[f"h{k}"] != spark_hash([by_id[r["id"]][1 + list(types).index(x)] for x in c], [types[x] for x in c])]
+    assert len(got) == n + 1 and mismatches == []

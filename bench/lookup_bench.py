@@ -1,0 +1,189 @@
+"""Point-lookup latency (spark_state.processor) of a keyed function's state, on local disk and S3.
+
+The state is a real query's: ``keyed_process`` keeps a running count per key (value state
+``count``) over ``--keys`` distinct keys, written by ``--files`` micro-batches at parallelism
+``--parallelism``. Then, on the query's checkpoint (state beside it):
+
+* **cold**: ``spark_state.processor.lookup(checkpoint, "count", key)``, a new reader per lookup,
+  as ``spark-state get`` does: it loads the one partition store that holds the key (its snapshot
+  and the changelogs after it) into a fresh local directory;
+* **warm**: one ``StateLookup`` asked for ``--warm`` random keys: each partition is loaded once,
+  then every lookup reads the local copy (and Spark's commit log, for the last committed batch).
+
+The same again with the checkpoint copied to an S3 server (``--s3-endpoint``, default: a moto
+server started here on loopback). Prints p50/p99 per case and writes ``--json``.
+
+    python bench/lookup_bench.py --keys 10000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def write_input(root: str, keys: int, files: int) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(root, exist_ok=True)
+    per_file = -(-keys // files)
+    for f in range(files):
+        ks = np.arange(f * per_file, min(keys, (f + 1) * per_file), dtype=np.int64)
+        pq.write_table(pa.table({"k": ks, "v": ks % 97}), os.path.join(root, f"part-{f:04d}.parquet"))
+        os.utime(os.path.join(root, f"part-{f:04d}.parquet"), (1_700_000_000 + 10 * f,) * 2)
+
+
+def run_query(input_dir: str, checkpoint: str, parallelism: int) -> float:
+    """The keyed count over every file (availableNow); returns its wall time (s)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import LongType
+
+    import spark_state
+    from spark_state.process import KeyedProcessFunction
+    from spark_state.state import ValueStateDescriptor
+
+    class RunningCount(KeyedProcessFunction):
+        def open(self, ctx):
+            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
+
+        def process_element(self, row, ctx):
+            n = (self.count.value() or 0) + 1
+            self.count.update(n)
+            return ((row.k, n),)
+
+    spark = spark_state.configure(SparkSession.builder.master("local[2]").appName("lookup-bench")
+                                  .config("spark.ui.enabled", "false")
+                                  .config("spark.sql.shuffle.partitions", str(parallelism))).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    started = time.perf_counter()
+    df = spark.readStream.schema("k bigint, v bigint").option("maxFilesPerTrigger", 1).parquet(input_dir)
+    out = spark_state.keyed_process(df, "k", RunningCount(), "k bigint, n bigint", parallelism=parallelism,
+                                    name="Counts")
+    query = (out.writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    seconds = time.perf_counter() - started
+    spark.stop()
+    return seconds
+
+
+def percentiles(ms: list[float]) -> dict[str, float]:
+    ordered = sorted(ms)
+    return {"n": len(ms), "p50_ms": round(statistics.median(ordered), 3),
+            "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 3),
+            "max_ms": round(ordered[-1], 3)}
+
+
+def measure(checkpoint: str, keys: int, cold: int, warm: int, options: dict) -> dict:
+    from spark_state.processor import StateLookup, lookup
+
+    rng = random.Random(3)
+    cold_ms = []
+    for _ in range(cold):
+        k = rng.randrange(keys)
+        t = time.perf_counter()
+        result = lookup(checkpoint, "count", k, storage_options=options)
+        cold_ms.append((time.perf_counter() - t) * 1000)
+        assert result.found and result.value == 1, result
+    warm_ms = []
+    with StateLookup(checkpoint, storage_options=options) as states:
+        t = time.perf_counter()
+        parallelism = len({states.lookup("count", k).partition for k in range(64)})  # loads each partition once
+        first_ms = (time.perf_counter() - t) * 1000
+        for _ in range(warm):
+            k = rng.randrange(keys)
+            t = time.perf_counter()
+            value = states.get("count", k)
+            warm_ms.append((time.perf_counter() - t) * 1000)
+            assert value == 1, (k, value)
+    return {"cold": percentiles(cold_ms), "warm": percentiles(warm_ms),
+            "warm_first_load_all_partitions_ms": round(first_ms, 1), "partitions": parallelism}
+
+
+def start_moto() -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("moto did not start")
+
+
+def upload(local: str, endpoint: str) -> str:
+    import boto3
+
+    bucket = f"lookup-{uuid.uuid4().hex[:8]}"
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
+                          aws_secret_access_key="testing", region_name="us-east-1")
+    client.create_bucket(Bucket=bucket)
+    for root, _, files in os.walk(local):
+        for name in files:
+            path = os.path.join(root, name)
+            client.upload_file(path, bucket, "ckpt/" + os.path.relpath(path, local))
+    return f"s3://{bucket}/ckpt"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--keys", type=int, default=10_000_000)
+    ap.add_argument("--files", type=int, default=10, help="micro-batches that write the keys")
+    ap.add_argument("--parallelism", type=int, default=4)
+    ap.add_argument("--cold", type=int, default=10, help="cold lookups (a new reader each)")
+    ap.add_argument("--warm", type=int, default=5000, help="warm lookups (one reader)")
+    ap.add_argument("--s3-endpoint", help="an S3 endpoint (default: a moto server started here)")
+    ap.add_argument("--no-s3", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+
+    work = tempfile.mkdtemp(prefix="lookup-bench-")
+    try:
+        write_input(os.path.join(work, "in"), args.keys, args.files)
+        checkpoint = os.path.join(work, "ckpt")
+        query_s = run_query(os.path.join(work, "in"), checkpoint, args.parallelism)
+        state_bytes = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(os.path.join(checkpoint, "spark-state"))
+                          for f in fs)
+        result = {"keys": args.keys, "files": args.files, "parallelism": args.parallelism,
+                  "query_seconds": round(query_s, 1), "state_bytes": state_bytes,
+                  "local": measure(checkpoint, args.keys, args.cold, args.warm, {})}
+        print(json.dumps(result["local"]), flush=True)
+        if not args.no_s3:
+            proc, endpoint = (None, args.s3_endpoint) if args.s3_endpoint else start_moto()
+            try:
+                url = upload(checkpoint, endpoint)
+                options = {"s3.endpoint_url": endpoint, "s3.access_key_id": "testing",
+                           "s3.secret_access_key": "testing", "s3.region": "us-east-1"}
+                result["s3"] = measure(url, args.keys, args.cold, args.warm, options)
+            finally:
+                if proc is not None:
+                    proc.terminate()
+        print(json.dumps(result, indent=1))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(result, f, indent=1)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""A keyed function's key columns, as its state location records them: build, hash and parse
+keys outside Spark. Pure functions, no I/O.
+
+The record (``_operator.json``'s ``key``, written by :func:`spark_state.process.location.verify_location`)
+holds the key columns' names and Spark types. From them:
+
+* the key bytes are :mod:`spark_state.process.keycodec`'s (what the function stores under);
+* the key group is ``pmod(hash(key columns), max parallelism)`` with Spark's ``hash()``
+  (:func:`~spark_state.partitioning.spark_hash.spark_hash`), as :mod:`spark_state.process.routing`
+  computes it in Spark SQL.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Sequence
+
+from pyspark.sql import types as T
+
+from ..partitioning.spark_hash import spark_hash
+from ..process.keycodec import key_encoder
+from .errors import KeyMismatchError
+
+_SIMPLE_TYPES: dict[str, T.DataType] = {
+    "string": T.StringType(), "binary": T.BinaryType(), "boolean": T.BooleanType(), "tinyint": T.ByteType(),
+    "smallint": T.ShortType(), "int": T.IntegerType(), "bigint": T.LongType(), "float": T.FloatType(),
+    "double": T.DoubleType(), "date": T.DateType(), "timestamp": T.TimestampType(),
+    "timestamp_ntz": T.TimestampNTZType(),
+}
+_DECIMAL_RE = re.compile(r"^decimal\((\d+),(\d+)\)$")
+
+
+def spark_type(simple: str) -> T.DataType:
+    """The key column type a recorded simple string names (``bigint``, ``decimal(10,2)``)."""
+    text = simple.strip().lower().replace(" ", "")
+    if text in _SIMPLE_TYPES:
+        return _SIMPLE_TYPES[text]
+    match = _DECIMAL_RE.match(text)
+    if match:
+        return T.DecimalType(int(match.group(1)), int(match.group(2)))
+    raise KeyMismatchError(f"the recorded key type {simple!r} is not a key column type this release knows")
+
+
+@dataclass(frozen=True)
+class KeyColumns:
+    """The key columns of one keyed function: names and Spark simple-string types."""
+
+    columns: tuple[str, ...]
+    types: tuple[str, ...]
+
+    @classmethod
+    def from_record(cls, meta: Mapping[str, Any], where: str) -> "KeyColumns":
+        """From a state location's ``_operator.json`` (``where`` names it in errors)."""
+        key = meta.get("key")
+        if not key:
+            raise KeyMismatchError(
+                f"{where} does not record its key columns (it was written by an earlier release and has not "
+                "run since): run the query for one batch with this release, which records them")
+        return cls(tuple(key["columns"]), tuple(key["types"]))
+
+    @property
+    def fields(self) -> list[T.StructField]:
+        return [T.StructField(c, spark_type(t), True) for c, t in zip(self.columns, self.types)]
+
+    def describe(self) -> str:
+        return ", ".join(f"{c} {t}" for c, t in zip(self.columns, self.types))
+
+    # ------------------------------------------------------------------ keys
+    def values(self, key: Any) -> tuple:
+        """The key as one value per column: a scalar for one column; a tuple, list or dict (by
+        column name) for several, as ``ctx.current_key`` shows it."""
+        if isinstance(key, Mapping):
+            missing = [c for c in self.columns if c not in key]
+            if missing:
+                raise KeyMismatchError(
+                    f"the key {key!r} lacks the key column(s) {missing}; key columns: {self.describe()}")
+            return tuple(key[c] for c in self.columns)
+        if len(self.columns) == 1:
+            return (key[0] if isinstance(key, (tuple, list)) and len(key) == 1 else key,)
+        if not isinstance(key, (tuple, list)) or len(key) != len(self.columns):
+            raise KeyMismatchError(f"the key {key!r} must have {len(self.columns)} values ({self.describe()})")
+        return tuple(key)
+
+    def encode(self, values: Sequence[Any]) -> bytes:
+        """The key bytes the function's state is stored under."""
+        encode = key_encoder(self.fields)
+        try:
+            return encode(values[0] if len(self.columns) == 1 else tuple(values))
+        except (TypeError, ValueError, OverflowError, AttributeError) as exc:
+            raise KeyMismatchError(
+                f"the key {tuple(values)!r} does not fit the key columns ({self.describe()}): {exc}") from None
+
+    def key_group(self, values: Sequence[Any], max_parallelism: int) -> int:
+        """``pmod(hash(key columns), max_parallelism)`` (Spark's ``hash()``)."""
+        try:
+            return spark_hash(list(values), list(self.types)) % max_parallelism
+        except ValueError as exc:
+            raise KeyMismatchError(
+                f"the key {tuple(values)!r} does not fit the key columns ({self.describe()}): {exc}") from None
+
+    def parse(self, text: str) -> tuple:
+        """A key typed on the command line: one column's value as text (``42``, ``alice``,
+        ``2024-01-31``, ``0x00ff`` for binary), or a JSON array of the columns' values."""
+        if len(self.columns) > 1 or text.lstrip().startswith("["):
+            try:
+                items = json.loads(text)
+            except ValueError as exc:
+                raise KeyMismatchError(f"the key {text!r} is not a JSON array of {len(self.columns)} values "
+                                       f"({self.describe()}): {exc}") from None
+            if not isinstance(items, list) or len(items) != len(self.columns):
+                raise KeyMismatchError(f"the key {text!r} must be a JSON array of {len(self.columns)} values "
+                                       f"({self.describe()})")
+            return tuple(_parse_value(item, t, text) for item, t in zip(items, self.types))
+        return (_parse_value(text, self.types[0], text),)
+
+
+def _parse_value(value: Any, type_name: str, text: str) -> Optional[Any]:
+    """One key column's value from its command-line (or JSON) form."""
+    if value is None:
+        return None
+    t = type_name.lower()
+    raw = str(value)
+    try:
+        if t == "string":
+            return raw
+        if t in ("tinyint", "smallint", "int", "bigint"):
+            return int(raw)
+        if t in ("float", "double"):
+            return float(raw)
+        if t == "boolean":
+            if raw.lower() not in ("true", "false"):
+                raise ValueError("expected true or false")
+            return raw.lower() == "true"
+        if t == "binary":
+            return bytes.fromhex(raw[2:] if raw.startswith("0x") else raw)
+        if t == "date":
+            return _dt.date.fromisoformat(raw)
+        if t in ("timestamp", "timestamp_ntz"):
+            return _dt.datetime.fromisoformat(raw)
+        if t.startswith("decimal"):
+            return decimal.Decimal(raw)
+    except (ValueError, decimal.InvalidOperation) as exc:
+        raise KeyMismatchError(f"the key {text!r}: {raw!r} is not a {type_name} ({exc})") from None
+    raise KeyMismatchError(f"the key {text!r}: key columns of type {type_name} cannot be typed on the command line")

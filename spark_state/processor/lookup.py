@@ -1,0 +1,265 @@
+"""Point lookups: one key's value in one state of a keyed function, outside Spark.
+
+::
+
+    from spark_state.processor import StateLookup
+    with StateLookup("/ckpt") as states:            # the query's checkpointLocation
+        states.get("counts", "alice")               # -> 42, or None
+        states.lookup("events", 7, batch=12)        # -> LookupResult (value, batch, partition, ...)
+
+    spark-state get /ckpt counts alice [--function NAME] [--batch B] [--json]
+
+What a lookup reads. Batch ``b``'s state is batch version ``b + 1`` of the function's state
+location (:mod:`spark_state.process.location`); without ``batch``, ``b`` is the last batch in
+Spark's commit log, which Spark writes only after every task committed its state: a lookup
+never sees an uncommitted version, even while the query runs. The key's key group
+(:mod:`.keys`) names the one partition store that holds it; only that store is loaded (its
+snapshot and the changelogs after it) -- the other partitions are not read. The state's schema
+record, stored with it, says how to decode the entries (:mod:`.codecs`).
+
+A :class:`StateLookup` keeps the partition stores it loaded: the next lookup in the same
+partition reads the local copy (microseconds), and a newer committed batch is brought in by
+replaying only its changelogs. Close it (or use ``with``) to delete the local copies.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Optional
+
+from ..engine.store import VersionedStore, prefix_upper_bound
+from ..keys import keyed as K
+from ..keys import system as syskeys
+from ..ops.checkpoint_reader import SparkCheckpoint
+from ..ops.process_locations import ProcessLocation, find_process_locations, where_looked
+from ..ops.state_io import open_committed, process_layout, reader_config
+from ..partitioning.keygroups import compute_operator_index_for_key_group
+from ..process import location as L
+from ..process.plan import KEYED
+from ..state.schema import StateSchema
+from ..ttl.kv import is_stamped
+from .codecs import StateCodec
+from .errors import UnknownStateError
+from .keys import KeyColumns
+
+__all__ = ["LookupResult", "StateLookup", "lookup"]
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """One lookup's answer: ``value`` (None when not ``found``) and where it came from."""
+
+    function: str
+    state: str
+    kind: str
+    key: tuple
+    found: bool
+    value: Any
+    batch: int
+    key_group: int
+    partition: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (``--json``): values as JSON has them, others as their ``str``."""
+        return json.loads(json.dumps(asdict(self), default=_plain))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return "0x" + bytes(value).hex()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    return str(value)
+
+
+class StateLookup:
+    """Point lookups of one query's keyed-function state (see the module docstring).
+
+    Args:
+        checkpoint: the query's ``checkpointLocation`` (local path, ``s3://``, ``hdfs://``).
+        function: the keyed function's name (``name=``); optional when the query has one.
+        storage_options: checkpoint storage options (``s3.*``), for the checkpoint and the state.
+        process_root: the root given to the query as ``state_root=`` (state kept under
+            ``<root>/<query id>/<name>``); not needed for state beside the checkpoint.
+        process_locations: ``{function name: url}`` for functions given ``state_location=``.
+        allow_pickle: decode pickled values (unpickling runs whatever the stored bytes say).
+        local_dir: where the local copies of loaded stores go (default: a temporary directory).
+    """
+
+    def __init__(self, checkpoint: str, *, function: Optional[str] = None,
+                 storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
+                 process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False,
+                 local_dir: Optional[str] = None) -> None:
+        self._ckpt = SparkCheckpoint(checkpoint, dict(storage_options or {}))
+        self._allow_pickle = allow_pickle
+        self._own_dir = local_dir is None
+        self._local_dir = local_dir or tempfile.mkdtemp(prefix="spark-state-lookup-")
+        found = find_process_locations(self._ckpt.storage, self._ckpt.query_id(), process_root,
+                                       dict(process_locations or {}), dict(storage_options or {}))
+        keyed = [loc for loc in found if loc.kind == KEYED]
+        self.location = _choose(keyed, function, self._ckpt, process_root)
+        self._storage = self.location.storage()
+        meta = json.loads(self._storage.read_bytes(L.META_FILE))
+        self.key_columns = KeyColumns.from_record(meta, self._storage.full_url(L.META_FILE))
+        self._max_parallelism = int(self.location.max_parallelism or meta["max_parallelism"])
+        self._commits: set[int] = set()
+        self._layouts: dict[tuple[int, L.Layout], set[int]] = {}
+        self._stores: dict[tuple[L.Layout, int], VersionedStore] = {}
+        self._codecs: dict[tuple[L.Layout, int, int, str], Optional[StateCodec]] = {}
+
+    # ------------------------------------------------------------------ lookups
+    def get(self, state: str, key: Any, default: Any = None, *, batch: Optional[int] = None) -> Any:
+        """The value of ``key`` in ``state`` after ``batch`` (default: the last committed batch),
+        or ``default`` when the key has none."""
+        result = self.lookup(state, key, batch=batch)
+        return result.value if result.found else default
+
+    def lookup(self, state: str, key: Any, *, batch: Optional[int] = None,
+               now_ms: Optional[int] = None) -> LookupResult:
+        """The value of ``key`` in ``state`` after ``batch``, with where it was found.
+
+        ``key``: as the function's ``ctx.current_key`` shows it (a scalar for one key column, a
+        tuple or a dict by column name for several). ``now_ms``: the time TTL expiry is judged
+        at (default: now); expired values are not found, as the function would not see them.
+
+        :raises UnknownStateError: no state of that name (the message lists the states).
+        :raises KeyMismatchError: the key does not fit the recorded key columns.
+        """
+        values = self.key_columns.values(key)
+        key_bytes = self.key_columns.encode(values)
+        key_group = self.key_columns.key_group(values, self._max_parallelism)
+        committed = self._committed(batch)
+        version = committed + 1
+        layout = self._layout(version, key_group)
+        partition = self._partition(layout, key_group)
+        store = self._store(layout, partition, version)
+        codec = self._codec(store, layout, partition, version, state)
+        base = K.entry_key(key_group, state.encode("utf-8"), key_bytes)
+        entries = store.iterate(base, prefix_upper_bound(base))
+        found, value = codec.value_of(len(base), entries, int(time.time() * 1000) if now_ms is None else now_ms)
+        return LookupResult(self.location.name, state, codec.kind, values, found, value, committed, key_group,
+                            partition)
+
+    def states(self, *, batch: Optional[int] = None) -> dict[str, str]:
+        """The function's keyed states after ``batch`` and what they hold (``value state of
+        bigint``), from the schema records of every partition store."""
+        version = self._ckpt.committed_batch(batch) + 1
+        layout = process_layout(self._storage, version)
+        out: dict[str, StateSchema] = {}
+        for partition in range(layout.parallelism):
+            out.update(_records(self._store(layout, partition, version)))
+        return {name: record.describe() for name, record in sorted(out.items())}
+
+    # ------------------------------------------------------------------ batches and layouts
+    def _committed(self, batch: Optional[int]) -> int:
+        """``batch`` if Spark's commit log has it, else the last committed batch (one listing
+        of ``commits/``; a batch found committed before needs none)."""
+        if batch is None or batch not in self._commits:
+            self._commits = set(self._ckpt.batch_ids("commits"))
+        if batch is None:
+            if not self._commits:
+                return self._ckpt.committed_batch()  # raises NoCommittedBatchError, saying so
+            return max(self._commits)
+        if batch not in self._commits:
+            return self._ckpt.committed_batch(batch)  # raises NoCommittedBatchError, naming what is
+        return batch
+
+    def _layout(self, version: int, key_group: int) -> L.Layout:
+        """The layout holding the committed copy of ``version`` in the key group's partition
+        (found once per version and partition: committed copies never change)."""
+        for (cached_version, layout), partitions in self._layouts.items():
+            if cached_version == version and self._partition(layout, key_group) in partitions:
+                return layout
+        layout = process_layout(self._storage, version, lambda lay: [self._partition(lay, key_group)])
+        self._layouts.setdefault((version, layout), set()).add(self._partition(layout, key_group))
+        return layout
+
+    # ------------------------------------------------------------------ stores
+    def _partition(self, layout: L.Layout, key_group: int) -> int:
+        return compute_operator_index_for_key_group(self._max_parallelism, layout.parallelism, key_group)
+
+    def _store(self, layout: L.Layout, partition: int, version: int) -> VersionedStore:
+        store = self._stores.get((layout, partition))
+        store_version = layout.store_version(version)
+        if store is None:
+            store = open_committed(self._storage.child(layout.store_path(partition)), store_version,
+                                   reader_config(local_dir=self._local_dir), layout.base, registry=self._storage)
+            self._stores[(layout, partition)] = store
+        elif store.version != store_version:
+            store.load(store_version)  # a later batch: replays its changelogs on the local copy
+        return store
+
+    def _codec(self, store: VersionedStore, layout: L.Layout, partition: int, version: int, state: str) -> StateCodec:
+        cache_key = (layout, partition, version, state)
+        if cache_key not in self._codecs:
+            name = state.encode("utf-8")
+            raw = store.get(syskeys.keyed_record_key(name))
+            self._codecs[cache_key] = None if raw is None else StateCodec(
+                state, StateSchema.decode(raw, state), is_stamped(store, name), self._allow_pickle)
+        codec = self._codecs[cache_key]
+        if codec is None:
+            known = sorted(_records(store))
+            raise UnknownStateError(
+                f"function {self.location.name!r} has no keyed state {state!r} in partition {partition}, which holds "
+                f"the key's key group (states there: {', '.join(known) if known else 'none yet'}); "
+                "`spark-state inspect <checkpoint>` lists every state")
+        return codec
+
+    def close(self) -> None:
+        """Close the loaded stores and delete their local copies."""
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()
+        if self._own_dir:
+            shutil.rmtree(self._local_dir, ignore_errors=True)
+
+    def __enter__(self) -> "StateLookup":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def lookup(checkpoint: str, state: str, key: Any, *, function: Optional[str] = None, batch: Optional[int] = None,
+           storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
+           process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False) -> LookupResult:
+    """One lookup (:meth:`StateLookup.lookup`), loading only the partition store the key needs."""
+    with StateLookup(checkpoint, function=function, storage_options=storage_options, process_root=process_root,
+                     process_locations=process_locations, allow_pickle=allow_pickle) as states:
+        return states.lookup(state, key, batch=batch)
+
+
+def _records(store: VersionedStore) -> dict[str, StateSchema]:
+    out = {}
+    for key, raw in store.iterate(*syskeys.record_range(syskeys.KEYED_SCHEMA_TAG)):
+        name = syskeys.name_of_record_key(key).decode("utf-8", "replace")
+        out[name] = StateSchema.decode(raw, name)
+    return out
+
+
+def _choose(keyed: list[ProcessLocation], function: Optional[str], ckpt: SparkCheckpoint,
+            process_root: Optional[str]) -> ProcessLocation:
+    names = [loc.name for loc in keyed]
+    if function is not None:
+        for loc in keyed:
+            if loc.name == function:
+                return loc
+        raise UnknownStateError(
+            f"the query of {ckpt.url} has no keyed function named {function!r} "
+            f"(keyed functions found: {', '.join(names) or 'none'}; looked "
+            f"{where_looked(ckpt.storage, ckpt.query_id(), process_root)})")
+    if len(keyed) == 1:
+        return keyed[0]
+    if not keyed:
+        raise UnknownStateError(
+            f"the query of {ckpt.url} has no keyed function state (looked "
+            f"{where_looked(ckpt.storage, ckpt.query_id(), process_root)}); a function given "
+            "state_location= is found with process_locations={name: url} (--process-location NAME=URL)")
+    raise UnknownStateError(
+        f"the query of {ckpt.url} has several keyed functions ({', '.join(names)}): name one "
+        "with function= (--function NAME)")
+

@@ -1,0 +1,160 @@
+"""Point lookups (spark_state.processor) of a keyed function's state against a plain-Python model
+of it: every keyed state type, at the last and an earlier batch, from Python and the command
+line; only the key's partition store is read; a lookup during a running query sees the last
+committed batch, never the batch being written; the clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+import process_fns
+from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, AllStates
+from spark_state.__main__ import main
+from spark_state.process import keyed_process
+from spark_state.processor import KeyMismatchError, StateLookup, UnknownStateError, lookup
+from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
+
+pytestmark = pytest.mark.spark
+
+NAME = "AllStates"
+PARALLELISM = 3
+
+
+def _batches() -> list[list[tuple[str, int]]]:
+    rng = random.Random(11)
+    return [[(f"k{rng.randrange(40)}", rng.randrange(0, 25)) for _ in range(60)] for _ in range(4)]
+
+
+def model_states(batches, upto: int) -> dict[str, dict[str, Any]]:
+    """Every key's state after batch ``upto``, as AllStates keeps it (see process_fns)."""
+    state: dict[str, dict[str, Any]] = {}
+    for rows in batches[:upto + 1]:
+        for k, v in rows:
+            s = state.get(k)
+            if s is None or v == 0:
+                s = state[k] = {"count": 0, "recent": [], "buckets": defaultdict(int), "total": 0, "vals": []}
+            s["count"] += 1
+            s["recent"] = (s["recent"] + [v])[-3:]
+            s["buckets"][v % 3] += 1
+            s["total"] += v
+            s["vals"].append(v)
+    return state
+
+
+def _build(df):
+    return keyed_process(df, "k", AllStates(), ALL_STATES_OUTPUT, parallelism=PARALLELISM, name=NAME)
+
+
+@pytest.fixture(scope="module")
+def finished(spark, tmp_path_factory):
+    """The query run over every batch; its state beside the checkpoint."""
+    ship_module_by_value(process_fns)
+    tmp = tmp_path_factory.mktemp("lookup")
+    batches = _batches()
+    write_batches(tmp / "in", batches, INPUT_SCHEMA)
+    run = run_query(spark, _build, provider_class=HDFS_PROVIDER, input_dir=str(tmp / "in"), schema=INPUT_SCHEMA,
+                    checkpoint_dir=str(tmp / "ckpt"), output_mode="append")
+    assert run.batch_ids == list(range(len(batches)))
+    return {"checkpoint": str(tmp / "ckpt"), "batches": batches, "tmp": tmp}
+
+
+def _expect_all(states: StateLookup, model: dict, key: str, batch) -> None:
+    s = model[key]
+    assert states.get("count", key, batch=batch) == s["count"]
+    assert states.get("recent", key, batch=batch) == s["recent"]
+    assert states.get("buckets", key, batch=batch) == dict(s["buckets"])
+    assert states.get("total", key, batch=batch) == s["total"]
+    mean = states.get("mean", key, batch=batch)  # the accumulator: (sum, count)
+    assert tuple(mean.values() if isinstance(mean, dict) else mean) == (sum(s["vals"]), len(s["vals"]))
+
+
+def test_lookups_equal_the_model_for_every_state_type(finished):
+    batches = finished["batches"]
+    with StateLookup(finished["checkpoint"]) as states:
+        for batch in (None, 1):
+            model = model_states(batches, len(batches) - 1 if batch is None else batch)
+            for key in sorted(model):
+                _expect_all(states, model, key, batch)
+            assert states.get("count", "no-such-key") is None and states.get("recent", "no-such-key", []) == []
+        result = states.lookup("count", "k1")
+        assert (result.function, result.kind, result.batch, result.key) == (NAME, "value", len(batches) - 1, ("k1",))
+        assert 0 <= result.partition < PARALLELISM and 0 <= result.key_group < 128
+        assert set(states.states()) == {"count", "recent", "buckets", "total", "mean"}
+        assert states.states()["buckets"] == "map state of bigint -> bigint"
+
+
+def test_a_lookup_reads_only_the_partition_store_of_its_key(finished):
+    """With every other partition's store deleted, the lookups of the remaining one still work."""
+    copy = finished["tmp"] / "only-one-partition"
+    shutil.copytree(finished["checkpoint"], copy)
+    model = model_states(finished["batches"], len(finished["batches"]) - 1)
+    first = lookup(str(copy), "count", "k1")
+    stores = copy / "spark-state" / NAME / "stores"
+    [layout] = os.listdir(stores)
+    for partition in os.listdir(stores / layout):
+        if int(partition) != first.partition:
+            shutil.rmtree(stores / layout / partition)
+    with StateLookup(str(copy)) as states:
+        keys = [k for k in model  # the key's partition: Flink's operator index of its key group
+                if states.key_columns.key_group((k,), 128) * PARALLELISM // 128 == first.partition]
+        assert keys and all(states.get("count", k) == model[k]["count"] for k in keys)
+
+
+def test_the_command_line_prints_the_value(finished, capsys):
+    model = model_states(finished["batches"], 1)
+    assert main(["get", finished["checkpoint"], "recent", "k3", "--batch", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["found"] and out["value"] == model["k3"]["recent"] and out["batch"] == 1 and out["key"] == ["k3"]
+    assert main(["get", finished["checkpoint"], "buckets", "k3"]) == 0
+    printed = capsys.readouterr().out
+    assert "AllStates.buckets (map state)" in printed and "batch 3" in printed
+    assert main(["get", finished["checkpoint"], "count", "absent-key"]) == 0
+    assert "(no value)" in capsys.readouterr().out
+
+
+def test_clear_errors(finished, capsys):
+    ckpt = finished["checkpoint"]
+    with pytest.raises(UnknownStateError, match=r"no keyed state 'cont'.*states there: buckets, count, mean"):
+        lookup(ckpt, "cont", "k1")
+    with pytest.raises(UnknownStateError, match=r"no keyed function named 'Other' \(keyed functions found: AllStates"):
+        lookup(ckpt, "count", "k1", function="Other")
+    with pytest.raises(KeyMismatchError, match=r"must have 1 values|does not fit the key columns \(k string\)"):
+        lookup(ckpt, "count", 42)
+    assert main(["get", ckpt, "count", "k1", "--batch", "99", "--json"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["error"] == "NoCommittedBatchError" and "batch 99 is not committed" in captured.err
+
+
+def test_a_lookup_during_the_run_sees_the_last_committed_batch(spark, tmp_path):
+    """Inside batch b's sink, the function's tasks have committed their state of batch b, but
+    Spark has not written commits/b: a lookup then answers with batch b - 1's state."""
+    ship_module_by_value(process_fns)
+    batches = _batches()
+    write_batches(tmp_path / "in", batches, INPUT_SCHEMA)
+    checkpoint = str(tmp_path / "ckpt")
+    seen: dict[int, dict[str, Any]] = {}
+
+    def sink(batch_df, batch_id):
+        batch_df.collect()  # runs the function: its state of this batch is written now
+        if batch_id == 0:
+            return
+        with StateLookup(checkpoint) as states:
+            seen[batch_id] = {k: (states.lookup("count", k).batch, states.get("count", k))
+                              for k in sorted({k for k, _ in batches[batch_id]})}
+
+    df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "in"))
+    query = (_build(df).writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    query.awaitTermination(180)
+    assert query.exception() is None
+    assert sorted(seen) == list(range(1, len(batches)))
+    for batch_id, found in seen.items():
+        before = model_states(batches, batch_id - 1)
+        assert found == {k: (batch_id - 1, before[k]["count"] if k in before else None) for k in found}
