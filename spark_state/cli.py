@@ -1,8 +1,8 @@
 """The command line: ``python -m spark_state <command>`` or the ``spark-state`` script.
 
 Commands: ``inspect``, ``savepoint``, ``restore``, ``rescale``, ``migrate``, ``move-state`` (the operations
-of :mod:`spark_state.ops`, the same functions as the Python API), ``get`` (a point lookup,
-:mod:`spark_state.processor`), ``demo``, ``jar`` and
+of :mod:`spark_state.ops`, the same functions as the Python API), ``get`` and ``erase`` (a point
+lookup, erasure of keys: :mod:`spark_state.processor`), ``demo``, ``jar`` and
 ``server-conf`` (the confs of a Spark Connect server or other driver started elsewhere).
 
 Conventions (every command follows them; keep them when adding one):
@@ -120,6 +120,16 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--batch", type=int, help="the committed batch to read (default: the latest)")
     p.add_argument("--allow-pickle", action="store_true",
                    help="decode pickled values (unpickling runs whatever the stored bytes say: trusted storage only)")
+    _process_options(p)
+
+    p = _command(sub, "erase", "delete keys from every state of a stopped query's keyed functions (values, lists, "
+                               "maps, timers, TTL index), as of its last committed batch", _erase)
+    p.add_argument("checkpoint", help="the query's checkpointLocation")
+    p.add_argument("keys", nargs="*", metavar="KEY", help="a key, typed as for `get` (repeatable)")
+    p.add_argument("--keys-file", metavar="FILE", help="more keys, one per line (as typed for `get`)")
+    p.add_argument("--function", metavar="NAME", help="only this keyed function (default: every keyed function)")
+    p.add_argument("--force", action="store_true",
+                   help="skip the running-query check (only when you know the query is stopped)")
     _process_options(p)
 
     sub.add_parser("demo", help="run the demo job (python -m spark_state demo --help)")
@@ -293,6 +303,25 @@ def _get(args):
     shown = json.dumps(d["value"]) if r.found else "(no value)"
     return d, (f"{shown}\n  {r.function}.{r.state} ({r.kind} state), key {d['key']}, batch {r.batch}, "
                f"key group {r.key_group}, partition {r.partition}")
+
+
+def _erase(args):
+    from .processor import erase_keys
+
+    keys = list(args.keys)
+    if args.keys_file:
+        with open(args.keys_file, encoding="utf-8") as lines_in:
+            keys += [line.rstrip("\n") for line in lines_in if line.strip()]
+    if not keys:
+        raise ValueError("give at least one key (KEY arguments or --keys-file)")
+    r = erase_keys(args.checkpoint, keys, function=args.function, force=args.force, progress=not args.no_progress,
+                   as_text=True, **_common(args))
+    lines = [f"erased {len(keys)} key(s) from the state of batch {r.batch} of {r.checkpoint}, committed as batch "
+             f"{r.erasure_batch} ({r.entries_removed} entries, {r.seconds:.1f} s); restart the query"]
+    for name, f in r.functions.items():
+        entries = ", ".join(f"{what} {n}" for what, n in f["entries"].items()) or "nothing"
+        lines.append(f"  {name}: {f['keys_found']} of the keys found; removed {entries}")
+    return r.to_dict(), "\n".join(lines)
 
 
 def _describe_inspect(r: dict[str, Any]) -> str:

@@ -110,7 +110,7 @@ def s3_location(s3_endpoint: str) -> tuple[str, dict[str, str]]:
 # * Work units: the tests that share a costly module-scoped fixture run on one worker, back to
 #   back, so the fixture is built once, not once per worker: the Connect server, the soak run,
 #   the wheel build, the CLI's checkpoint, keyed_process's and event time's unscaled runs, the
-#   no-data batch tests' runs, the TTL dedup test's HDFS run; and, per operator case, the tests
+#   no-data batch tests' runs, the state-as-data query, the TTL dedup test's HDFS run; and, per operator case, the tests
 #   that compare with the case's reference runs (test_operator_equivalence.reference_run, a
 #   per-session cache shared with the ops tests). Every other test is a unit of its own.
 #   (xdist's own ``xdist_group`` marks do not work with pytest 9.2: xdist 3.8 renames
@@ -122,7 +122,7 @@ def s3_location(s3_endpoint: str) -> tuple[str, dict[str, str]]:
 #: Modules whose tests share a module-scoped fixture that runs a query, a server or a build.
 _SHARED_MODULES = {"tests/connect/test_connect.py", "tests/soak/test_soak_short.py", "tests/ops/test_cli.py",
                    "tests/packaging/test_wheel.py", "tests/process/test_keyed_process.py", "tests/process/test_time.py",
-                   "tests/process/test_no_data_batches.py"}
+                   "tests/process/test_no_data_batches.py", "tests/processor/test_state_data.py"}
 #: Tests (all their parameters) that share a module-scoped fixture.
 _SHARED_TESTS = {"tests/spark/test_provider_ttl.py::test_dedup_with_ttl_keeps_state_bounded_while_hdfs_grows"}
 #: Modules whose tests take the operator case as their first parameter and compare with its
@@ -134,7 +134,7 @@ _LONG_FIRST = [
     "tests/reliability/test_speculation.py", "tests/reliability/test_kill.py", "tests/lines/", "tests/soak/",
     "tests/spark/test_jobs.py", "tests/reliability/test_single_writer.py", "tests/connect/",
     "tests/spark/test_operator_equivalence.py", "tests/ops/", "tests/reliability/", "tests/packaging/",
-    "tests/faults/", "tests/spark/", "tests/process/", "tests/s3/", "examples/",
+    "tests/faults/", "tests/spark/", "tests/process/", "tests/processor/", "tests/s3/", "examples/",
 ]
 
 

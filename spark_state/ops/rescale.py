@@ -54,13 +54,14 @@ from ..checkpoint.runs import RunRegistry
 from ..checkpoint.retention import list_copies
 from ..config import EngineConfig
 from ..keys.provider import MalformedProviderKeyError, route_hashes
+from ..process import location as L
 from ..storage import CheckpointStorage
 from . import savepoint_format as F
 from .checkpoint_reader import (SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint,
                                 provider_short_name)
 from .errors import QueryRunningError, UnsupportedCheckpointError
 from .progress import Progress
-from .process_locations import find_process_locations
+from .process_locations import ProcessLocation, find_process_locations
 from .state_io import (import_store, new_tool_run_id, process_entries, process_layout,
                        reader_config, store_entries, write_process_layout)
 
@@ -195,39 +196,73 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
     if not isinstance(partitions, int) or partitions < 1:
         raise ValueError(f"--partitions must be a positive integer, got {partitions!r}")
     started = time.perf_counter()
+    ckpt, last, old = prepare_rewrite(checkpoint, storage_options, force, "rescale")
+    if old == partitions:
+        raise ValueError(
+            f"{ckpt.url} already has {partitions} partitions (spark.sql.shuffle.partitions of batch {last})")
+    processes = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, process_locations or {},
+                                       storage_options or {})
+    op_summaries, total_rows = rewrite_as_new_batch(ckpt, last, partitions, processes, "rescale", progress)
+    return RescaleResult(ckpt.url, last + 1, old, partitions, op_summaries, [p.name for p in processes],
+                         sum(o["keys"] for o in op_summaries), total_rows, round(time.perf_counter() - started, 3))
+
+
+def prepare_rewrite(checkpoint: str, storage_options: Optional[dict[str, str]], force: bool,
+                    operation: str) -> tuple[SparkCheckpoint, int, int]:
+    """The checks before :func:`rewrite_as_new_batch`: a stopped query (or one whose last batch
+    is an interrupted rewrite of ours, which is redone) on spark-state's provider if it has
+    Spark operators. Returns the checkpoint, its last committed batch and its partition count."""
     ckpt = SparkCheckpoint(checkpoint, storage_options)
     last = ckpt.committed_batch()
     offsets = ckpt.batch_ids("offsets")
     resuming = bool(offsets) and offsets[-1] == last + 1 and ckpt.storage.exists(f"{MARKER_DIR}/{last + 1}.json")
     if not force:
-        check_stopped(ckpt, last, resuming)
+        check_stopped(ckpt, last, resuming, operation)
     provider = ckpt.provider_class(last)
     operators = ckpt.operators()
     if provider != SPARKSTATE_PROVIDER and operators:
         raise UnsupportedCheckpointError(
-            f"{ckpt.url} uses {provider_short_name(provider)}'s state store provider; in-place rescale works on "
+            f"{ckpt.url} uses {provider_short_name(provider)}'s state store provider; in-place {operation} works on "
             "spark-state checkpoints. Migrate it first: python -m spark_state migrate <checkpoint> <new checkpoint> "
-            "--to spark-state, then rescale the new checkpoint")
-    old = ckpt.partitions(last)
-    if old == partitions:
-        raise ValueError(
-            f"{ckpt.url} already has {partitions} partitions (spark.sql.shuffle.partitions of batch {last})")
+            f"--to spark-state, then {operation} the new checkpoint")
+    _check_live_stores(ckpt, operators, ckpt.partitions(last), last + 1, force)
+    return ckpt, last, ckpt.partitions(last)
+
+
+#: What a rewrite writes for one process state location, partition by partition:
+#: ``(location, layout of the last batch, partition) -> entries`` (default: a plain copy).
+ProcessEntries = Callable[[ProcessLocation, L.Layout, int], Iterable[tuple[bytes, bytes]]]
+
+
+def rewrite_as_new_batch(ckpt: SparkCheckpoint, last: int, partitions: int, processes: list[ProcessLocation],
+                         operation: str, progress: bool,
+                         process_entries_of: Optional[ProcessEntries] = None) -> tuple[list[dict[str, Any]], int]:
+    """Steps 2-5 of the module docstring: batch ``last + 1`` reading no new input, whose state
+    (version ``last + 2``) is every provider store re-split into ``partitions`` and every process
+    state location's ``process_entries_of`` (a copy by default), committed last. Returns the
+    operators' summaries and the rows moved."""
     state_version = last + 1
-    _check_live_stores(ckpt, operators, old, state_version, force)
     new_batch = last + 1
+    old = ckpt.partitions(last)
+    operators = ckpt.operators()
     config = reader_config()
-    run_id = new_tool_run_id(f"rescale-b{new_batch}")
+    run_id = new_tool_run_id(f"{operation.replace(' ', '-')}-b{new_batch}")
+
+    def copy(loc: ProcessLocation, layout: L.Layout, i: int) -> Iterable[tuple[bytes, bytes]]:
+        return process_entries(loc.storage(), layout, i, state_version, config)
+
+    entries_of = process_entries_of or copy
     # 1. the batch and a marker naming it ours (so that an interruption can be resumed)
     entry = ckpt.offset(last)
     ckpt.storage.write_bytes(f"{MARKER_DIR}/{new_batch}.json", json.dumps(
-        {"batch_id": new_batch, "from_partitions": old, "to_partitions": partitions,
+        {"batch_id": new_batch, "operation": operation, "from_partitions": old, "to_partitions": partitions,
          "run_id": run_id, "started_ms": int(time.time() * 1000)}).encode())
     ckpt.write_log_file(f"offsets/{new_batch}",
                         entry.with_conf(**{SHUFFLE_PARTITIONS_CONF: str(partitions)}).encode())
-    # 2. the state, re-split
+    # 2. the state
     total_rows = 0
     op_summaries: list[dict[str, Any]] = []
-    bar = Progress("rescale", unit="rows", enabled=progress)
+    bar = Progress(operation, unit="rows", enabled=progress)
     try:
         for op in operators:
             keys = 0
@@ -243,12 +278,10 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
 
                 keys += write_split(split, target, state_version + 1, config, run_id)
             op_summaries.append({"id": op.id, "name": op.name, "keys": keys})
-        processes = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, process_locations or {},
-                                           storage_options or {})
         for loc in processes:
             storage = loc.storage()
             layout = process_layout(storage, state_version)
-            parts = ((i, process_entries(storage, layout, i, state_version, config)) for i in range(layout.parallelism))
+            parts = ((i, entries_of(loc, layout, i)) for i in range(layout.parallelism))
             write_process_layout(storage, loc.kind, loc.max_parallelism, layout.parallelism, state_version + 1,
                                  parts, config, run_id)
         # 3. operator metadata, then the commit point
@@ -257,10 +290,9 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
         ckpt.write_log_file(f"commits/{new_batch}", ckpt.read(f"commits/{last}"))
     finally:
         bar.close()
-    for name in ckpt.storage.list_dir(MARKER_DIR):  # ours, and any left by a rescale that committed
+    for name in ckpt.storage.list_dir(MARKER_DIR):  # ours, and any left by a rewrite that committed
         ckpt.storage.delete(f"{MARKER_DIR}/{name}")
-    return RescaleResult(ckpt.url, new_batch, old, partitions, op_summaries, [p.name for p in processes],
-                         sum(o["keys"] for o in op_summaries), total_rows, round(time.perf_counter() - started, 3))
+    return op_summaries, total_rows
 
 
 _stores_written = [0]

@@ -33,18 +33,14 @@ from typing import Any, Mapping, Optional
 
 from ..engine.store import VersionedStore, prefix_upper_bound
 from ..keys import keyed as K
-from ..keys import system as syskeys
-from ..ops.checkpoint_reader import SparkCheckpoint
-from ..ops.process_locations import ProcessLocation, find_process_locations, where_looked
 from ..ops.state_io import open_committed, process_layout, reader_config
 from ..partitioning.keygroups import compute_operator_index_for_key_group
 from ..process import location as L
-from ..process.plan import KEYED
 from ..state.schema import StateSchema
-from ..ttl.kv import is_stamped
 from .codecs import StateCodec
+from .records import keyed_records, state_codec
 from .errors import UnknownStateError
-from .keys import KeyColumns
+from .source import KeyedSource
 
 __all__ = ["LookupResult", "StateLookup", "lookup"]
 
@@ -94,18 +90,16 @@ class StateLookup:
                  storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
                  process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False,
                  local_dir: Optional[str] = None) -> None:
-        self._ckpt = SparkCheckpoint(checkpoint, dict(storage_options or {}))
+        self.source = KeyedSource(checkpoint, function=function, storage_options=storage_options,
+                                  process_root=process_root, process_locations=process_locations)
+        self._ckpt = self.source.checkpoint
+        self.location = self.source.location
+        self.key_columns = self.source.key_columns
+        self._storage = self.source.storage
+        self._max_parallelism = self.source.max_parallelism
         self._allow_pickle = allow_pickle
         self._own_dir = local_dir is None
         self._local_dir = local_dir or tempfile.mkdtemp(prefix="spark-state-lookup-")
-        found = find_process_locations(self._ckpt.storage, self._ckpt.query_id(), process_root,
-                                       dict(process_locations or {}), dict(storage_options or {}))
-        keyed = [loc for loc in found if loc.kind == KEYED]
-        self.location = _choose(keyed, function, self._ckpt, process_root)
-        self._storage = self.location.storage()
-        meta = json.loads(self._storage.read_bytes(L.META_FILE))
-        self.key_columns = KeyColumns.from_record(meta, self._storage.full_url(L.META_FILE))
-        self._max_parallelism = int(self.location.max_parallelism or meta["max_parallelism"])
         self._commits: set[int] = set()
         self._layouts: dict[tuple[int, L.Layout], set[int]] = {}
         self._stores: dict[tuple[L.Layout, int], VersionedStore] = {}
@@ -151,7 +145,7 @@ class StateLookup:
         layout = process_layout(self._storage, version)
         out: dict[str, StateSchema] = {}
         for partition in range(layout.parallelism):
-            out.update(_records(self._store(layout, partition, version)))
+            out.update(keyed_records(self._store(layout, partition, version)))
         return {name: record.describe() for name, record in sorted(out.items())}
 
     # ------------------------------------------------------------------ batches and layouts
@@ -196,13 +190,10 @@ class StateLookup:
     def _codec(self, store: VersionedStore, layout: L.Layout, partition: int, version: int, state: str) -> StateCodec:
         cache_key = (layout, partition, version, state)
         if cache_key not in self._codecs:
-            name = state.encode("utf-8")
-            raw = store.get(syskeys.keyed_record_key(name))
-            self._codecs[cache_key] = None if raw is None else StateCodec(
-                state, StateSchema.decode(raw, state), is_stamped(store, name), self._allow_pickle)
+            self._codecs[cache_key] = state_codec(store, state, self._allow_pickle)
         codec = self._codecs[cache_key]
         if codec is None:
-            known = sorted(_records(store))
+            known = sorted(keyed_records(store))
             raise UnknownStateError(
                 f"function {self.location.name!r} has no keyed state {state!r} in partition {partition}, which holds "
                 f"the key's key group (states there: {', '.join(known) if known else 'none yet'}); "
@@ -231,35 +222,4 @@ def lookup(checkpoint: str, state: str, key: Any, *, function: Optional[str] = N
     with StateLookup(checkpoint, function=function, storage_options=storage_options, process_root=process_root,
                      process_locations=process_locations, allow_pickle=allow_pickle) as states:
         return states.lookup(state, key, batch=batch)
-
-
-def _records(store: VersionedStore) -> dict[str, StateSchema]:
-    out = {}
-    for key, raw in store.iterate(*syskeys.record_range(syskeys.KEYED_SCHEMA_TAG)):
-        name = syskeys.name_of_record_key(key).decode("utf-8", "replace")
-        out[name] = StateSchema.decode(raw, name)
-    return out
-
-
-def _choose(keyed: list[ProcessLocation], function: Optional[str], ckpt: SparkCheckpoint,
-            process_root: Optional[str]) -> ProcessLocation:
-    names = [loc.name for loc in keyed]
-    if function is not None:
-        for loc in keyed:
-            if loc.name == function:
-                return loc
-        raise UnknownStateError(
-            f"the query of {ckpt.url} has no keyed function named {function!r} "
-            f"(keyed functions found: {', '.join(names) or 'none'}; looked "
-            f"{where_looked(ckpt.storage, ckpt.query_id(), process_root)})")
-    if len(keyed) == 1:
-        return keyed[0]
-    if not keyed:
-        raise UnknownStateError(
-            f"the query of {ckpt.url} has no keyed function state (looked "
-            f"{where_looked(ckpt.storage, ckpt.query_id(), process_root)}); a function given "
-            "state_location= is found with process_locations={name: url} (--process-location NAME=URL)")
-    raise UnknownStateError(
-        f"the query of {ckpt.url} has several keyed functions ({', '.join(names)}): name one "
-        "with function= (--function NAME)")
 

@@ -1,8 +1,12 @@
-"""Point-lookup latency (spark_state.processor) of a keyed function's state, on local disk and S3.
+"""State as data (spark_state.processor) at scale: read throughput and point-lookup latency of a
+keyed function's state, on local disk and S3.
 
 The state is a real query's: ``keyed_process`` keeps a running count per key (value state
 ``count``) over ``--keys`` distinct keys, written by ``--files`` micro-batches at parallelism
 ``--parallelism``. Then, on the query's checkpoint (state beside it):
+
+* **read**: ``read_keyed_state(spark, checkpoint, "count")`` summed over every row (keys/s, in
+  the same ``local[2]`` session that ran the query; best of ``--reads``);
 
 * **cold**: ``spark_state.processor.lookup(checkpoint, "count", key)``, a new reader per lookup,
   as ``spark-state get`` does: it loads the one partition store that holds the key (its snapshot
@@ -13,7 +17,7 @@ The state is a real query's: ``keyed_process`` keeps a running count per key (va
 The same again with the checkpoint copied to an S3 server (``--s3-endpoint``, default: a moto
 server started here on loopback). Prints p50/p99 per case and writes ``--json``.
 
-    python bench/lookup_bench.py --keys 10000000
+    python bench/state_data_bench.py --keys 10000000
 """
 
 from __future__ import annotations
@@ -47,14 +51,17 @@ def write_input(root: str, keys: int, files: int) -> None:
         os.utime(os.path.join(root, f"part-{f:04d}.parquet"), (1_700_000_000 + 10 * f,) * 2)
 
 
-def run_query(input_dir: str, checkpoint: str, parallelism: int) -> float:
-    """The keyed count over every file (availableNow); returns its wall time (s)."""
+def run_query(input_dir: str, checkpoint: str, parallelism: int, keys: int, reads: int) -> tuple[float, list[float]]:
+    """The keyed count over every file (availableNow), then ``reads`` full reads of its state;
+    returns the query's wall time and each read's (s)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
     from pyspark.sql.types import LongType
 
     import spark_state
     from spark_state.process import KeyedProcessFunction
+    from spark_state.processor import read_keyed_state
     from spark_state.state import ValueStateDescriptor
 
     class RunningCount(KeyedProcessFunction):
@@ -66,7 +73,7 @@ def run_query(input_dir: str, checkpoint: str, parallelism: int) -> float:
             self.count.update(n)
             return ((row.k, n),)
 
-    spark = spark_state.configure(SparkSession.builder.master("local[2]").appName("lookup-bench")
+    spark = spark_state.configure(SparkSession.builder.master("local[2]").appName("state-data-bench")
                                   .config("spark.ui.enabled", "false")
                                   .config("spark.sql.shuffle.partitions", str(parallelism))).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -78,8 +85,14 @@ def run_query(input_dir: str, checkpoint: str, parallelism: int) -> float:
              .trigger(availableNow=True).start())
     query.awaitTermination()
     seconds = time.perf_counter() - started
+    read_seconds = []
+    for _ in range(reads):
+        t = time.perf_counter()
+        rows, total = read_keyed_state(spark, checkpoint, "count").agg(F.count("*"), F.sum("value")).first()
+        read_seconds.append(time.perf_counter() - t)
+        assert rows == keys and total == keys, (rows, total)
     spark.stop()
-    return seconds
+    return seconds, read_seconds
 
 
 def percentiles(ms: list[float]) -> dict[str, float]:
@@ -133,7 +146,7 @@ def start_moto() -> tuple[subprocess.Popen, str]:
 def upload(local: str, endpoint: str) -> str:
     import boto3
 
-    bucket = f"lookup-{uuid.uuid4().hex[:8]}"
+    bucket = f"state-data-{uuid.uuid4().hex[:8]}"
     client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
                           aws_secret_access_key="testing", region_name="us-east-1")
     client.create_bucket(Bucket=bucket)
@@ -149,6 +162,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=10_000_000)
     ap.add_argument("--files", type=int, default=10, help="micro-batches that write the keys")
     ap.add_argument("--parallelism", type=int, default=4)
+    ap.add_argument("--reads", type=int, default=2, help="full reads of the state (best is reported)")
     ap.add_argument("--cold", type=int, default=10, help="cold lookups (a new reader each)")
     ap.add_argument("--warm", type=int, default=5000, help="warm lookups (one reader)")
     ap.add_argument("--s3-endpoint", help="an S3 endpoint (default: a moto server started here)")
@@ -156,15 +170,17 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
 
-    work = tempfile.mkdtemp(prefix="lookup-bench-")
+    work = tempfile.mkdtemp(prefix="state-data-bench-")
     try:
         write_input(os.path.join(work, "in"), args.keys, args.files)
         checkpoint = os.path.join(work, "ckpt")
-        query_s = run_query(os.path.join(work, "in"), checkpoint, args.parallelism)
-        state_bytes = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(os.path.join(checkpoint, "spark-state"))
-                          for f in fs)
+        query_s, read_s = run_query(os.path.join(work, "in"), checkpoint, args.parallelism, args.keys, args.reads)
+        state_dir = os.path.join(checkpoint, "spark-state")
+        state_bytes = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(state_dir) for f in fs)
         result = {"keys": args.keys, "files": args.files, "parallelism": args.parallelism,
                   "query_seconds": round(query_s, 1), "state_bytes": state_bytes,
+                  "read_seconds": [round(x, 2) for x in read_s],
+                  "read_keys_per_second": round(args.keys / min(read_s)) if read_s else None,
                   "local": measure(checkpoint, args.keys, args.cold, args.warm, {})}
         print(json.dumps(result["local"]), flush=True)
         if not args.no_s3:

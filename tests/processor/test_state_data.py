@@ -1,6 +1,7 @@
-"""Point lookups (spark_state.processor) of a keyed function's state against a plain-Python model
-of it: every keyed state type, at the last and an earlier batch, from Python and the command
-line; only the key's partition store is read; a lookup during a running query sees the last
+"""A keyed function's state read outside the query (spark_state.processor) against a plain-Python
+model of it: every keyed state type and the timers, at the last and an earlier batch; as
+DataFrames (nested and exploded) and by point lookups from Python and the command line; only the
+key's partition store is read by a lookup; a lookup during a running query sees the last
 committed batch, never the batch being written; the clear errors."""
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from typing import Any
 import pytest
 
 import process_fns
-from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, AllStates
+import state_data_fns
+from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA
 from spark_state.__main__ import main
 from spark_state.process import keyed_process
-from spark_state.processor import KeyMismatchError, StateLookup, UnknownStateError, lookup
+from spark_state.ops import QueryRunningError
+from spark_state.processor import (KeyMismatchError, StateLookup, UnknownStateError, erase_keys, lookup,
+                                   read_keyed_state, read_timers)
+from state_data_fns import FAR_MS, AllStatesAndTimers
 from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
 
 pytestmark = pytest.mark.spark
@@ -49,13 +54,18 @@ def model_states(batches, upto: int) -> dict[str, dict[str, Any]]:
 
 
 def _build(df):
-    return keyed_process(df, "k", AllStates(), ALL_STATES_OUTPUT, parallelism=PARALLELISM, name=NAME)
+    return keyed_process(df, "k", AllStatesAndTimers(), ALL_STATES_OUTPUT, parallelism=PARALLELISM, name=NAME)
+
+
+def _ship():
+    ship_module_by_value(process_fns)
+    ship_module_by_value(state_data_fns)
 
 
 @pytest.fixture(scope="module")
 def finished(spark, tmp_path_factory):
     """The query run over every batch; its state beside the checkpoint."""
-    ship_module_by_value(process_fns)
+    _ship()
     tmp = tmp_path_factory.mktemp("lookup")
     batches = _batches()
     write_batches(tmp / "in", batches, INPUT_SCHEMA)
@@ -88,6 +98,48 @@ def test_lookups_equal_the_model_for_every_state_type(finished):
         assert 0 <= result.partition < PARALLELISM and 0 <= result.key_group < 128
         assert set(states.states()) == {"count", "recent", "buckets", "total", "mean"}
         assert states.states()["buckets"] == "map state of bigint -> bigint"
+
+
+def test_reads_equal_the_model_for_every_state_type(spark, finished):
+    batches, ckpt = finished["batches"], finished["checkpoint"]
+    for batch in (None, 1):
+        model = model_states(batches, len(batches) - 1 if batch is None else batch)
+
+        def read(state, batch=batch):
+            return {tuple(r)[0]: tuple(r)[1:] for r in read_keyed_state(spark, ckpt, state, batch=batch).collect()}
+
+        assert read("count") == {k: (s["count"],) for k, s in model.items()}
+        assert read("recent") == {k: (s["recent"],) for k, s in model.items()}
+        assert read("buckets") == {k: (dict(s["buckets"]),) for k, s in model.items()}
+        assert read("total") == {k: (s["total"],) for k, s in model.items()}
+        assert {k: tuple(v[0]) for k, v in read("mean").items()} == {
+            k: (sum(s["vals"]), len(s["vals"])) for k, s in model.items()}
+        exploded = read_keyed_state(spark, ckpt, "recent", batch=batch, exploded=True)
+        assert exploded.columns == ["k", "index", "value"]
+        assert sorted(map(tuple, exploded.collect())) == sorted(
+            (k, i, v) for k, s in model.items() for i, v in enumerate(s["recent"]))
+        entries = read_keyed_state(spark, ckpt, "buckets", batch=batch, exploded=True)
+        assert entries.columns == ["k", "map_key", "value"]
+        assert sorted(map(tuple, entries.collect())) == sorted(
+            (k, b, n) for k, s in model.items() for b, n in s["buckets"].items())
+    frame = read_keyed_state(spark, ckpt, "buckets")
+    assert frame.schema.simpleString() == "struct<k:string,value:map<bigint,bigint>>"
+    assert frame.rdd.getNumPartitions() == PARALLELISM  # one task per partition store
+
+
+def test_timers_read_as_registered(spark, finished):
+    """Every (key, v) registered a processing-time timer at FAR_MS + v; none has fired."""
+    rows = read_timers(spark, finished["checkpoint"]).collect()
+    expected = {(k, "processing_time", FAR_MS + v) for batch in finished["batches"] for k, v in batch}
+    assert sorted(map(tuple, rows)) == sorted(expected)
+    before = {(k, "processing_time", FAR_MS + v) for batch in finished["batches"][:2] for k, v in batch}
+    assert {tuple(r) for r in read_timers(spark, finished["checkpoint"], batch=1).collect()} == before
+
+
+def test_a_read_of_an_unknown_state_lists_the_states(spark, finished):
+    with pytest.raises(UnknownStateError,
+                       match=r"no keyed state 'cont' \(states: buckets, count, mean, recent, total\)"):
+        read_keyed_state(spark, finished["checkpoint"], "cont")
 
 
 def test_a_lookup_reads_only_the_partition_store_of_its_key(finished):
@@ -135,7 +187,7 @@ def test_clear_errors(finished, capsys):
 def test_a_lookup_during_the_run_sees_the_last_committed_batch(spark, tmp_path):
     """Inside batch b's sink, the function's tasks have committed their state of batch b, but
     Spark has not written commits/b: a lookup then answers with batch b - 1's state."""
-    ship_module_by_value(process_fns)
+    _ship()
     batches = _batches()
     write_batches(tmp_path / "in", batches, INPUT_SCHEMA)
     checkpoint = str(tmp_path / "ckpt")
@@ -158,3 +210,58 @@ def test_a_lookup_during_the_run_sees_the_last_committed_batch(spark, tmp_path):
     for batch_id, found in seen.items():
         before = model_states(batches, batch_id - 1)
         assert found == {k: (batch_id - 1, before[k]["count"] if k in before else None) for k in found}
+
+
+def test_erasure_removes_the_keys_from_every_state_and_the_query_never_sees_them_again(spark, finished):
+    """Erase k1 and k2 from a copy of the stopped query; then every state and the timers lack them,
+    the other keys keep theirs, and the continued query starts the erased keys afresh."""
+    _ship()
+    batches, tmp = finished["batches"], finished["tmp"]
+    ckpt = tmp / "erased"
+    shutil.copytree(finished["checkpoint"], ckpt)
+    model = model_states(batches, len(batches) - 1)
+    assert {"k1", "k2"} <= set(model)
+    result = erase_keys(str(ckpt), ["k1", "k2", "never-seen"], progress=False)
+    erased = result.functions[NAME]
+    rows_of = {k: sum(1 for b in batches for key, _ in b if key == k) for k in ("k1", "k2")}
+    assert erased["keys_found"] == 2 and result.batch == len(batches) - 1 and result.erasure_batch == len(batches)
+    # one timer per distinct v of the key; list entries: the counter and up to 3 elements; map: one per bucket
+    timers = sum(len({v for b in batches for key, v in b if key == k}) for k in ("k1", "k2"))
+    assert erased["entries"]["<timers>"] == timers and erased["entries"]["count"] == 2
+    assert erased["entries"]["buckets"] == sum(len(model[k]["buckets"]) for k in ("k1", "k2"))
+    assert rows_of["k1"] > 0
+    with StateLookup(str(ckpt)) as states:
+        for state in ("count", "recent", "buckets", "total", "mean"):
+            assert states.get(state, "k1") is None and states.get(state, "k2") is None
+        others = sorted(set(model) - {"k1", "k2"})
+        assert [states.get("count", k) for k in others] == [model[k]["count"] for k in others]
+    assert not [r for r in read_timers(spark, str(ckpt)).collect() if r[0] in ("k1", "k2")]
+    # the query continues after the erasure's batch (which read no input): k1 starts afresh, k3 goes on
+    write_batches(tmp / "in", [[("k1", 5), ("k3", 7)]], INPUT_SCHEMA, start=len(batches))
+    run = run_query(spark, _build, provider_class=HDFS_PROVIDER, input_dir=str(tmp / "in"), schema=INPUT_SCHEMA,
+                    checkpoint_dir=str(ckpt), output_mode="append")
+    assert run.batch_ids == [len(batches) + 1]
+    out = {r[0]: r for r in run.batches[len(batches) + 1]}
+    assert out["k1"][1:3] == (1, "[5]")
+    assert out["k3"][1] == model["k3"]["count"] + 1
+
+
+def test_erasure_from_the_command_line_and_its_refusals(finished, capsys):
+    ckpt = finished["tmp"] / "erased-cli"
+    shutil.copytree(finished["checkpoint"], ckpt)
+    assert main(["erase", str(ckpt), "k4", "--json", "--no-progress"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["functions"][NAME]["keys_found"] == 1 and out["entries_removed"] > 0
+    assert lookup(str(ckpt), "count", "k4").found is False
+    # a second erasure of the same batch builds on the first
+    assert main(["erase", str(ckpt), "k5", "--no-progress"]) == 0
+    assert "AllStates: 1 of the keys found" in capsys.readouterr().out
+    assert not lookup(str(ckpt), "count", "k4").found and not lookup(str(ckpt), "count", "k5").found
+    assert lookup(str(ckpt), "count", "k6").found
+    assert main(["erase", str(ckpt), "--no-progress"]) == 1
+    assert "give at least one key" in capsys.readouterr().err
+    # a batch with offsets and no commit: a running query
+    last = max(int(n) for n in os.listdir(ckpt / "commits") if n.isdigit())
+    shutil.copy(ckpt / "offsets" / str(last), ckpt / "offsets" / str(last + 1))
+    with pytest.raises(QueryRunningError, match="Stop the query"):
+        erase_keys(str(ckpt), ["k6"], progress=False)

@@ -1,0 +1,312 @@
+"""A keyed function's state as a batch DataFrame, read by partition store in Spark tasks.
+
+::
+
+    from spark_state.processor import read_keyed_state, read_timers
+    read_keyed_state(spark, "/ckpt", "counts")                     # key columns, value
+    read_keyed_state(spark, "/ckpt", "events", exploded=True)      # key columns, index, value
+    read_timers(spark, "/ckpt", function="Sessions", batch=12)     # key columns, domain, timestamp_ms
+
+Rows (columns after the key columns, which keep their recorded names and types):
+
+============================ ======================== ==========================================
+state kind                   ``exploded=False``        ``exploded=True``
+============================ ======================== ==========================================
+value, reducing, aggregating ``value``                 the same
+list                         ``value`` (an array)      ``index`` (int, oldest first), ``value``
+map                          ``value`` (a map)         ``map_key``, ``value``
+============================ ======================== ==========================================
+
+One row per key that has a value (exploded: per element or entry). Types come from the state's
+schema record (the serializer's canonical type: ``int`` state reads as ``bigint``); values whose
+TTL has expired when the read starts are left out, as for lookups (:mod:`.codecs`).
+
+How. The driver reads batch ``b``'s layout (its parallelism ``n``) and, from the first
+partition store that has it, the state's schema record (for the DataFrame's schema); then one
+Spark task per partition store (``spark.range(n)`` in ``n`` partitions, ``mapInArrow``) loads
+that store's committed copy of batch version ``b + 1`` and scans the state's entries key group
+by key group (``[kg][name]`` prefixes; layout in :mod:`spark_state.keys.keyed`). Nothing is
+written; a running query is not disturbed, and only committed batches are read.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from ..engine.store import VersionedStore, prefix_upper_bound
+from ..keys import keyed as K
+from ..keys import timers as TK
+from ..ops.state_io import open_committed, process_layout, reader_config
+from ..partitioning.keygroups import compute_key_group_range_for_operator_index
+from ..process import location as L
+from ..process.keycodec import key_decoder
+from ..spark.compat import arrow_schema
+from ..state.schema import StateSchema
+from ..state.serializers import parse_type_string
+from ..storage import CheckpointStorage, open_storage
+from .codecs import SINGLE_VALUE_KINDS
+from .records import keyed_records, state_codec
+from .errors import StateDataError, UnknownStateError, UnreadableStateError
+from .source import KeyedSource
+
+__all__ = ["read_keyed_state", "read_timers"]
+
+#: Rows per Arrow batch a task yields.
+BATCH_ROWS = 8192
+#: The domains of timers, as ``read_timers`` names them.
+DOMAINS = {TK.EVENT_TIME: "event_time", TK.PROCESSING_TIME: "processing_time"}
+
+
+@dataclass(frozen=True)
+class _Partitions:
+    """What a task needs to open partition stores of one committed batch (pickled to the tasks)."""
+
+    url: str
+    storage_options: Mapping[str, str]
+    layout: L.Layout
+    version: int
+    max_parallelism: int
+    key_fields: tuple[T.StructField, ...]
+
+    def key_groups(self, partition: int) -> range:
+        kg = compute_key_group_range_for_operator_index(self.max_parallelism, self.layout.parallelism, partition)
+        return range(kg.start, kg.end + 1)
+
+    @contextmanager
+    def store(self, partition: int, storage: Optional[CheckpointStorage] = None) -> Iterator[VersionedStore]:
+        """Partition ``partition``'s store, loaded at the batch in a temporary directory (read only)."""
+        storage = storage or open_storage(self.url, dict(self.storage_options))
+        local = tempfile.mkdtemp(prefix="spark-state-read-")
+        store = open_committed(storage.child(self.layout.store_path(partition)),
+                               self.layout.store_version(self.version), reader_config(local_dir=local),
+                               self.layout.base, registry=storage)
+        try:
+            yield store
+        finally:
+            store.close()
+            shutil.rmtree(local, ignore_errors=True)
+
+    def each(self, batches: Iterator[pa.RecordBatch], read: Callable[[VersionedStore, int], Iterator[list[tuple]]],
+             schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """For each partition id in ``batches`` (a task's input): ``read``'s rows of its store, as
+        record batches of ``schema``."""
+        storage = open_storage(self.url, dict(self.storage_options))
+        for batch in batches:
+            for partition in batch.column(0).to_pylist():
+                with self.store(partition, storage) as store:
+                    for rows in read(store, partition):
+                        yield _record_batch(rows, schema)
+
+
+def read_keyed_state(spark: SparkSession, checkpoint: str, state: str, *, function: Optional[str] = None,
+                     batch: Optional[int] = None, exploded: bool = False,
+                     storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
+                     process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False) -> DataFrame:
+    """Keyed state ``state`` of a query's keyed function after ``batch`` (default: the last
+    committed batch) as a DataFrame (see the module docstring for its rows). Options as for
+    :class:`~.lookup.StateLookup`.
+
+    :raises UnknownStateError: no such function or state (the message lists what there is).
+    :raises UnreadableStateError: pickled values without ``allow_pickle``, or a custom
+        serializer's values (a DataFrame needs a Spark type: read them with lookups).
+    """
+    source = KeyedSource(checkpoint, function=function, storage_options=storage_options, process_root=process_root,
+                         process_locations=process_locations)
+    parts, committed = _partitions(source, batch)
+    record = _record(parts, state, source.function)
+    schema = _state_schema(parts.key_fields, state, record, exploded)
+    reader = _StateReader(parts, state, record.kind, exploded, int(time.time() * 1000), allow_pickle)
+    arrow = arrow_schema(schema)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return parts.each(batches, reader.rows, arrow)
+
+    n = parts.layout.parallelism
+    return spark.range(0, n, 1, n).mapInArrow(run, schema)
+
+
+def read_timers(spark: SparkSession, checkpoint: str, *, function: Optional[str] = None, batch: Optional[int] = None,
+                storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
+                process_locations: Optional[Mapping[str, str]] = None) -> DataFrame:
+    """The timers a keyed function has registered and not fired after ``batch``: the key
+    columns, ``domain`` (``event_time`` or ``processing_time``) and ``timestamp_ms``."""
+    source = KeyedSource(checkpoint, function=function, storage_options=storage_options, process_root=process_root,
+                         process_locations=process_locations)
+    parts, _ = _partitions(source, batch)
+    names = [f.name for f in parts.key_fields]
+    _check_names(names, ("domain", "timestamp_ms"))
+    schema = T.StructType(list(parts.key_fields) + [T.StructField("domain", T.StringType(), False),
+                                                     T.StructField("timestamp_ms", T.LongType(), False)])
+    arrow = arrow_schema(schema)
+    decode = _row_key(parts.key_fields)
+
+    def timers(store: VersionedStore, partition: int) -> Iterator[list[tuple]]:
+        rows: list[tuple] = []
+        for kg in parts.key_groups(partition):
+            for domain, name in DOMAINS.items():
+                start = TK.domain_prefix(kg, domain)
+                for key, _ in store.iterate(start, prefix_upper_bound(start)):
+                    ts, key_bytes = TK.timestamp_and_key(key)
+                    rows.append(decode(key_bytes) + (name, ts))
+                    if len(rows) >= BATCH_ROWS:
+                        yield rows
+                        rows = []
+        if rows:
+            yield rows
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return parts.each(batches, timers, arrow)
+
+    n = parts.layout.parallelism
+    return spark.range(0, n, 1, n).mapInArrow(run, schema)
+
+
+# ------------------------------------------------------------------------------ driver side
+def _partitions(source: KeyedSource, batch: Optional[int]) -> tuple[_Partitions, int]:
+    committed = source.committed_batch(batch)
+    version = committed + 1
+    layout = process_layout(source.storage, version)
+    return _Partitions(source.location.url, source.storage_options, layout, version, source.max_parallelism,
+                       tuple(source.key_columns.fields)), committed
+
+
+def _record(parts: _Partitions, state: str, function: str) -> StateSchema:
+    """The state's schema record, from the first partition store that has one (each store
+    records the states it holds; a partition without keys of the state has none)."""
+    seen: set[str] = set()
+    for partition in range(parts.layout.parallelism):
+        with parts.store(partition) as store:
+            records = keyed_records(store)
+        if state in records:
+            return records[state]
+        seen.update(records)
+    raise UnknownStateError(
+        f"function {function!r} has no keyed state {state!r} (states: {', '.join(sorted(seen)) or 'none yet'})")
+
+
+def _state_schema(key_fields: tuple[T.StructField, ...], state: str, record: StateSchema,
+                  exploded: bool) -> T.StructType:
+    value = _spark_type(record.value, state)
+    fields = list(key_fields)
+    if record.kind in SINGLE_VALUE_KINDS:
+        extra = [T.StructField("value", value, True)]
+    elif record.kind == "list":
+        extra = ([T.StructField("index", T.IntegerType(), False), T.StructField("value", value, True)] if exploded
+                 else [T.StructField("value", T.ArrayType(value, True), True)])
+    elif record.kind == "map":
+        assert record.key is not None
+        map_key = _spark_type(record.key, state)
+        extra = ([T.StructField("map_key", map_key, False), T.StructField("value", value, True)] if exploded
+                 else [T.StructField("value", T.MapType(map_key, value, True), True)])
+    else:
+        raise UnreadableStateError(f"state {state!r} is of kind {record.kind!r}, which this release cannot read")
+    _check_names([f.name for f in fields], [f.name for f in extra])
+    return T.StructType(fields + extra)
+
+
+def _spark_type(snapshot: dict, state: str) -> T.DataType:
+    if snapshot.get("codec") != "spark":
+        raise UnreadableStateError(
+            f"state {state!r} is serialized by {snapshot.get('class') or snapshot.get('codec')}, whose values have "
+            "no Spark type: read them one key at a time with spark_state.processor.StateLookup")
+    return parse_type_string(str(snapshot["type"]))
+
+
+def _check_names(key_columns: list[str], added: "list[str] | tuple[str, ...]") -> None:
+    clash = sorted(set(key_columns) & set(added))
+    if clash:
+        raise StateDataError(
+            f"the key column(s) {clash} have the name of a column the reader adds ({', '.join(added)}), so the "
+            "DataFrame cannot have both; read this state one key at a time with spark_state.processor.StateLookup")
+
+
+# ------------------------------------------------------------------------------ task side
+def _row_key(fields: tuple[T.StructField, ...]) -> Callable[[bytes], tuple]:
+    """Key bytes -> the key columns' values, as a tuple."""
+    decode = key_decoder(fields)
+    if len(fields) == 1:
+        return lambda data: (decode(data),)
+    return lambda data: tuple(decode(data))
+
+
+class _StateReader:
+    """Rows of one state in one partition store (pickled to the tasks)."""
+
+    def __init__(self, parts: _Partitions, state: str, kind: str, exploded: bool, now_ms: int,
+                 allow_pickle: bool) -> None:
+        self.parts = parts
+        self.state = state
+        self.kind = kind
+        self.exploded = exploded
+        self.now_ms = now_ms
+        self.allow_pickle = allow_pickle
+
+    def rows(self, store: VersionedStore, partition: int) -> Iterator[list[tuple]]:
+        name = self.state.encode("utf-8")
+        codec = state_codec(store, self.state, self.allow_pickle)
+        if codec is None:  # no key of this partition has (had) the state
+            return
+        decode = _row_key(self.parts.key_fields)
+        rows: list[tuple] = []
+        for kg in self.parts.key_groups(partition):
+            prefix = K.key_group_bytes(kg) + K.name_part(name)
+            for key_bytes, base_len, entries in _by_key(store, prefix):
+                found, value = codec.value_of(base_len, entries, self.now_ms)
+                if not found:
+                    continue
+                key = decode(key_bytes)
+                if not self.exploded or self.kind in SINGLE_VALUE_KINDS:
+                    rows.append(key + (value,))
+                elif self.kind == "list":
+                    rows.extend(key + (i, v) for i, v in enumerate(value))
+                else:
+                    rows.extend(key + (k, v) for k, v in value.items())
+                if len(rows) >= BATCH_ROWS:
+                    yield rows
+                    rows = []
+        if rows:
+            yield rows
+
+
+def _by_key(store: VersionedStore, prefix: bytes) -> Iterator[tuple[bytes, int, list[tuple[bytes, bytes]]]]:
+    """``(key bytes, base key length, entries)`` per key under ``prefix`` (``[kg][name]``), in key order."""
+    start = len(prefix)
+    base: Optional[bytes] = None
+    entries: list[tuple[bytes, bytes]] = []
+    for key, value in store.iterate(prefix, prefix_upper_bound(prefix)):
+        (klen,) = K.KEY_LENGTH.unpack_from(key, start)
+        end = start + K.KEY_LENGTH.size + klen
+        if base is None or len(base) != end or not key.startswith(base):
+            if base is not None:
+                yield base[start + K.KEY_LENGTH.size:], len(base), entries
+            base, entries = key[:end], []
+        entries.append((key, value))
+    if base is not None:
+        yield base[start + K.KEY_LENGTH.size:], len(base), entries
+
+
+def _record_batch(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
+    columns = list(zip(*rows)) if rows else [()] * len(schema)
+    return pa.RecordBatch.from_arrays(
+        [pa.array([_arrow_value(v) for v in col], type=field.type) for col, field in zip(columns, schema)],
+        schema=schema)
+
+
+def _arrow_value(value: Any) -> Any:
+    """A decoded value in the form pyarrow builds its type from: rows as dicts, maps as pairs."""
+    if isinstance(value, tuple) and hasattr(value, "asDict"):  # a pyspark Row (struct)
+        return {k: _arrow_value(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return [(k, _arrow_value(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_arrow_value(v) for v in value]
+    return value
