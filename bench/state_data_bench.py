@@ -57,21 +57,10 @@ def run_query(input_dir: str, checkpoint: str, parallelism: int, keys: int, read
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType
 
     import spark_state
-    from spark_state.process import KeyedProcessFunction
+    from keyed_bench import process_function  # the keyed count: value state "count" per key
     from spark_state.processor import read_keyed_state
-    from spark_state.state import ValueStateDescriptor
-
-    class RunningCount(KeyedProcessFunction):
-        def open(self, ctx):
-            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
-
-        def process_element(self, row, ctx):
-            n = (self.count.value() or 0) + 1
-            self.count.update(n)
-            return ((row.k, n),)
 
     spark = spark_state.configure(SparkSession.builder.master("local[2]").appName("state-data-bench")
                                   .config("spark.ui.enabled", "false")
@@ -79,8 +68,8 @@ def run_query(input_dir: str, checkpoint: str, parallelism: int, keys: int, read
     spark.sparkContext.setLogLevel("ERROR")
     started = time.perf_counter()
     df = spark.readStream.schema("k bigint, v bigint").option("maxFilesPerTrigger", 1).parquet(input_dir)
-    out = spark_state.keyed_process(df, "k", RunningCount(), "k bigint, n bigint", parallelism=parallelism,
-                                    name="Counts")
+    out = spark_state.keyed_process(df, "k", process_function("count"), "k bigint, n bigint",
+                                    parallelism=parallelism, name="Counts")
     query = (out.writeStream.format("noop").option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()

@@ -77,6 +77,20 @@ class AllStates(KeyedProcessFunction):
                self.total.get(), self.mean.get())
 
 
+def all_states_add(state: dict[str, dict[str, Any]], k: str, v: int) -> dict[str, Any]:
+    """The model of :class:`AllStates` taking row ``(k, v)``: updates ``state[k]`` and returns it
+    (``count``, ``recent``, ``buckets``, ``total`` and the values ``vals`` since the last clear)."""
+    s = state.get(k)
+    if s is None or v == 0:
+        s = state[k] = {"count": 0, "recent": [], "buckets": defaultdict(int), "total": 0, "vals": []}
+    s["count"] += 1
+    s["recent"] = (s["recent"] + [v])[-3:]
+    s["buckets"][v % 3] += 1
+    s["total"] += v
+    s["vals"].append(v)
+    return s
+
+
 def expected_all_states(batches: Iterable[Iterable[tuple[str, int]]]) -> dict[int, list]:
     """What :class:`AllStates` must emit, per batch (rows sorted)."""
     state: dict[str, dict[str, Any]] = {}
@@ -84,14 +98,7 @@ def expected_all_states(batches: Iterable[Iterable[tuple[str, int]]]) -> dict[in
     for b, rows in enumerate(batches):
         emitted = []
         for k, v in rows:
-            s = state.get(k)
-            if s is None or v == 0:
-                s = state[k] = {"count": 0, "recent": [], "buckets": defaultdict(int), "total": 0, "vals": []}
-            s["count"] += 1
-            s["recent"] = (s["recent"] + [v])[-3:]
-            s["buckets"][v % 3] += 1
-            s["total"] += v
-            s["vals"].append(v)
+            s = all_states_add(state, k, v)
             emitted.append((k, s["count"], json.dumps(s["recent"]), json.dumps(sorted(s["buckets"].items())),
                             s["total"], sum(s["vals"]) / len(s["vals"])))
         out[b] = sorted(emitted)

@@ -10,14 +10,13 @@ import json
 import os
 import random
 import shutil
-from collections import defaultdict
 from typing import Any
 
 import pytest
 
 import process_fns
 import state_data_fns
-from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA
+from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, all_states_add
 from spark_state.__main__ import main
 from spark_state.process import keyed_process
 from spark_state.ops import QueryRunningError
@@ -38,18 +37,11 @@ def _batches() -> list[list[tuple[str, int]]]:
 
 
 def model_states(batches, upto: int) -> dict[str, dict[str, Any]]:
-    """Every key's state after batch ``upto``, as AllStates keeps it (see process_fns)."""
+    """Every key's state after batch ``upto``, as AllStates keeps it (process_fns' model)."""
     state: dict[str, dict[str, Any]] = {}
     for rows in batches[:upto + 1]:
         for k, v in rows:
-            s = state.get(k)
-            if s is None or v == 0:
-                s = state[k] = {"count": 0, "recent": [], "buckets": defaultdict(int), "total": 0, "vals": []}
-            s["count"] += 1
-            s["recent"] = (s["recent"] + [v])[-3:]
-            s["buckets"][v % 3] += 1
-            s["total"] += v
-            s["vals"].append(v)
+            all_states_add(state, k, v)
     return state
 
 
