@@ -132,6 +132,9 @@ class StateLookup:
         partition = self._partition(layout, key_group)
         store = self._store(layout, partition, version)
         codec = self._codec(store, layout, partition, version, state)
+        if codec is None:  # this partition never held the state: its kind is recorded elsewhere, or nowhere
+            kind = self._kind_elsewhere(layout, version, state)
+            return LookupResult(self.location.name, state, kind, values, False, None, committed, key_group, partition)
         base = K.entry_key(key_group, state.encode("utf-8"), key_bytes)
         entries = store.iterate(base, prefix_upper_bound(base))
         found, value = codec.value_of(len(base), entries, int(time.time() * 1000) if now_ms is None else now_ms)
@@ -187,18 +190,27 @@ class StateLookup:
             store.load(store_version)  # a later batch: replays its changelogs on the local copy
         return store
 
-    def _codec(self, store: VersionedStore, layout: L.Layout, partition: int, version: int, state: str) -> StateCodec:
+    def _codec(self, store: VersionedStore, layout: L.Layout, partition: int, version: int,
+               state: str) -> Optional[StateCodec]:
+        """The state's codec in this partition store; None if the store never held the state."""
         cache_key = (layout, partition, version, state)
         if cache_key not in self._codecs:
             self._codecs[cache_key] = state_codec(store, state, self._allow_pickle)
-        codec = self._codecs[cache_key]
-        if codec is None:
-            known = sorted(keyed_records(store))
-            raise UnknownStateError(
-                f"function {self.location.name!r} has no keyed state {state!r} in partition {partition}, which holds "
-                f"the key's key group (states there: {', '.join(known) if known else 'none yet'}); "
-                "`spark-state inspect <checkpoint>` lists every state")
-        return codec
+        return self._codecs[cache_key]
+
+    def _kind_elsewhere(self, layout: L.Layout, version: int, state: str) -> str:
+        """The state's kind from another partition store's record (a partition none of whose
+        keys held the state has none). Loads the other partitions: a rare path (a typo, or a
+        state few keys hold)."""
+        known: set[str] = set()
+        for partition in range(layout.parallelism):
+            records = keyed_records(self._store(layout, partition, version))
+            if state in records:
+                return records[state].kind
+            known.update(records)
+        raise UnknownStateError(
+            f"function {self.location.name!r} has no keyed state {state!r} "
+            f"(states: {', '.join(sorted(known)) if known else 'none yet'})")
 
     def close(self) -> None:
         """Close the loaded stores and delete their local copies."""

@@ -165,7 +165,7 @@ def test_the_command_line_prints_the_value(finished, capsys):
 
 def test_clear_errors(finished, capsys):
     ckpt = finished["checkpoint"]
-    with pytest.raises(UnknownStateError, match=r"no keyed state 'cont'.*states there: buckets, count, mean"):
+    with pytest.raises(UnknownStateError, match=r"no keyed state 'cont' \(states: buckets, count, mean"):
         lookup(ckpt, "cont", "k1")
     with pytest.raises(UnknownStateError, match=r"no keyed function named 'Other' \(keyed functions found: AllStates"):
         lookup(ckpt, "count", "k1", function="Other")
