@@ -196,22 +196,37 @@ def rescale(checkpoint: str, partitions: int, *, process_root: Optional[str] = N
     if not isinstance(partitions, int) or partitions < 1:
         raise ValueError(f"--partitions must be a positive integer, got {partitions!r}")
     started = time.perf_counter()
-    ckpt, last, old = prepare_rewrite(checkpoint, storage_options, force, "rescale")
+    rewrite = prepare_rewrite(checkpoint, storage_options, force, "rescale")
+    ckpt, last, old = rewrite.ckpt, rewrite.last, rewrite.partitions
     if old == partitions:
         raise ValueError(
             f"{ckpt.url} already has {partitions} partitions (spark.sql.shuffle.partitions of batch {last})")
     processes = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, process_locations or {},
                                        storage_options or {})
-    op_summaries, total_rows = rewrite_as_new_batch(ckpt, last, partitions, processes, "rescale", progress)
+    op_summaries, total_rows = rewrite_as_new_batch(rewrite, partitions, processes, progress)
     return RescaleResult(ckpt.url, last + 1, old, partitions, op_summaries, [p.name for p in processes],
                          sum(o["keys"] for o in op_summaries), total_rows, round(time.perf_counter() - started, 3))
 
 
+@dataclass(frozen=True)
+class Rewrite:
+    """A checkpoint :func:`prepare_rewrite` found ready for :func:`rewrite_as_new_batch`."""
+
+    ckpt: SparkCheckpoint
+    #: its last committed batch
+    last: int
+    #: its partition count at that batch
+    partitions: int
+    operators: list[OperatorInfo]
+    #: names the operation in messages, the marker, the progress bar and the tool run's id
+    operation: str
+
+
 def prepare_rewrite(checkpoint: str, storage_options: Optional[dict[str, str]], force: bool,
-                    operation: str) -> tuple[SparkCheckpoint, int, int]:
+                    operation: str) -> Rewrite:
     """The checks before :func:`rewrite_as_new_batch`: a stopped query (or one whose last batch
     is an interrupted rewrite of ours, which is redone) on spark-state's provider if it has
-    Spark operators. Returns the checkpoint, its last committed batch and its partition count."""
+    Spark operators."""
     ckpt = SparkCheckpoint(checkpoint, storage_options)
     last = ckpt.committed_batch()
     offsets = ckpt.batch_ids("offsets")
@@ -225,8 +240,9 @@ def prepare_rewrite(checkpoint: str, storage_options: Optional[dict[str, str]], 
             f"{ckpt.url} uses {provider_short_name(provider)}'s state store provider; in-place {operation} works on "
             "spark-state checkpoints. Migrate it first: python -m spark_state migrate <checkpoint> <new checkpoint> "
             f"--to spark-state, then {operation} the new checkpoint")
-    _check_live_stores(ckpt, operators, ckpt.partitions(last), last + 1, force)
-    return ckpt, last, ckpt.partitions(last)
+    partitions = ckpt.partitions(last)
+    _check_live_stores(ckpt, operators, partitions, last + 1, force)
+    return Rewrite(ckpt, last, partitions, operators, operation)
 
 
 #: What a rewrite writes for one process state location, partition by partition:
@@ -234,17 +250,16 @@ def prepare_rewrite(checkpoint: str, storage_options: Optional[dict[str, str]], 
 ProcessEntries = Callable[[ProcessLocation, L.Layout, int], Iterable[tuple[bytes, bytes]]]
 
 
-def rewrite_as_new_batch(ckpt: SparkCheckpoint, last: int, partitions: int, processes: list[ProcessLocation],
-                         operation: str, progress: bool,
+def rewrite_as_new_batch(rewrite: Rewrite, partitions: int, processes: list[ProcessLocation], progress: bool,
                          process_entries_of: Optional[ProcessEntries] = None) -> tuple[list[dict[str, Any]], int]:
     """Steps 2-5 of the module docstring: batch ``last + 1`` reading no new input, whose state
     (version ``last + 2``) is every provider store re-split into ``partitions`` and every process
     state location's ``process_entries_of`` (a copy by default), committed last. Returns the
     operators' summaries and the rows moved."""
+    ckpt, last, old, operators, operation = (rewrite.ckpt, rewrite.last, rewrite.partitions, rewrite.operators,
+                                             rewrite.operation)
     state_version = last + 1
     new_batch = last + 1
-    old = ckpt.partitions(last)
-    operators = ckpt.operators()
     config = reader_config()
     run_id = new_tool_run_id(f"{operation.replace(' ', '-')}-b{new_batch}")
 

@@ -100,7 +100,7 @@ def with_observation(output_schema: StructType, event_sides: Mapping[str, int]) 
     return StructType(list(output_schema.fields) + [StructField(OBSERVATION_COLUMN, task_struct(event_sides), True)])
 
 
-#: How the tasks' figures combine: summed, or the highest, or the lowest (None: counted).
+#: How each task figure combines over the batch's tasks: summed, the highest or the lowest (``tasks`` is a count).
 _COMBINE = {"batch": "max", "rows_total": "sum", "rows_updated": "sum", "state_bytes": "sum",
             "checkpoint_bytes_written": "sum", "commit_ms": "sum", "timers_fired": "sum",
             "late_rows_dropped": "sum", "watermark_ms": "max", "next_event_timer_ms": "min",

@@ -46,8 +46,7 @@ from ..ops.rescale import prepare_rewrite, rewrite_as_new_batch
 from ..ops.state_io import process_entries, reader_config
 from ..process import location as L
 from ..process.plan import KEYED
-from .errors import UnknownStateError
-from .source import KeyedSource
+from .source import KeyedSource, choose
 
 __all__ = ["ErasureResult", "erase_keys"]
 
@@ -98,29 +97,25 @@ def erase_keys(checkpoint: str, keys: Iterable[Any], *, function: Optional[str] 
     wanted = list(keys)
     if not wanted:
         raise ValueError("give at least one key to erase")
-    ckpt, last, partitions = prepare_rewrite(checkpoint, dict(storage_options or {}), force, "erase keys")
+    rewrite = prepare_rewrite(checkpoint, dict(storage_options or {}), force, "erase keys")
+    ckpt, last = rewrite.ckpt, rewrite.last
     processes = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, dict(process_locations or {}),
                                        dict(storage_options or {}))
-    keyed = [loc.name for loc in processes if loc.kind == KEYED and (function is None or loc.name == function)]
-    if not keyed:
-        # KeyedSource names what there is (or is not) in its error
-        KeyedSource(checkpoint, function=function, storage_options=storage_options, process_root=process_root,
-                    process_locations=process_locations)
-        raise UnknownStateError(f"the query of {ckpt.url} has no keyed function state to erase keys from")
+    keyed = [loc for loc in processes if loc.kind == KEYED]
+    if function is not None or not keyed:  # names what there is when the function is unknown or none is keyed
+        keyed = [choose(keyed, function, ckpt, process_root)]
     erasures: dict[str, _Erasure] = {}
-    for name in keyed:
-        source = KeyedSource(checkpoint, function=name, storage_options=storage_options, process_root=process_root,
-                             process_locations=process_locations)
-        columns = source.key_columns
-        erasures[name] = _Erasure({columns.encode(columns.parse(k) if as_text else columns.values(k))
-                                   for k in wanted})
+    for loc in keyed:
+        columns = KeyedSource(ckpt, loc).key_columns
+        erasures[loc.name] = _Erasure({columns.encode(columns.parse(k) if as_text else columns.values(k))
+                                       for k in wanted})
     config = reader_config()
 
     def entries_of(loc: ProcessLocation, layout: L.Layout, partition: int) -> Iterable[tuple[bytes, bytes]]:
         entries = process_entries(loc.storage(), layout, partition, last + 1, config)
         return erasures[loc.name].kept(entries) if loc.name in erasures else entries
 
-    rewrite_as_new_batch(ckpt, last, partitions, processes, "erase keys", progress, entries_of)
+    rewrite_as_new_batch(rewrite, rewrite.partitions, processes, progress, entries_of)
     return ErasureResult(ckpt.url, last, last + 1, {name: e.report() for name, e in erasures.items()},
                          round(time.perf_counter() - started, 3))
 

@@ -90,7 +90,7 @@ class StateLookup:
                  storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
                  process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False,
                  local_dir: Optional[str] = None) -> None:
-        self.source = KeyedSource(checkpoint, function=function, storage_options=storage_options,
+        self.source = KeyedSource.find(checkpoint, function=function, storage_options=storage_options,
                                   process_root=process_root, process_locations=process_locations)
         self._ckpt = self.source.checkpoint
         self.location = self.source.location

@@ -119,9 +119,9 @@ def read_keyed_state(spark: SparkSession, checkpoint: str, state: str, *, functi
     :raises UnreadableStateError: pickled values without ``allow_pickle``, or a custom
         serializer's values (a DataFrame needs a Spark type: read them with lookups).
     """
-    source = KeyedSource(checkpoint, function=function, storage_options=storage_options, process_root=process_root,
+    source = KeyedSource.find(checkpoint, function=function, storage_options=storage_options, process_root=process_root,
                          process_locations=process_locations)
-    parts, committed = _partitions(source, batch)
+    parts = _partitions(source, batch)
     record = _record(parts, state, source.function)
     schema = _state_schema(parts.key_fields, state, record, exploded)
     reader = _StateReader(parts, state, record.kind, exploded, int(time.time() * 1000), allow_pickle)
@@ -139,9 +139,9 @@ def read_timers(spark: SparkSession, checkpoint: str, *, function: Optional[str]
                 process_locations: Optional[Mapping[str, str]] = None) -> DataFrame:
     """The timers a keyed function has registered and not fired after ``batch``: the key
     columns, ``domain`` (``event_time`` or ``processing_time``) and ``timestamp_ms``."""
-    source = KeyedSource(checkpoint, function=function, storage_options=storage_options, process_root=process_root,
+    source = KeyedSource.find(checkpoint, function=function, storage_options=storage_options, process_root=process_root,
                          process_locations=process_locations)
-    parts, _ = _partitions(source, batch)
+    parts = _partitions(source, batch)
     names = [f.name for f in parts.key_fields]
     _check_names(names, ("domain", "timestamp_ms"))
     schema = T.StructType(list(parts.key_fields) + [T.StructField("domain", T.StringType(), False),
@@ -171,12 +171,11 @@ def read_timers(spark: SparkSession, checkpoint: str, *, function: Optional[str]
 
 
 # ------------------------------------------------------------------------------ driver side
-def _partitions(source: KeyedSource, batch: Optional[int]) -> tuple[_Partitions, int]:
-    committed = source.committed_batch(batch)
-    version = committed + 1
-    layout = process_layout(source.storage, version)
-    return _Partitions(source.location.url, source.storage_options, layout, version, source.max_parallelism,
-                       tuple(source.key_columns.fields)), committed
+def _partitions(source: KeyedSource, batch: Optional[int]) -> _Partitions:
+    """The partition stores of ``batch`` (default: the last committed batch)."""
+    version = source.committed_batch(batch) + 1
+    return _Partitions(source.location.url, source.storage_options, process_layout(source.storage, version), version,
+                       source.max_parallelism, tuple(source.key_columns.fields))
 
 
 def _record(parts: _Partitions, state: str, function: str) -> StateSchema:

@@ -24,18 +24,23 @@ from .keys import KeyColumns
 class KeyedSource:
     """One keyed function of one query, located (see the module docstring)."""
 
-    def __init__(self, checkpoint: str, *, function: Optional[str] = None,
-                 storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
-                 process_locations: Optional[Mapping[str, str]] = None) -> None:
-        self.storage_options = dict(storage_options or {})
-        self.checkpoint = SparkCheckpoint(checkpoint, self.storage_options)
-        found = find_process_locations(self.checkpoint.storage, self.checkpoint.query_id(), process_root,
-                                       dict(process_locations or {}), self.storage_options)
-        self.location = _choose([loc for loc in found if loc.kind == KEYED], function, self.checkpoint, process_root)
-        self.storage: CheckpointStorage = self.location.storage()
+    def __init__(self, checkpoint: SparkCheckpoint, location: ProcessLocation) -> None:
+        self.checkpoint = checkpoint
+        self.location = location
+        self.storage_options = dict(location.storage_options)
+        self.storage: CheckpointStorage = location.storage()
         meta = json.loads(self.storage.read_bytes(L.META_FILE))
         self.key_columns = KeyColumns.from_record(meta, self.storage.full_url(L.META_FILE))
-        self.max_parallelism = int(self.location.max_parallelism or meta["max_parallelism"])
+        self.max_parallelism = int(location.max_parallelism or meta["max_parallelism"])
+
+    @classmethod
+    def find(cls, checkpoint: str, *, function: Optional[str] = None,
+             storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
+             process_locations: Optional[Mapping[str, str]] = None) -> "KeyedSource":
+        """The keyed function ``function`` of the query of ``checkpoint`` (optional when it has one)."""
+        ckpt = SparkCheckpoint(checkpoint, dict(storage_options or {}))
+        keyed = keyed_locations(ckpt, storage_options, process_root, process_locations)
+        return cls(ckpt, choose(keyed, function, ckpt, process_root))
 
     @property
     def function(self) -> str:
@@ -46,8 +51,19 @@ class KeyedSource:
         return self.checkpoint.committed_batch(batch)
 
 
-def _choose(keyed: list[ProcessLocation], function: Optional[str], ckpt: SparkCheckpoint,
-            process_root: Optional[str]) -> ProcessLocation:
+def keyed_locations(ckpt: SparkCheckpoint, storage_options: Optional[Mapping[str, str]], process_root: Optional[str],
+                    process_locations: Optional[Mapping[str, str]]) -> list[ProcessLocation]:
+    """The state locations of the query's keyed functions (the operations tools' rules)."""
+    found = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, dict(process_locations or {}),
+                                   dict(storage_options or {}))
+    return [loc for loc in found if loc.kind == KEYED]
+
+
+def choose(keyed: list[ProcessLocation], function: Optional[str], ckpt: SparkCheckpoint,
+           process_root: Optional[str]) -> ProcessLocation:
+    """The location of ``function`` among ``keyed``; without ``function``, the only one.
+
+    :raises UnknownStateError: no such function, none at all, or several and none named."""
     names = [loc.name for loc in keyed]
     if function is not None:
         for loc in keyed:
