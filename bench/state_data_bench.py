@@ -7,6 +7,11 @@ The state is a real query's: ``keyed_process`` keeps a running count per key (va
 
 * **read**: ``read_keyed_state(spark, checkpoint, "count")`` summed over every row (keys/s, in
   the same ``local[2]`` session that ran the query; best of ``--reads``);
+* **bootstrap**: ``SavepointWriter`` from the same input read as a batch DataFrame: the keyed count's
+  state (keys/s; the streaming query above is the alternative, reading the history as a stream),
+  and an aggregation's state (``groupBy("k").count()``, Spark's operator in one batch on spark-state's
+  provider) against the same one-batch aggregation on Spark's RocksDB provider (``--no-bootstrap``
+  skips both);
 
 * **cold**: ``spark_state.processor.lookup(checkpoint, "count", key)``, a new reader per lookup,
   as ``spark-state get`` does: it loads the one partition store that holds the key (its snapshot
@@ -34,6 +39,7 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -51,9 +57,11 @@ def write_input(root: str, keys: int, files: int) -> None:
         os.utime(os.path.join(root, f"part-{f:04d}.parquet"), (1_700_000_000 + 10 * f,) * 2)
 
 
-def run_query(input_dir: str, checkpoint: str, parallelism: int, keys: int, reads: int) -> tuple[float, list[float]]:
-    """The keyed count over every file (availableNow), then ``reads`` full reads of its state;
-    returns the query's wall time and each read's (s)."""
+def run_query(input_dir: str, checkpoint: str, parallelism: int, keys: int, reads: int,
+              bootstrap_dir: Optional[str]) -> tuple[float, list[float], dict]:
+    """The keyed count over every file (availableNow), then ``reads`` full reads of its state,
+    then the bootstraps (into ``bootstrap_dir``, unless None); returns the query's wall time, each
+    read's (s) and the bootstrap figures."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -80,8 +88,44 @@ def run_query(input_dir: str, checkpoint: str, parallelism: int, keys: int, read
         rows, total = read_keyed_state(spark, checkpoint, "count").agg(F.count("*"), F.sum("value")).first()
         read_seconds.append(time.perf_counter() - t)
         assert rows == keys and total == keys, (rows, total)
+    figures = bootstrap(spark, input_dir, bootstrap_dir, parallelism, keys) if bootstrap_dir else {}
     spark.stop()
-    return seconds, read_seconds
+    return seconds, read_seconds, figures
+
+
+def bootstrap(spark, input_dir: str, work: str, parallelism: int, keys: int) -> dict:
+    """Bootstrap throughput (see the module docstring)."""
+    from keyed_bench import process_function
+    from spark_state.processor import SavepointWriter
+
+    history = spark.read.parquet(input_dir)
+    t = time.perf_counter()
+    result = SavepointWriter(spark, progress=False).with_keyed_state(
+        "Counts", history, "k", process_function("count"), parallelism=parallelism
+    ).write(os.path.join(work, "keyed"), sources=2)
+    keyed_s = time.perf_counter() - t
+    assert result.keyed["Counts"]["rows"] == keys, result
+    t = time.perf_counter()
+    result = SavepointWriter(spark, progress=False).with_spark_operators(
+        history, lambda s: s.groupBy("k").count()).write(os.path.join(work, "aggregation"), sources=1)
+    aggregation_s = time.perf_counter() - t
+    assert result.operators[0]["keys"] == keys, result
+    # Spark's RocksDB provider, the same one-batch aggregation over the history files
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass",
+                   "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    try:
+        t = time.perf_counter()
+        (spark.readStream.schema(history.schema).parquet(input_dir).groupBy("k").count().writeStream
+         .format("noop").outputMode("update").option("checkpointLocation", os.path.join(work, "spark-rocksdb"))
+         .trigger(availableNow=True).start().awaitTermination())
+        spark_s = time.perf_counter() - t
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    return {"keyed_seconds": round(keyed_s, 1), "keyed_keys_per_second": round(keys / keyed_s),
+            "aggregation_seconds": round(aggregation_s, 1),
+            "aggregation_keys_per_second": round(keys / aggregation_s),
+            "spark_rocksdb_one_batch_aggregation_seconds": round(spark_s, 1),
+            "aggregation_ratio_to_spark_rocksdb": round(spark_s / aggregation_s, 2)}
 
 
 def percentiles(ms: list[float]) -> dict[str, float]:
@@ -156,6 +200,8 @@ def main() -> None:
     ap.add_argument("--warm", type=int, default=5000, help="warm lookups (one reader)")
     ap.add_argument("--s3-endpoint", help="an S3 endpoint (default: a moto server started here)")
     ap.add_argument("--no-s3", action="store_true")
+    ap.add_argument("--no-bootstrap", action="store_true")
+    ap.add_argument("--no-lookups", action="store_true", help="reads and bootstraps only")
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -163,16 +209,21 @@ def main() -> None:
     try:
         write_input(os.path.join(work, "in"), args.keys, args.files)
         checkpoint = os.path.join(work, "ckpt")
-        query_s, read_s = run_query(os.path.join(work, "in"), checkpoint, args.parallelism, args.keys, args.reads)
+        boot_dir = None if args.no_bootstrap else os.path.join(work, "bootstrap")
+        query_s, read_s, boot = run_query(os.path.join(work, "in"), checkpoint, args.parallelism, args.keys,
+                                          args.reads, boot_dir)
         state_dir = os.path.join(checkpoint, "spark-state")
         state_bytes = sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(state_dir) for f in fs)
         result = {"keys": args.keys, "files": args.files, "parallelism": args.parallelism,
                   "query_seconds": round(query_s, 1), "state_bytes": state_bytes,
                   "read_seconds": [round(x, 2) for x in read_s],
                   "read_keys_per_second": round(args.keys / min(read_s)) if read_s else None,
-                  "local": measure(checkpoint, args.keys, args.cold, args.warm, {})}
-        print(json.dumps(result["local"]), flush=True)
-        if not args.no_s3:
+                  "bootstrap": boot}
+        print(json.dumps(result), flush=True)
+        if not args.no_lookups:
+            result["local"] = measure(checkpoint, args.keys, args.cold, args.warm, {})
+            print(json.dumps(result["local"]), flush=True)
+        if not args.no_s3 and not args.no_lookups:
             proc, endpoint = (None, args.s3_endpoint) if args.s3_endpoint else start_moto()
             try:
                 url = upload(checkpoint, endpoint)

@@ -94,7 +94,7 @@ def savepoint(checkpoint: str, savepoint_dir: str, batch: Optional[int] = None, 
     for _attempt in range(RETRIES + 1):
         n = ckpt.committed_batch(batch)
         try:
-            manifest = _take(ckpt, target, n, process_root, process_locations or {}, storage_options or {},
+            manifest = take(ckpt, target, n, process_root, process_locations or {}, storage_options or {},
                              progress, store_reader, allow_no_state)
             break
         except (CheckpointFileMissingError, VersionNotFoundError) as exc:
@@ -126,6 +126,12 @@ def check_target(ckpt: SparkCheckpoint, target: CheckpointStorage, savepoint_dir
             f"the savepoint directory {target.url} {where} the checkpoint {ckpt.url}: a savepoint must live "
             "outside every checkpoint (the query and its retention write and delete files there); choose a new "
             "directory outside it")
+    check_empty_target(target, savepoint_dir)
+
+
+def check_empty_target(target: CheckpointStorage, savepoint_dir: str) -> None:
+    """Refuse a savepoint directory that holds a savepoint or anything else
+    (:class:`TargetExistsError`)."""
     if target.exists(F.MANIFEST):
         raise TargetExistsError(f"{target.full_url(F.MANIFEST)} exists: {savepoint_dir} already holds a savepoint; "
                                 "choose a new directory (savepoints are never overwritten)")
@@ -171,9 +177,14 @@ def _content(storage: CheckpointStorage) -> list[str]:
     return names
 
 
-def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root: Optional[str],
-          process_locations: dict[str, str], storage_options: dict[str, str], progress: bool,
-          store_reader: Optional[StoreReader], allow_no_state: bool = False) -> F.SavepointManifest:
+def take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root: Optional[str],
+         process_locations: dict[str, str], storage_options: dict[str, str], progress: bool,
+         store_reader: Optional[StoreReader], allow_no_state: bool = False,
+         spark_logs: bool = True) -> F.SavepointManifest:
+    """Write the savepoint's files of batch ``n`` into ``target``; returns its manifest, which
+    the caller writes. ``spark_logs=False`` copies Spark's operator metadata and schema files but
+    not its logs (``metadata``, offsets, commits, sources): a bootstrap writes its own
+    (:mod:`spark_state.processor.bootstrap`)."""
     provider = ckpt.provider_class(n)
     manifest = F.SavepointManifest(source=ckpt.url, query_id=ckpt.query_id(), batch_id=n, provider_class=provider,
                                    partitions=ckpt.partitions(n))
@@ -219,7 +230,7 @@ def _take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root
                 _copy(storage, target, rel, manifest, dest=F.process_time_file(loc.name, rel))
             manifest.process.append(F.ProcessEntry(loc.name, loc.kind, loc.max_parallelism, layout.parallelism,
                                                    loc.url, loc.under_root, loc.placement))
-        for path in _spark_files(ckpt, operators, n):
+        for path in _spark_files(ckpt, operators, n, spark_logs):
             _copy(ckpt.storage, target, path, manifest)
         for op in operators:  # operator metadata: Spark's file, or what was inferred without one (3.5)
             path = f"state/{op.id}/{OPERATOR_METADATA}"
@@ -267,13 +278,16 @@ def _write(target: CheckpointStorage, dest: str, data: bytes, manifest: F.Savepo
     manifest.files.append(F.FileEntry(dest, len(data), F.crc32(data)))
 
 
-def _spark_files(ckpt: SparkCheckpoint, operators: list[OperatorInfo], n: int) -> list[str]:
-    """Spark's files a restart after batch ``n`` needs (see the format's module docstring)."""
-    paths = ["metadata"]
-    paths += [f"offsets/{b}" for b in ckpt.batch_ids("offsets") if b <= n]
-    paths += [f"commits/{b}" for b in ckpt.batch_ids("commits") if b <= n]
-    for i in range(ckpt.source_count()):
-        paths += [f"sources/{i}/{name}" for name, b in ckpt.source_files(i) if b is None or b <= n]
+def _spark_files(ckpt: SparkCheckpoint, operators: list[OperatorInfo], n: int, logs: bool = True) -> list[str]:
+    """Spark's files a restart after batch ``n`` needs (see the format's module docstring);
+    without ``logs``, only the operators' schema files."""
+    paths = []
+    if logs:
+        paths.append("metadata")
+        paths += [f"offsets/{b}" for b in ckpt.batch_ids("offsets") if b <= n]
+        paths += [f"commits/{b}" for b in ckpt.batch_ids("commits") if b <= n]
+        for i in range(ckpt.source_count()):
+            paths += [f"sources/{i}/{name}" for name, b in ckpt.source_files(i) if b is None or b <= n]
     for op in operators:
         paths += [op.schema_path(s) for s in op.store_names]
     return paths

@@ -109,7 +109,7 @@ def keyed_process(
     """
     function = _function_instance(function, KeyedProcessFunction, "keyed_process")
     _check_stream(df, "keyed_process")
-    keys, key_fields = _keys(df, key, "keyed_process")
+    keys, key_fields = key_columns(df, key, "keyed_process")
     options = process_options(
         df, function, output_schema, keyed=True, parallelism=parallelism, max_parallelism=max_parallelism, name=name,
         state_location=state_location, state_root=state_root, storage_options=storage_options, engine=engine,
@@ -158,8 +158,8 @@ def keyed_co_process(
     function = _function_instance(function, KeyedCoProcessFunction, "keyed_co_process")
     _check_stream(left, "keyed_co_process")
     _check_stream(right, "keyed_co_process")
-    lkeys, lfields = _keys(left, left_key, "keyed_co_process (left)")
-    rkeys, _ = _keys(right, right_key, "keyed_co_process (right)")
+    lkeys, lfields = key_columns(left, left_key, "keyed_co_process (left)")
+    rkeys, _ = key_columns(right, right_key, "keyed_co_process (right)")
     check_same_key_types(left, lkeys, right, rkeys)
     options = process_options(
         left, function, output_schema, keyed=True, parallelism=parallelism, max_parallelism=max_parallelism,
@@ -215,7 +215,7 @@ def keyed_broadcast_process(
     function = _function_instance(function, KeyedBroadcastProcessFunction, "keyed_broadcast_process")
     _check_stream(df, "keyed_broadcast_process")
     _check_stream(broadcast_df, "keyed_broadcast_process (broadcast input)")
-    keys, key_fields = _keys(df, key, "keyed_broadcast_process")
+    keys, key_fields = key_columns(df, key, "keyed_broadcast_process")
     options = process_options(
         df, function, output_schema, keyed=True, parallelism=parallelism, max_parallelism=max_parallelism, name=name,
         state_location=state_location, state_root=state_root, storage_options=storage_options, engine=engine,
@@ -307,7 +307,7 @@ def _max_p(options: ProcessOptions) -> int:
     return options.max_parallelism
 
 
-def _keys(df: DataFrame, key: Union[str, Sequence[str]], what: str) -> tuple[list[str], list]:
+def key_columns(df: DataFrame, key: Union[str, Sequence[str]], what: str) -> tuple[list[str], list]:
     keys = [key] if isinstance(key, str) else list(key)
     if not keys:
         raise ProcessDefinitionError(f"{what} needs at least one key column")

@@ -89,9 +89,10 @@ def check_same_key_types(left: DataFrame, left_keys: list[str], right: DataFrame
 
 
 def union_inputs(parts: list[tuple[InputSide, DataFrame]], parallelism: int, max_parallelism: int,
-                 ticks: DataFrame) -> DataFrame:
+                 ticks: Optional[DataFrame]) -> DataFrame:
     """Union the inputs and the tick stream as the module docstring lays out, repartitioned
-    by route; the tasks' Arrow input has every side's columns, the key group and the side."""
+    by route; the tasks' Arrow input has every side's columns, the key group and the side.
+    ``ticks`` None: no tick stream (a batch job: a bootstrap, :mod:`spark_state.processor.bootstrap`)."""
     all_columns: list[tuple[str, DataType]] = []
     for side, df in parts:
         types = {f.name: f.dataType for f in df.schema.fields}
@@ -110,7 +111,8 @@ def union_inputs(parts: list[tuple[InputSide, DataFrame]], parallelism: int, max
         else:
             kg, route = F.lit(NO_KEY_GROUP), every_route(parallelism)
         projected.append(project(side, df, kg, route, side.tag))
-    projected.append(project(None, ticks, F.lit(NO_KEY_GROUP), first_route(parallelism), TICK))
+    if ticks is not None:
+        projected.append(project(None, ticks, F.lit(NO_KEY_GROUP), first_route(parallelism), TICK))
     union = projected[0]
     for other in projected[1:]:
         union = union.union(other)

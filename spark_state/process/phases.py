@@ -49,8 +49,11 @@ class TimePhase:
         self._delays = plan.event_delays
         self._drop_late = plan.options.late_rows == "drop"
         storage, batch_id, delays = task.storage, task.batch_id, self._delays
+        # A bootstrap task registers timers for the query that restores its state, which
+        # defines on_timer and reads event time; it fires none itself (phases.timers is off).
+        bootstrap = plan.phases.bootstrap
         self.timers = TimerService(ps.store, keys, lambda: resolve(storage, batch_id, delays),
-                                   event_time=bool(delays), fires=plan.phases.timers,
+                                   event_time=bool(delays) or bootstrap, fires=plan.phases.timers or bootstrap,
                                    function_name=plan.function_name)
         #: the batch's watermark (after :meth:`start`; None without event time)
         self.watermark: Optional[int] = None

@@ -14,6 +14,9 @@ time               an input declares event time (``withWatermark``) or the funct
 operator state     the function defines ``initialize_state`` / ``snapshot_state``
 broadcast          ``keyed_broadcast_process``: broadcast states, rows applied before keyed rows
 two inputs         ``keyed_co_process``: rows of side 2 go to ``process_element2``
+bootstrap          a bootstrap task (:mod:`spark_state.processor.bootstrap`): the time phase
+                   without firing; timers of both domains may be registered for the query
+                   that restores the state
 =================  ==========================================================================
 
 A plan with ``sides`` reads the input by side (tagged union, :mod:`.inputs`); a plan without
@@ -58,11 +61,14 @@ class Phases:
     broadcast: Optional[BroadcastSpec] = None
     #: ``keyed_co_process``: two keyed inputs, ``process_element1`` / ``process_element2``
     two_inputs: bool = False
+    #: a bootstrap task: timers are registered (both domains, with or without ``on_timer``)
+    #: for the query that restores the state; none fires
+    bootstrap: bool = False
 
     @property
     def time(self) -> bool:
         """The time phase: the batch's clock and the timer service."""
-        return self.timers or self.event_time
+        return self.timers or self.event_time or self.bootstrap
 
     @property
     def operator_keyspace(self) -> bool:

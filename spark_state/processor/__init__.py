@@ -1,8 +1,8 @@
 """State as data: a query's state read outside the query.
 
 Today: the state of keyed functions as batch DataFrames (:mod:`.read`), point lookups
-(:mod:`.lookup`, ``spark-state get``) and erasure of keys from every state (:mod:`.erase`,
-``spark-state erase``)::
+(:mod:`.lookup`, ``spark-state get``), erasure of keys from every state (:mod:`.erase`,
+``spark-state erase``) and bootstrap savepoints computed from history (:mod:`.bootstrap`)::
 
     from spark_state.processor import StateLookup, erase_keys, lookup, read_keyed_state, read_timers
     read_keyed_state(spark, "/ckpt", "counts").where("value > 10").show()
@@ -18,10 +18,12 @@ in the runtime imports it. Errors: :class:`~.errors.StateDataError` and its subc
 
 from __future__ import annotations
 
+from .bootstrap import BootstrapResult, SavepointWriter, count_sources
 from .erase import ErasureResult, erase_keys
-from .errors import KeyMismatchError, StateDataError, UnknownStateError, UnreadableStateError
+from .errors import BootstrapError, KeyMismatchError, StateDataError, UnknownStateError, UnreadableStateError
 from .lookup import LookupResult, StateLookup, lookup
 from .read import read_keyed_state, read_timers
 
-__all__ = ["ErasureResult", "KeyMismatchError", "LookupResult", "StateDataError", "StateLookup", "UnknownStateError",
-           "UnreadableStateError", "erase_keys", "lookup", "read_keyed_state", "read_timers"]
+__all__ = ["BootstrapError", "BootstrapResult", "ErasureResult", "KeyMismatchError", "LookupResult",
+           "SavepointWriter", "StateDataError", "StateLookup", "UnknownStateError", "UnreadableStateError",
+           "count_sources", "erase_keys", "lookup", "read_keyed_state", "read_timers"]

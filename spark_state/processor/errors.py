@@ -24,3 +24,8 @@ class KeyMismatchError(StateDataError):
 class UnreadableStateError(StateDataError):
     """The state's values cannot be decoded here: pickled values without ``allow_pickle``, or a
     custom serializer that cannot be imported."""
+
+
+class BootstrapError(StateDataError):
+    """A bootstrap cannot be written as asked: a streaming history, a function that is not a
+    keyed function, a missing event-time column, a wrong source count."""

@@ -1,0 +1,309 @@
+"""Bootstrap: a savepoint holding a new query's initial state, computed from history by batch jobs.
+
+Flink's ``SavepointWriter`` for Spark: the state a streaming query would hold after reading
+the history, written as a savepoint without running the query over the history. A new query
+starts from it with ``spark-state restore`` and continues::
+
+    from spark_state.processor import SavepointWriter
+    (SavepointWriter(spark)
+        .with_keyed_state("Sessions", history, "user", SeedSessions(), parallelism=4, event_time="ts")
+        .with_spark_operators(history, lambda s: s.groupBy("user").count())
+        .write("/savepoints/seed", sources=live_query_df))
+    # then: spark-state restore /savepoints/seed /checkpoints/new
+
+What the savepoint holds:
+
+* **keyed state** of a ``keyed_process`` function (``with_keyed_state``): a bootstrap function
+  (a :class:`~spark_state.process.KeyedProcessFunction`, often the streaming function itself) is
+  called per history row with the same descriptors and context as in the stream: the current
+  key, every keyed state type with its TTL, and the timer service, whose timers of both domains
+  fire in the restored query. Its output is dropped and no timer fires while bootstrapping.
+  Rows are routed by key group exactly as the query routes them, with the function's
+  ``max_parallelism`` and ``parallelism``; a query with another ``max_parallelism`` refuses the
+  state with an error naming both. Rows of one key reach the function in the history's
+  partition order (sort the history if the order matters). With ``event_time=`` (a timestamp
+  column) ``ctx.timestamp()`` is the row's time and the history's largest event time is
+  recorded, so the restored query's first watermark is the one a query that read the history
+  as its batch 0 would have;
+* **Spark's operators' state** (``with_spark_operators``): aggregations, deduplication and the
+  other stateful operators of ``query(history as a stream)``, built by Spark's own operators in
+  a one-batch streaming run over the history (``availableNow``, in ``work_dir``); the savepoint
+  takes their state, schema files and watermark;
+* Spark's logs of a batch 0 that read nothing: ``offsets/0`` (every source without an offset,
+  so each starts where a new query starts; the confs of the run; the watermark) and
+  ``commits/0``. Spark requires the number of sources to match the restored query's:
+  ``sources=`` is that count, or the query's streaming DataFrame (before ``writeStream``),
+  whose sources are counted (each keyed function adds one: its tick source).
+
+The restored query runs batch 1 first. Its output for batches 1.. equals that of a query that
+read the history as batch 0 and then the same input (tested, value, list and map state and
+timers; aggregation and deduplication).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType, TimestampType
+
+from ..ops import savepoint_format as F
+from ..ops.process_locations import CHECKPOINT as PLACED_BESIDE_CHECKPOINT
+from ..ops.checkpoint_reader import PROVIDER_CLASS_CONF, SPARKSTATE_PROVIDER, OffsetEntry, SparkCheckpoint
+from ..ops.progress import Progress
+from ..ops.savepoint import check_empty_target, take
+from ..process.api import key_columns
+from ..process.clock import maxima_dir
+from ..process.event_time import EventTime
+from ..process.functions import KeyedProcessFunction
+from ..process.inputs import LEFT, InputSide, union_inputs
+from ..process.options import process_options
+from ..process.plan import KEYED, Phases, ProcessPlan
+from ..storage import CheckpointStorage, open_storage
+from .bootstrap_task import RESULT_DDL, OutputDropped, bootstrap_partition
+from .errors import BootstrapError
+
+#: The output modes of the one-batch run of Spark's operators.
+OUTPUT_MODES = ("append", "update", "complete")
+
+
+@dataclass
+class _Keyed:
+    name: str
+    history: DataFrame
+    key: Union[str, list[str]]
+    function: KeyedProcessFunction
+    parallelism: Optional[int]
+    max_parallelism: Optional[int]
+    event_time: Optional[str]
+    engine: Any
+
+
+@dataclass
+class BootstrapResult:
+    savepoint: str
+    #: keyed function name -> {"rows": history rows read, "entries": state entries written
+    #: (every value, list and map entry and timer)}
+    keyed: dict[str, dict[str, int]]
+    #: Spark's stateful operators: id, name, stores and their entries ("keys")
+    operators: list[dict[str, Any]]
+    sources: int
+    #: the restored query's first watermark (Spark's operators; 0 without them)
+    watermark_ms: int
+    #: every data entry of the savepoint
+    entries: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class SavepointWriter:
+    """Builds a bootstrap savepoint (see the module docstring). Add states with
+    :meth:`with_keyed_state` and :meth:`with_spark_operators`, then :meth:`write` once."""
+
+    def __init__(self, spark: SparkSession, *, work_dir: Optional[str] = None, progress: bool = True) -> None:
+        """``work_dir``: where the one-batch run of Spark's operators keeps its checkpoint and the
+        history (default: a local temporary directory, removed afterwards; on a cluster, a
+        directory every executor reaches)."""
+        self._spark = spark
+        self._work_dir = work_dir
+        self._progress = progress
+        self._keyed: list[_Keyed] = []
+        self._operators: Optional[tuple[DataFrame, Callable[[DataFrame], DataFrame], str]] = None
+
+    def with_keyed_state(self, name: str, history: DataFrame, key: Union[str, list[str]],
+                         function: KeyedProcessFunction, *, parallelism: Optional[int] = None,
+                         max_parallelism: Optional[int] = None, event_time: Optional[str] = None,
+                         engine: Any = None) -> "SavepointWriter":
+        """The state of the ``keyed_process`` operator ``name`` (the query's ``name=``, default
+        its function's class name), from ``function`` called per row of the batch DataFrame
+        ``history`` keyed by ``key``. ``parallelism`` and ``max_parallelism`` as the query will
+        run it (defaults as ``keyed_process``'s); ``event_time``: a timestamp column of
+        ``history`` (see the module docstring)."""
+        if history.isStreaming:
+            raise BootstrapError(f"the history of {name!r} is a streaming DataFrame; a bootstrap reads a batch "
+                                 "DataFrame (spark.read...)")
+        if any(k.name == name for k in self._keyed):
+            raise BootstrapError(f"keyed state {name!r} is added twice")
+        if isinstance(function, type):
+            function = function()
+        if not isinstance(function, KeyedProcessFunction):
+            raise BootstrapError(f"the bootstrap function of {name!r} must be a KeyedProcessFunction, "
+                                 f"got {type(function).__name__}")
+        if event_time is not None:
+            types = {f.name: f.dataType for f in history.schema.fields}
+            if not isinstance(types.get(event_time), TimestampType):
+                raise BootstrapError(f"event_time={event_time!r} must name a timestamp column of the history of "
+                                     f"{name!r} (its columns: {history.schema.simpleString()})")
+        self._keyed.append(_Keyed(name, history, key, function, parallelism, max_parallelism, event_time, engine))
+        return self
+
+    def with_spark_operators(self, history: DataFrame, query: Callable[[DataFrame], DataFrame], *,
+                             output_mode: str = "update") -> "SavepointWriter":
+        """The state of Spark's stateful operators in ``query(stream)``, where ``stream`` reads the
+        rows of the batch DataFrame ``history``: the same function the restored query applies to
+        its source, so that its operators (and their ids) are the same. ``output_mode`` as the
+        restored query writes."""
+        if history.isStreaming:
+            raise BootstrapError("the history is a streaming DataFrame; a bootstrap reads a batch DataFrame")
+        if self._operators is not None:
+            raise BootstrapError("with_spark_operators is called once: a query has one plan of Spark operators")
+        if output_mode not in OUTPUT_MODES:
+            raise BootstrapError(f"output_mode must be one of {', '.join(OUTPUT_MODES)}, got {output_mode!r}")
+        self._operators = (history, query, output_mode)
+        return self
+
+    def write(self, savepoint_dir: str, *, sources: Union[int, DataFrame],
+              savepoint_options: Optional[dict[str, str]] = None) -> BootstrapResult:
+        """Write the savepoint into ``savepoint_dir`` (new or empty); its manifest last."""
+        started = time.perf_counter()
+        if not self._keyed and self._operators is None:
+            raise BootstrapError("nothing to bootstrap: add with_keyed_state(...) or with_spark_operators(...)")
+        count = sources if isinstance(sources, int) else count_sources(sources)
+        if isinstance(count, bool) or count < 1:
+            raise BootstrapError(f"sources must be the restored query's number of sources (>= 1), got {sources!r}")
+        options = dict(savepoint_options or {})
+        target = open_storage(savepoint_dir, options)
+        check_empty_target(target, savepoint_dir)
+        own_work = self._work_dir is None
+        work = self._work_dir or tempfile.mkdtemp(prefix="spark-state-bootstrap-")
+        try:
+            manifest, watermark = self._spark_part(target, work, count)
+            manifest.query_id = str(uuid.uuid4())
+            keyed: dict[str, dict[str, int]] = {}
+            for entry in self._keyed:
+                entries, rows = self._write_keyed(entry, target, options, manifest)
+                keyed[entry.name] = {"rows": rows, "entries": entries}
+        finally:
+            if own_work:
+                shutil.rmtree(work, ignore_errors=True)
+        _write(target, f"{F.SPARK_DIR}/metadata", ('{"id":"%s"}' % manifest.query_id).encode(), manifest)
+        target.write_bytes(F.MANIFEST, manifest.to_json())
+        operators = [{"id": o.id, "name": o.name, "stores": [s.name for s in o.stores],
+                      "keys": sum(f.keys or 0 for f in manifest.files if f.path.startswith(f"{F.STATE_DIR}/{o.id}/"))}
+                     for o in manifest.operators]
+        return BootstrapResult(target.url, keyed, operators, count, watermark, manifest.total_keys,
+                               round(time.perf_counter() - started, 3))
+
+    # ------------------------------------------------------------------ Spark's part
+    def _spark_part(self, target: CheckpointStorage, work: str, count: int) -> tuple[F.SavepointManifest, int]:
+        """The one-batch run (Spark's operators over the history, or a one-row run that only
+        yields the offset log's confs), its state files, and Spark's logs of batch 0."""
+        spark = self._spark
+        if self._operators is not None:
+            history, query, mode = self._operators
+        else:
+            history, query, mode = spark.range(1), (lambda s: s), "append"
+        data, checkpoint = os.path.join(work, "history"), os.path.join(work, "checkpoint")
+        history.write.mode("overwrite").parquet(data)
+        stream = spark.readStream.schema(history.schema).parquet(data)
+        out = query(stream)
+        if not isinstance(out, DataFrame) or not out.isStreaming:
+            raise BootstrapError("the query of with_spark_operators must return the streaming DataFrame it builds "
+                                 "from its argument")
+        previous = spark.conf.get(PROVIDER_CLASS_CONF, None)
+        spark.conf.set(PROVIDER_CLASS_CONF, SPARKSTATE_PROVIDER)  # its state as spark-state stores
+        try:
+            run = (out.writeStream.format("noop").outputMode(mode).option("checkpointLocation", checkpoint)
+                   .trigger(availableNow=True).start())
+            run.awaitTermination()
+        finally:
+            if previous is None:
+                spark.conf.unset(PROVIDER_CLASS_CONF)
+            else:
+                spark.conf.set(PROVIDER_CLASS_CONF, previous)
+        ckpt = SparkCheckpoint(checkpoint)
+        n = ckpt.committed_batch(None)
+        manifest = take(ckpt, target, n, None, {}, {}, self._progress, None, allow_no_state=True, spark_logs=False)
+        manifest.source, manifest.batch_id = "bootstrap", 0
+        if self._operators is None:
+            manifest.operators = []
+        offsets = OffsetEntry.decode(n, ckpt.storage.read_bytes(f"offsets/{n}"), f"offsets/{n}")
+        commit = ckpt.storage.read_bytes(f"commits/{n}")
+        watermark = _next_watermark(commit)
+        metadata = dict(offsets.metadata, batchWatermarkMs=watermark)
+        batch0 = OffsetEntry(0, offsets.version_line, metadata, tuple("-" for _ in range(count)))
+        _write(target, f"{F.SPARK_DIR}/offsets/0", batch0.encode(), manifest)
+        _write(target, f"{F.SPARK_DIR}/commits/0", commit, manifest)
+        return manifest, watermark
+
+    # ------------------------------------------------------------------ keyed part
+    def _write_keyed(self, entry: _Keyed, target: CheckpointStorage, options: dict[str, str],
+                     manifest: F.SavepointManifest) -> tuple[int, int]:
+        history = entry.history
+        keys, key_fields = key_columns(history, entry.key, f"the bootstrap of {entry.name!r}")
+        opts = process_options(history, entry.function, StructType([]), keyed=True, parallelism=entry.parallelism,
+                               max_parallelism=entry.max_parallelism, name=entry.name, state_location=None,
+                               state_root=None, storage_options=None, engine=entry.engine)
+        assert opts.max_parallelism is not None
+        event_time = EventTime(entry.event_time, 0) if entry.event_time else None
+        side = InputSide(LEFT, tuple(history.columns), tuple(history.columns), tuple(keys), event_time)
+        plan = ProcessPlan(KEYED, OutputDropped(entry.function), opts, tuple(key_fields), (side,),
+                           Phases(event_time=event_time is not None, bootstrap=True))
+        n, name, url = opts.parallelism, entry.name, target.url
+
+        def run(batches):
+            return bootstrap_partition(plan, name, url, options, batches)
+
+        routed = union_inputs([(side, history)], n, opts.max_parallelism, None)
+        bar = Progress(f"bootstrap of {name}", unit="partitions", total=n, enabled=self._progress)
+        try:
+            rows = []
+            for row in routed.mapInArrow(run, RESULT_DDL).toLocalIterator():
+                rows.append(row)
+                bar.update(1)
+        finally:
+            bar.close()
+        if sorted(r.partition for r in rows) != list(range(n)):  # pragma: no cover - mapInArrow runs every partition
+            raise BootstrapError(f"the bootstrap of {name!r} wrote partitions {sorted(r.partition for r in rows)}, "
+                                 f"expected 0..{n - 1}")
+        for r in sorted(rows, key=lambda r: r.partition):
+            manifest.files.append(F.FileEntry(r.path, r.size, r.crc32, r.rows, r.keys))
+            for m in r.maxima or ():
+                _write(target, F.process_time_file(name, f"{maxima_dir(0)}/{m}"), b"", manifest)
+        manifest.process.append(F.ProcessEntry(name, KEYED, opts.max_parallelism, n, f"bootstrap:{name}", None,
+                                               PLACED_BESIDE_CHECKPOINT))
+        return sum(r.keys for r in rows), sum(r.input_rows for r in rows)
+
+
+def count_sources(df: DataFrame) -> int:
+    """The number of sources Spark's micro-batch engine gives the query of streaming DataFrame
+    ``df``: the distinct streaming relations of its analyzed plan, told apart by their output
+    attributes' ids, as Spark's engine tells them apart when it maps them to sources."""
+    if not df.isStreaming:
+        raise BootstrapError("sources= takes the restored query's streaming DataFrame (or the number of its sources)")
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        raise BootstrapError("the sources of a Spark Connect DataFrame cannot be counted; pass sources=<number>")
+    found: set[tuple[str, tuple[int, ...]]] = set()
+    stack = [jdf.queryExecution().analyzed()]
+    while stack:
+        node = stack.pop()
+        if node.nodeName() in ("StreamingRelation", "StreamingRelationV2"):
+            output = node.output()
+            found.add((node.nodeName(), tuple(output.apply(i).exprId().id() for i in range(output.size()))))
+        children = node.children()
+        stack.extend(children.apply(i) for i in range(children.size()))
+    return len(found)
+
+
+def _next_watermark(commit: bytes) -> int:
+    """The ``nextBatchWatermarkMs`` of a commit log entry (0 when it has none)."""
+    lines = commit.decode("utf-8").split("\n")
+    try:
+        return int(json.loads(lines[1]).get("nextBatchWatermarkMs", 0)) if len(lines) > 1 else 0
+    except (ValueError, AttributeError):
+        return 0
+
+
+def _write(target: CheckpointStorage, path: str, data: bytes, manifest: F.SavepointManifest) -> None:
+    target.write_bytes(path, data)
+    manifest.files.append(F.FileEntry(path, len(data), F.crc32(data)))

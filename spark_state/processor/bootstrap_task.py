@@ -1,0 +1,130 @@
+"""Task side of a keyed bootstrap: one partition of the history through the keyed loop.
+
+A bootstrap task runs in a *batch* job (:mod:`.bootstrap`), one per partition of the
+streaming function's layout; the history is routed exactly as the streaming query routes its
+rows (key group ``pmod(hash(key), max_parallelism)``, partition by Flink's operator index).
+The task
+
+1. opens an empty store at batch version 0 in a local temporary directory of the executor
+   (the state never lives there longer than the task);
+2. runs the keyed loop (:mod:`spark_state.process.keyed_loop`) over its rows with a plan whose
+   time phase registers timers for the restoring query and fires none; the function's output
+   is dropped;
+3. writes the committed store's entries, in key order, as the savepoint's state file
+   ``process/<name>/<partition>.arrow`` (:mod:`spark_state.ops.savepoint_format`), and returns
+   one row describing it: partition, path, size, CRC-32, rows, data keys, and the names of
+   the batch's event-time maxima files (the restoring query's first watermark).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Optional
+
+import pyarrow as pa
+
+from ..engine.store import VersionedStore
+from ..ops import savepoint_format as F
+from ..process.clock import maxima_dir
+from ..process.functions import KeyedProcessFunction, defines
+from ..process.keyed_loop import keyed_loop
+from ..process.location import Layout
+from ..process.plan import ProcessPlan
+from ..process.stores import CACHE, PartitionStore
+from ..state.regroup import owned_key_groups
+from ..storage import CheckpointStorage, open_storage
+
+#: What each bootstrap task returns (one row).
+RESULT_SCHEMA = pa.schema([
+    pa.field("partition", pa.int32()), pa.field("path", pa.string()), pa.field("size", pa.int64()),
+    pa.field("crc32", pa.int64()), pa.field("rows", pa.int64()), pa.field("keys", pa.int64()),
+    pa.field("input_rows", pa.int64()), pa.field("maxima", pa.list_(pa.string())),
+])
+RESULT_DDL = ("partition int, path string, size bigint, crc32 bigint, rows bigint, keys bigint, input_rows bigint, "
+              "maxima array<string>")
+
+
+class OutputDropped(KeyedProcessFunction):
+    """The bootstrap function as the keyed loop calls it: rows go to its ``process_element``
+    (or ``process_elements``), whose output is consumed (a generator runs to its end) and
+    dropped. ``open`` and ``close`` are its own."""
+
+    def __init__(self, function: KeyedProcessFunction) -> None:
+        self.function = function
+        self._vectorized = defines(function, "process_elements")
+
+    def open(self, ctx: Any) -> None:
+        self.function.open(ctx)
+
+    def close(self) -> None:
+        self.function.close()
+
+    def process_element(self, row: Any, ctx: Any) -> None:
+        fn = self.function
+        produced = fn.process_elements([row], ctx) if self._vectorized else fn.process_element(row, ctx)
+        if produced is not None:
+            for _ in produced:
+                pass
+        return None
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What the keyed loop and its time phase read from a task (as :class:`~spark_state.process.runner._Task`)."""
+
+    batch_id: int
+    partition: int
+    url: str
+    storage: CheckpointStorage
+    runs: Optional[Any] = None
+
+
+def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepoint_options: Mapping[str, str],
+                        batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body of a keyed bootstrap (see the module docstring)."""
+    from pyspark import TaskContext
+
+    tc = TaskContext.get()
+    partition = tc.partitionId() if tc is not None else 0
+    assert plan.max_parallelism is not None
+    work = tempfile.mkdtemp(prefix="spark-state-bootstrap-")
+    store: Optional[VersionedStore] = None
+    try:
+        storage = open_storage(work)
+        layout = Layout(plan.parallelism, 0)
+        store = VersionedStore(storage.child(layout.store_path(partition)), plan.engine)
+        store.load(0)
+        ps = PartitionStore(storage.url, partition, layout, store, "new", 0, storage)
+        counted = _Counted(batches)
+        task = _Task(0, partition, storage.url, storage)
+        for _ in keyed_loop(plan, task, ps, owned_key_groups(plan.max_parallelism, plan.parallelism, partition),
+                            iter(counted)):
+            pass  # output rows are dropped; the observation row too
+        CACHE.take(storage.url, plan.parallelism, partition)  # the loop's commit cached it: the store is ours
+        data, rows, keys = F.encode_entries(store.iterate())
+        path = F.process_file(name, partition)
+        open_storage(savepoint_url, dict(savepoint_options)).write_bytes(path, data)
+        maxima = storage.list_dir(maxima_dir(0))
+        yield pa.record_batch([pa.array([partition], pa.int32()), pa.array([path]), pa.array([len(data)], pa.int64()),
+                               pa.array([F.crc32(data)], pa.int64()), pa.array([rows], pa.int64()),
+                               pa.array([keys], pa.int64()), pa.array([counted.rows], pa.int64()),
+                               pa.array([maxima], pa.list_(pa.string()))], schema=RESULT_SCHEMA)
+    finally:
+        if store is not None:
+            store.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+class _Counted:
+    """The task's input, counting its rows."""
+
+    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
+        self._batches = batches
+        self.rows = 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for batch in self._batches:
+            self.rows += batch.num_rows
+            yield batch
