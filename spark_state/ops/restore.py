@@ -162,7 +162,8 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
                 return F.decode_entries(read_verified(sp, manifest, path), sp.full_url(path))
 
             write_process_layout(storage, proc.kind, proc.max_parallelism, proc.parallelism, version,
-                                 ((i, partition_entries(i)) for i in range(proc.parallelism)), config, run_id)
+                                 ((i, partition_entries(i)) for i in range(proc.parallelism)), config, run_id,
+                                 proc.key)
             for sp_path, rel in F.process_time_files(manifest, proc.name):
                 storage.write_bytes(rel, read_verified(sp, manifest, sp_path))
         _write_spark_files(sp, manifest, target, n, provider, query_id)

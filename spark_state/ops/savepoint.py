@@ -27,6 +27,7 @@ savepoints are the same canonical format (this is how ``migrate`` imports them).
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -229,7 +230,7 @@ def take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root:
             for rel in time_files(storage, n):
                 _copy(storage, target, rel, manifest, dest=F.process_time_file(loc.name, rel))
             manifest.process.append(F.ProcessEntry(loc.name, loc.kind, loc.max_parallelism, layout.parallelism,
-                                                   loc.url, loc.under_root, loc.placement))
+                                                   loc.url, loc.under_root, loc.placement, _key_record(storage)))
         for path in _spark_files(ckpt, operators, n, spark_logs):
             _copy(ckpt.storage, target, path, manifest)
         for op in operators:  # operator metadata: Spark's file, or what was inferred without one (3.5)
@@ -241,6 +242,15 @@ def take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root:
     finally:
         bar.close()
     return manifest
+
+
+def _key_record(storage: CheckpointStorage) -> Optional[dict]:
+    """The key columns ``_operator.json`` records (None: operator state, or not recorded yet)."""
+    try:
+        key = json.loads(storage.read_bytes(L.META_FILE)).get("key")
+    except (CheckpointFileMissingError, FileNotFoundError, ValueError):
+        return None
+    return dict(key) if isinstance(key, dict) else None
 
 
 def _no_state(ckpt: SparkCheckpoint, n: int, query_id: str, process_root: Optional[str]) -> ProcessStateNotFoundError:

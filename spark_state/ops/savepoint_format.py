@@ -45,7 +45,8 @@ count in one vectorised pass.
                                 "key_schema": {...}, "value_schema": {...}}]}],
      "process": [{"name": "RunningCount", "kind": "keyed", "max_parallelism": 128,
                   "parallelism": 4, "location": "<url>", "under_root": "<root>" | null,
-                  "placement": "checkpoint" | "former-default" | "root" | "explicit"}],
+                  "placement": "checkpoint" | "former-default" | "root" | "explicit",
+                  "key": {"columns": ["user"], "types": ["string"]} | null}],
      "files": [{"path": "state/0/default/0.arrow", "size": 1234, "crc32": 305419896, "rows": 10,
                 "keys": 9}, {"path": "spark/offsets/3", "size": ..., "crc32": ...}, ...]}
 
@@ -70,11 +71,11 @@ from ..version import __version__
 from .errors import SavepointError
 
 KIND = "spark-state/savepoint"
-#: The manifest's format: 2 added ``process[].placement`` (a reader of format 1 rejects it by
-#: its number, with a message, rather than by the unknown field).
-FORMAT_VERSION = 2
-#: Manifest formats this release reads (1: no ``placement``; see :class:`ProcessEntry`).
-READABLE_FORMATS = (1, 2)
+#: The manifest's format: 2 added ``process[].placement``, 3 ``process[].key`` (a reader of an
+#: older format rejects a newer one by its number, with a message, rather than by the unknown field).
+FORMAT_VERSION = 3
+#: Manifest formats this release reads (1: no ``placement``; 1, 2: no ``key``; see :class:`ProcessEntry`).
+READABLE_FORMATS = (1, 2, 3)
 #: The format of the state files' entries (unchanged since format 1 of the manifest).
 ENTRIES_FORMAT = 1
 MANIFEST = "savepoint.json"
@@ -144,6 +145,10 @@ class ProcessEntry:
     #: "explicit" (``state_location=``); "" in savepoints of earlier releases, whose
     #: ``under_root`` says "root" (not None) or "explicit" (None)
     placement: str = ""
+    #: a keyed function's key columns as its state location records them (``{"columns": [...],
+    #: "types": [Spark simple strings]}``); None for operator state, unrecorded keys and
+    #: savepoints of earlier releases
+    key: Optional[dict] = None
 
 
 @dataclass

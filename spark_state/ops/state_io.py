@@ -64,8 +64,17 @@ def store_entries(storage: CheckpointStorage, version: int, config: EngineConfig
         store.close()
 
 
+#: The run ids of operations tools start with it (:func:`new_tool_run_id`).
+TOOL_RUN_PREFIX = "spark-state-ops-"
+
+
 def new_tool_run_id(what: str) -> str:
-    return f"spark-state-ops-{what}-{uuid.uuid4()}"
+    return f"{TOOL_RUN_PREFIX}{what}-{uuid.uuid4()}"
+
+
+def is_tool_run(run_id: Optional[str]) -> bool:
+    """Whether a version's run id is an operations tool's (restore, rescale, erasure, ...)."""
+    return bool(run_id) and str(run_id).startswith(TOOL_RUN_PREFIX)
 
 
 def import_store(storage: CheckpointStorage, version: int, entries: Iterable[tuple[bytes, bytes]],
@@ -117,10 +126,11 @@ def process_entries(storage: CheckpointStorage, layout: L.Layout, partition: int
 
 def write_process_layout(storage: CheckpointStorage, kind: str, max_parallelism: Optional[int], parallelism: int,
                          batch_version: int, partitions: Iterable[tuple[int, Iterable[tuple[bytes, bytes]]]],
-                         config: EngineConfig, run_id: str) -> None:
+                         config: EngineConfig, run_id: str, key: Optional[dict] = None) -> None:
     """Write layout ``(parallelism, batch_version - 1)`` whose store version 1 is ``batch_version``
-    (a layout holds batch versions ``base + 1`` on), one partition at a time, then register it."""
-    L.verify_location(storage, kind, max_parallelism)
+    (a layout holds batch versions ``base + 1`` on), one partition at a time, then register it.
+    ``key``: the key columns to record (a keyed function's, from a savepoint)."""
+    L.verify_location(storage, kind, max_parallelism, key)
     layout = L.Layout(parallelism, batch_version - 1)
     for i, entries in partitions:
         import_store(storage.child(layout.store_path(i)), 1, entries, config, run_id, layout.base, registry=storage)

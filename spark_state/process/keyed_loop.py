@@ -68,7 +68,8 @@ def _run(plan: ProcessPlan, task: Any, ps: PartitionStore, own: KeyGroupRange, b
     by_side = bool(plan.sides)
     keys = KeyContext(write_back=True)
     backend = KeyedStateBackend(ps.store, key_context=keys)
-    time = TimePhase(plan, task, ps, keys) if by_side else None
+    # A bootstrap task has the timer service also on the plain input (its rows register timers).
+    time = TimePhase(plan, task, ps, keys) if by_side or phases.bootstrap else None
     opstate = OperatorStatePhase(plan, task, ps) if phases.operator_keyspace else None
     broadcast = (BroadcastPhase(phases.broadcast, opstate.broadcast, plan, task)
                  if phases.broadcast is not None and opstate is not None else None)
@@ -87,7 +88,9 @@ def _run(plan: ProcessPlan, task: Any, ps: PartitionStore, own: KeyGroupRange, b
                 yield out.flush()
 
     if not by_side:
-        # the plain input: one untagged keyed input, no phases
+        # the plain input: one untagged keyed input, no phases (but a bootstrap's timer service)
+        if time is not None:
+            time.timers.keyed = True
         layout: Optional[BatchLayout] = None
         key_names = [f.name for f in plan.key_fields]
         run = groups.run
@@ -97,6 +100,8 @@ def _run(plan: ProcessPlan, task: Any, ps: PartitionStore, own: KeyGroupRange, b
             run(group_by_key(chunk, layout), out.rows.extend)
             if out.full:
                 yield out.flush()
+        if time is not None:
+            time.timers.keyed = False
     else:
         assert time is not None
         by_tag = {s.tag: s for s in plan.sides}

@@ -2,7 +2,8 @@
 
 Today: the state of keyed functions as batch DataFrames (:mod:`.read`), point lookups
 (:mod:`.lookup`, ``spark-state get``), erasure of keys from every state (:mod:`.erase`,
-``spark-state erase``) and bootstrap savepoints computed from history (:mod:`.bootstrap`)::
+``spark-state erase``), bootstrap savepoints computed from history (:mod:`.bootstrap`) and
+savepoints transformed by DataFrame jobs (:mod:`.transform`)::
 
     from spark_state.processor import StateLookup, erase_keys, lookup, read_keyed_state, read_timers
     read_keyed_state(spark, "/ckpt", "counts").where("value > 10").show()
@@ -19,11 +20,14 @@ in the runtime imports it. Errors: :class:`~.errors.StateDataError` and its subc
 from __future__ import annotations
 
 from .bootstrap import BootstrapResult, SavepointWriter, count_sources
+from .change_feed import read_change_feed
 from .erase import ErasureResult, erase_keys
 from .errors import BootstrapError, KeyMismatchError, StateDataError, UnknownStateError, UnreadableStateError
 from .lookup import LookupResult, StateLookup, lookup
 from .read import read_keyed_state, read_timers
+from .transform import SavepointTransform, TransformResult
 
 __all__ = ["BootstrapError", "BootstrapResult", "ErasureResult", "KeyMismatchError", "LookupResult",
-           "SavepointWriter", "StateDataError", "StateLookup", "UnknownStateError", "UnreadableStateError",
-           "count_sources", "erase_keys", "lookup", "read_keyed_state", "read_timers"]
+           "SavepointTransform", "SavepointWriter", "StateDataError", "StateLookup", "TransformResult",
+           "UnknownStateError", "UnreadableStateError",
+           "count_sources", "erase_keys", "lookup", "read_change_feed", "read_keyed_state", "read_timers"]

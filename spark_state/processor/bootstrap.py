@@ -65,6 +65,7 @@ from ..process.event_time import EventTime
 from ..process.functions import KeyedProcessFunction
 from ..process.inputs import LEFT, InputSide, union_inputs
 from ..process.options import process_options
+from ..process.routing import add_routing_columns
 from ..process.plan import KEYED, Phases, ProcessPlan
 from ..storage import CheckpointStorage, open_storage
 from .bootstrap_task import RESULT_DDL, OutputDropped, bootstrap_partition
@@ -117,7 +118,7 @@ class SavepointWriter:
         self._work_dir = work_dir
         self._progress = progress
         self._keyed: list[_Keyed] = []
-        self._operators: Optional[tuple[DataFrame, Callable[[DataFrame], DataFrame], str]] = None
+        self._operators: Optional[tuple[DataFrame, Callable[[DataFrame], DataFrame], str, int]] = None
 
     def with_keyed_state(self, name: str, history: DataFrame, key: Union[str, list[str]],
                          function: KeyedProcessFunction, *, parallelism: Optional[int] = None,
@@ -147,18 +148,26 @@ class SavepointWriter:
         return self
 
     def with_spark_operators(self, history: DataFrame, query: Callable[[DataFrame], DataFrame], *,
-                             output_mode: str = "update") -> "SavepointWriter":
+                             output_mode: str = "update", batches: int = 1) -> "SavepointWriter":
         """The state of Spark's stateful operators in ``query(stream)``, where ``stream`` reads the
         rows of the batch DataFrame ``history``: the same function the restored query applies to
         its source, so that its operators (and their ids) are the same. ``output_mode`` as the
-        restored query writes."""
+        restored query writes.
+
+        ``batches``: the run reads the history in this many micro-batches (default one). spark-state's
+        provider keeps a batch's writes in the JVM until the batch commits, so a history of millions
+        of keys needs either the heap for them or more batches. Splitting changes nothing for
+        aggregations and deduplication without a watermark; with one, rows of a later batch that are
+        older than the watermark are late, as they would be in a stream."""
         if history.isStreaming:
             raise BootstrapError("the history is a streaming DataFrame; a bootstrap reads a batch DataFrame")
         if self._operators is not None:
             raise BootstrapError("with_spark_operators is called once: a query has one plan of Spark operators")
         if output_mode not in OUTPUT_MODES:
             raise BootstrapError(f"output_mode must be one of {', '.join(OUTPUT_MODES)}, got {output_mode!r}")
-        self._operators = (history, query, output_mode)
+        if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+            raise BootstrapError(f"batches must be a positive integer, got {batches!r}")
+        self._operators = (history, query, output_mode, batches)
         return self
 
     def write(self, savepoint_dir: str, *, sources: Union[int, DataFrame],
@@ -199,12 +208,15 @@ class SavepointWriter:
         yields the offset log's confs), its state files, and Spark's logs of batch 0."""
         spark = self._spark
         if self._operators is not None:
-            history, query, mode = self._operators
+            history, query, mode, batches = self._operators
         else:
-            history, query, mode = spark.range(1), (lambda s: s), "append"
+            history, query, mode, batches = spark.range(1), (lambda s: s), "append", 1
         data, checkpoint = os.path.join(work, "history"), os.path.join(work, "checkpoint")
+        reader = spark.readStream.schema(history.schema)
+        if batches > 1:  # one file per micro-batch
+            history, reader = history.repartition(batches), reader.option("maxFilesPerTrigger", 1)
         history.write.mode("overwrite").parquet(data)
-        stream = spark.readStream.schema(history.schema).parquet(data)
+        stream = reader.parquet(data)
         out = query(stream)
         if not isinstance(out, DataFrame) or not out.isStreaming:
             raise BootstrapError("the query of with_spark_operators must return the streaming DataFrame it builds "
@@ -238,22 +250,31 @@ class SavepointWriter:
     # ------------------------------------------------------------------ keyed part
     def _write_keyed(self, entry: _Keyed, target: CheckpointStorage, options: dict[str, str],
                      manifest: F.SavepointManifest) -> tuple[int, int]:
+        if any(p.name == entry.name for p in manifest.process):
+            raise BootstrapError(
+                f"keyed state {entry.name!r} is added with with_keyed_state and also computed by a keyed function "
+                "inside the query of with_spark_operators; keep one of them")
         history = entry.history
         keys, key_fields = key_columns(history, entry.key, f"the bootstrap of {entry.name!r}")
         opts = process_options(history, entry.function, StructType([]), keyed=True, parallelism=entry.parallelism,
                                max_parallelism=entry.max_parallelism, name=entry.name, state_location=None,
                                state_root=None, storage_options=None, engine=entry.engine)
         assert opts.max_parallelism is not None
-        event_time = EventTime(entry.event_time, 0) if entry.event_time else None
-        side = InputSide(LEFT, tuple(history.columns), tuple(history.columns), tuple(keys), event_time)
-        plan = ProcessPlan(KEYED, OutputDropped(entry.function), opts, tuple(key_fields), (side,),
-                           Phases(event_time=event_time is not None, bootstrap=True))
         n, name, url = opts.parallelism, entry.name, target.url
+        function = OutputDropped(entry.function)
+        if entry.event_time:  # read by side: each row's event time on the context, the maxima recorded
+            side = InputSide(LEFT, tuple(history.columns), tuple(history.columns), tuple(keys),
+                             EventTime(entry.event_time, 0))
+            plan = ProcessPlan(KEYED, function, opts, tuple(key_fields), (side,),
+                               Phases(event_time=True, bootstrap=True))
+            routed = union_inputs([(side, history)], n, opts.max_parallelism, None)
+        else:  # the plain input: a key's rows in one call
+            plan = ProcessPlan(KEYED, function, opts, tuple(key_fields), (), Phases(bootstrap=True))
+            routed = add_routing_columns(history, keys, n, opts.max_parallelism)
 
         def run(batches):
             return bootstrap_partition(plan, name, url, options, batches)
 
-        routed = union_inputs([(side, history)], n, opts.max_parallelism, None)
         bar = Progress(f"bootstrap of {name}", unit="partitions", total=n, enabled=self._progress)
         try:
             rows = []
@@ -270,7 +291,7 @@ class SavepointWriter:
             for m in r.maxima or ():
                 _write(target, F.process_time_file(name, f"{maxima_dir(0)}/{m}"), b"", manifest)
         manifest.process.append(F.ProcessEntry(name, KEYED, opts.max_parallelism, n, f"bootstrap:{name}", None,
-                                               PLACED_BESIDE_CHECKPOINT))
+                                               PLACED_BESIDE_CHECKPOINT, plan.key_record))
         return sum(r.keys for r in rows), sum(r.input_rows for r in rows)
 
 

@@ -1,4 +1,4 @@
-"""Task side of a keyed bootstrap: one partition of the history through the keyed loop.
+"""Task side of a keyed bootstrap or transform: one partition of rows through the keyed loop.
 
 A bootstrap task runs in a *batch* job (:mod:`.bootstrap`), one per partition of the
 streaming function's layout; the history is routed exactly as the streaming query routes its
@@ -6,7 +6,9 @@ rows (key group ``pmod(hash(key), max_parallelism)``, partition by Flink's opera
 The task
 
 1. opens an empty store at batch version 0 in a local temporary directory of the executor
-   (the state never lives there longer than the task);
+   (the state never lives there longer than the task) -- or, for a transform
+   (:mod:`.transform`), a store holding the savepoint partition's entries without those of the
+   states it replaces (:class:`BaseEntries`);
 2. runs the keyed loop (:mod:`spark_state.process.keyed_loop`) over its rows with a plan whose
    time phase registers timers for the restoring query and fires none; the function's output
    is dropped;
@@ -20,21 +22,22 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import pyarrow as pa
 
 from ..engine.store import VersionedStore
 from ..ops import savepoint_format as F
 from ..process.clock import maxima_dir
-from ..process.functions import KeyedProcessFunction, defines
+from ..process.functions import KeyedProcessFunction
 from ..process.keyed_loop import keyed_loop
 from ..process.location import Layout
 from ..process.plan import ProcessPlan
 from ..process.stores import CACHE, PartitionStore
 from ..state.regroup import owned_key_groups
 from ..storage import CheckpointStorage, open_storage
+from .savepoint_source import SavepointSource, entry_of_state
 
 #: What each bootstrap task returns (one row).
 RESULT_SCHEMA = pa.schema([
@@ -47,13 +50,12 @@ RESULT_DDL = ("partition int, path string, size bigint, crc32 bigint, rows bigin
 
 
 class OutputDropped(KeyedProcessFunction):
-    """The bootstrap function as the keyed loop calls it: rows go to its ``process_element``
-    (or ``process_elements``), whose output is consumed (a generator runs to its end) and
-    dropped. ``open`` and ``close`` are its own."""
+    """The bootstrap function as the keyed loop calls it: a key's rows go to its
+    ``process_elements`` (whose default calls ``process_element`` per row); the output is
+    consumed (a generator runs to its end) and dropped. ``open`` and ``close`` are its own."""
 
     def __init__(self, function: KeyedProcessFunction) -> None:
         self.function = function
-        self._vectorized = defines(function, "process_elements")
 
     def open(self, ctx: Any) -> None:
         self.function.open(ctx)
@@ -61,13 +63,34 @@ class OutputDropped(KeyedProcessFunction):
     def close(self) -> None:
         self.function.close()
 
-    def process_element(self, row: Any, ctx: Any) -> None:
-        fn = self.function
-        produced = fn.process_elements([row], ctx) if self._vectorized else fn.process_element(row, ctx)
+    def process_elements(self, rows: list, ctx: Any) -> Iterable[Any]:
+        produced = self.function.process_elements(rows, ctx)
         if produced is not None:
             for _ in produced:
                 pass
-        return None
+        return ()
+
+
+@dataclass(frozen=True)
+class BaseEntries:
+    """What a transform task starts from: partition files of a savepoint (checked against its
+    manifest), or of an earlier step of the same transform (``chained_url``: the files it just
+    wrote), without every entry of the states in ``replaced`` (UTF-8 names)."""
+
+    source: SavepointSource
+    replaced: tuple[bytes, ...]
+    chained_url: Optional[str] = None
+    chained_options: Mapping[str, str] = field(default_factory=dict)
+
+    def entries(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
+        if self.chained_url is None:
+            found = self.source.entries(partition)
+        else:
+            storage = open_storage(self.chained_url, dict(self.chained_options))
+            path = F.process_file(self.source.function, partition)
+            found = F.decode_entries(storage.read_bytes(path), storage.full_url(path))
+        replaced = self.replaced
+        return ((k, v) for k, v in found if not any(entry_of_state(k, name) for name in replaced))
 
 
 @dataclass(frozen=True)
@@ -82,8 +105,9 @@ class _Task:
 
 
 def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepoint_options: Mapping[str, str],
-                        batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body of a keyed bootstrap (see the module docstring)."""
+                        batches: Iterator[pa.RecordBatch],
+                        base: Optional[BaseEntries] = None) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body of a keyed bootstrap or transform (see the module docstring)."""
     from pyspark import TaskContext
 
     tc = TaskContext.get()
@@ -95,7 +119,10 @@ def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepo
         storage = open_storage(work)
         layout = Layout(plan.parallelism, 0)
         store = VersionedStore(storage.child(layout.store_path(partition)), plan.engine)
-        store.load(0)
+        if base is None:
+            store.load(0)
+        else:
+            store.import_version(1, base.entries(partition))
         ps = PartitionStore(storage.url, partition, layout, store, "new", 0, storage)
         counted = _Counted(batches)
         task = _Task(0, partition, storage.url, storage)

@@ -56,6 +56,7 @@ from ..storage import CheckpointStorage, open_storage
 from .codecs import SINGLE_VALUE_KINDS
 from .records import keyed_records, state_codec
 from .errors import StateDataError, UnknownStateError, UnreadableStateError
+from .savepoint_source import SavepointSource, is_savepoint
 from .source import KeyedSource
 
 __all__ = ["read_keyed_state", "read_timers"]
@@ -67,7 +68,7 @@ DOMAINS = {TK.EVENT_TIME: "event_time", TK.PROCESSING_TIME: "processing_time"}
 
 
 @dataclass(frozen=True)
-class _Partitions:
+class Partitions:
     """What a task needs to open partition stores of one committed batch (pickled to the tasks)."""
 
     url: str
@@ -76,6 +77,8 @@ class _Partitions:
     version: int
     max_parallelism: int
     key_fields: tuple[T.StructField, ...]
+    #: the stores are a savepoint's state files of this function (loaded into temporary stores)
+    savepoint: Optional[SavepointSource] = None
 
     def key_groups(self, partition: int) -> range:
         kg = compute_key_group_range_for_operator_index(self.max_parallelism, self.layout.parallelism, partition)
@@ -84,11 +87,14 @@ class _Partitions:
     @contextmanager
     def store(self, partition: int, storage: Optional[CheckpointStorage] = None) -> Iterator[VersionedStore]:
         """Partition ``partition``'s store, loaded at the batch in a temporary directory (read only)."""
-        storage = storage or open_storage(self.url, dict(self.storage_options))
         local = tempfile.mkdtemp(prefix="spark-state-read-")
-        store = open_committed(storage.child(self.layout.store_path(partition)),
-                               self.layout.store_version(self.version), reader_config(local_dir=local),
-                               self.layout.base, registry=storage)
+        if self.savepoint is not None:
+            store = self.savepoint.load(partition, local)
+        else:
+            storage = storage or open_storage(self.url, dict(self.storage_options))
+            store = open_committed(storage.child(self.layout.store_path(partition)),
+                                   self.layout.store_version(self.version), reader_config(local_dir=local),
+                                   self.layout.base, registry=storage)
         try:
             yield store
         finally:
@@ -99,12 +105,12 @@ class _Partitions:
              schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """For each partition id in ``batches`` (a task's input): ``read``'s rows of its store, as
         record batches of ``schema``."""
-        storage = open_storage(self.url, dict(self.storage_options))
+        storage = open_storage(self.url, dict(self.storage_options)) if self.savepoint is None else None
         for batch in batches:
             for partition in batch.column(0).to_pylist():
                 with self.store(partition, storage) as store:
                     for rows in read(store, partition):
-                        yield _record_batch(rows, schema)
+                        yield record_batch(rows, schema)
 
 
 def read_keyed_state(spark: SparkSession, checkpoint: str, state: str, *, function: Optional[str] = None,
@@ -113,17 +119,15 @@ def read_keyed_state(spark: SparkSession, checkpoint: str, state: str, *, functi
                      process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False) -> DataFrame:
     """Keyed state ``state`` of a query's keyed function after ``batch`` (default: the last
     committed batch) as a DataFrame (see the module docstring for its rows). Options as for
-    :class:`~.lookup.StateLookup`.
+    :class:`~.lookup.StateLookup`. ``checkpoint`` may be a savepoint's directory: its batch.
 
     :raises UnknownStateError: no such function or state (the message lists what there is).
     :raises UnreadableStateError: pickled values without ``allow_pickle``, or a custom
         serializer's values (a DataFrame needs a Spark type: read them with lookups).
     """
-    source = KeyedSource.find(checkpoint, function=function, storage_options=storage_options, process_root=process_root,
-                         process_locations=process_locations)
-    parts = _partitions(source, batch)
-    record = _record(parts, state, source.function)
-    schema = _state_schema(parts.key_fields, state, record, exploded)
+    parts, name = _source(checkpoint, function, batch, storage_options, process_root, process_locations)
+    record = state_record(parts, state, name)
+    schema = state_schema(parts.key_fields, state, record, exploded)
     reader = _StateReader(parts, state, record.kind, exploded, int(time.time() * 1000), allow_pickle)
     arrow = arrow_schema(schema)
 
@@ -138,16 +142,15 @@ def read_timers(spark: SparkSession, checkpoint: str, *, function: Optional[str]
                 storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
                 process_locations: Optional[Mapping[str, str]] = None) -> DataFrame:
     """The timers a keyed function has registered and not fired after ``batch``: the key
-    columns, ``domain`` (``event_time`` or ``processing_time``) and ``timestamp_ms``."""
-    source = KeyedSource.find(checkpoint, function=function, storage_options=storage_options, process_root=process_root,
-                         process_locations=process_locations)
-    parts = _partitions(source, batch)
+    columns, ``domain`` (``event_time`` or ``processing_time``) and ``timestamp_ms``.
+    ``checkpoint`` may be a savepoint's directory."""
+    parts, _ = _source(checkpoint, function, batch, storage_options, process_root, process_locations)
     names = [f.name for f in parts.key_fields]
     _check_names(names, ("domain", "timestamp_ms"))
     schema = T.StructType(list(parts.key_fields) + [T.StructField("domain", T.StringType(), False),
                                                      T.StructField("timestamp_ms", T.LongType(), False)])
     arrow = arrow_schema(schema)
-    decode = _row_key(parts.key_fields)
+    decode = row_key(parts.key_fields)
 
     def timers(store: VersionedStore, partition: int) -> Iterator[list[tuple]]:
         rows: list[tuple] = []
@@ -171,14 +174,31 @@ def read_timers(spark: SparkSession, checkpoint: str, *, function: Optional[str]
 
 
 # ------------------------------------------------------------------------------ driver side
-def _partitions(source: KeyedSource, batch: Optional[int]) -> _Partitions:
+def _source(path: str, function: Optional[str], batch: Optional[int], storage_options: Optional[Mapping[str, str]],
+            process_root: Optional[str], process_locations: Optional[Mapping[str, str]]) -> tuple[Partitions, str]:
+    """The partition stores to read and the function's name: a checkpoint's committed batch, or
+    a savepoint's state files (``batch``, if given, must be the savepoint's)."""
+    if is_savepoint(path, storage_options):
+        sp = SavepointSource.open(path, function, storage_options)
+        if batch is not None and batch != sp.manifest.batch_id:
+            raise StateDataError(f"the savepoint {sp.url} holds batch {sp.manifest.batch_id}, not batch {batch}: "
+                                 "omit batch= to read it")
+        parts = Partitions(sp.url, dict(sp.storage_options), L.Layout(sp.entry.parallelism, 0),
+                            sp.manifest.state_version, sp.max_parallelism, tuple(sp.key_columns.fields), sp)
+        return parts, sp.function
+    source = KeyedSource.find(path, function=function, storage_options=storage_options, process_root=process_root,
+                              process_locations=process_locations)
+    return _partitions(source, batch), source.function
+
+
+def _partitions(source: KeyedSource, batch: Optional[int]) -> Partitions:
     """The partition stores of ``batch`` (default: the last committed batch)."""
     version = source.committed_batch(batch) + 1
-    return _Partitions(source.location.url, source.storage_options, process_layout(source.storage, version), version,
+    return Partitions(source.location.url, source.storage_options, process_layout(source.storage, version), version,
                        source.max_parallelism, tuple(source.key_columns.fields))
 
 
-def _record(parts: _Partitions, state: str, function: str) -> StateSchema:
+def state_record(parts: "Partitions", state: str, function: str) -> StateSchema:
     """The state's schema record, from the first partition store that has one (each store
     records the states it holds; a partition without keys of the state has none)."""
     seen: set[str] = set()
@@ -192,7 +212,7 @@ def _record(parts: _Partitions, state: str, function: str) -> StateSchema:
         f"function {function!r} has no keyed state {state!r} (states: {', '.join(sorted(seen)) or 'none yet'})")
 
 
-def _state_schema(key_fields: tuple[T.StructField, ...], state: str, record: StateSchema,
+def state_schema(key_fields: tuple[T.StructField, ...], state: str, record: StateSchema,
                   exploded: bool) -> T.StructType:
     value = _spark_type(record.value, state)
     fields = list(key_fields)
@@ -229,7 +249,7 @@ def _check_names(key_columns: list[str], added: "list[str] | tuple[str, ...]") -
 
 
 # ------------------------------------------------------------------------------ task side
-def _row_key(fields: tuple[T.StructField, ...]) -> Callable[[bytes], tuple]:
+def row_key(fields: tuple[T.StructField, ...]) -> Callable[[bytes], tuple]:
     """Key bytes -> the key columns' values, as a tuple."""
     decode = key_decoder(fields)
     if len(fields) == 1:
@@ -240,7 +260,7 @@ def _row_key(fields: tuple[T.StructField, ...]) -> Callable[[bytes], tuple]:
 class _StateReader:
     """Rows of one state in one partition store (pickled to the tasks)."""
 
-    def __init__(self, parts: _Partitions, state: str, kind: str, exploded: bool, now_ms: int,
+    def __init__(self, parts: Partitions, state: str, kind: str, exploded: bool, now_ms: int,
                  allow_pickle: bool) -> None:
         self.parts = parts
         self.state = state
@@ -254,7 +274,7 @@ class _StateReader:
         codec = state_codec(store, self.state, self.allow_pickle)
         if codec is None:  # no key of this partition has (had) the state
             return
-        decode = _row_key(self.parts.key_fields)
+        decode = row_key(self.parts.key_fields)
         rows: list[tuple] = []
         for kg in self.parts.key_groups(partition):
             prefix = K.key_group_bytes(kg) + K.name_part(name)
@@ -293,7 +313,7 @@ def _by_key(store: VersionedStore, prefix: bytes) -> Iterator[tuple[bytes, int, 
         yield base[start + K.KEY_LENGTH.size:], len(base), entries
 
 
-def _record_batch(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
+def record_batch(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
     columns = list(zip(*rows)) if rows else [()] * len(schema)
     return pa.RecordBatch.from_arrays(
         [pa.array([_arrow_value(v) for v in col], type=field.type) for col, field in zip(columns, schema)],

@@ -42,6 +42,18 @@ class Mean(AggregateFunction):
         return (a[0] + b[0], a[1] + b[1])
 
 
+def _add(a, b):
+    return a + b
+
+
+def all_states_descriptors() -> tuple:
+    """The descriptors of :class:`AllStates`'s states: count, recent, buckets, total, mean."""
+    return (ValueStateDescriptor("count", LongType()), ListStateDescriptor("recent", LongType()),
+            MapStateDescriptor("buckets", LongType(), LongType()), ReducingStateDescriptor("total", _add, LongType()),
+            AggregatingStateDescriptor("mean", Mean(), StructType([
+                StructField("s", LongType()), StructField("n", LongType())])))
+
+
 class AllStates(KeyedProcessFunction):
     """Every keyed state type per key; ``v == 0`` clears all of the key's state first.
 
@@ -50,13 +62,12 @@ class AllStates(KeyedProcessFunction):
     """
 
     def open(self, ctx):
-        self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
-        self.recent = ctx.get_list_state(ListStateDescriptor("recent", LongType()))
-        self.buckets = ctx.get_map_state(MapStateDescriptor("buckets", LongType(), LongType()))
-        self.total = ctx.get_reducing_state(ReducingStateDescriptor("total", lambda a, b: a + b, LongType()))
-        self.mean = ctx.get_aggregating_state(
-            AggregatingStateDescriptor("mean", Mean(), StructType([
-                StructField("s", LongType()), StructField("n", LongType())])))
+        count, recent, buckets, total, mean = all_states_descriptors()
+        self.count = ctx.get_state(count)
+        self.recent = ctx.get_list_state(recent)
+        self.buckets = ctx.get_map_state(buckets)
+        self.total = ctx.get_reducing_state(total)
+        self.mean = ctx.get_aggregating_state(mean)
 
     def process_element(self, row, ctx):
         if row.v == 0:

@@ -30,8 +30,8 @@ EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def _rows(rng: random.Random, n: int, start_s: int, span_s: int) -> list[tuple]:
-    return [(f"k{rng.randrange(25)}", rng.randrange(1, 50), EPOCH + dt.timedelta(seconds=start_s + rng.randrange(span_s)))
-            for _ in range(n)]
+    return [(f"k{rng.randrange(25)}", rng.randrange(1, 50),
+             EPOCH + dt.timedelta(seconds=start_s + rng.randrange(span_s))) for _ in range(n)]
 
 
 def _input() -> tuple[list[tuple], list[list[tuple]]]:

@@ -16,12 +16,17 @@ import pytest
 
 import process_fns
 import state_data_fns
-from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, all_states_add
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
+from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, all_states_add, all_states_descriptors
 from spark_state.__main__ import main
 from spark_state.process import keyed_process
-from spark_state.ops import QueryRunningError
-from spark_state.processor import (KeyMismatchError, StateLookup, UnknownStateError, erase_keys, lookup,
-                                   read_keyed_state, read_timers)
+from spark_state.ops import QueryRunningError, restore, savepoint
+from spark_state.processor import (KeyMismatchError, SavepointTransform, StateDataError, StateLookup,
+                                   UnknownStateError, erase_keys, lookup, read_change_feed, read_keyed_state,
+                                   read_timers)
+from spark_state.state import ValueStateDescriptor
 from state_data_fns import FAR_MS, AllStatesAndTimers
 from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
 
@@ -128,6 +133,25 @@ def test_timers_read_as_registered(spark, finished):
     assert {tuple(r) for r in read_timers(spark, finished["checkpoint"], batch=1).collect()} == before
 
 
+def test_the_change_feed_gives_each_batchs_changes(spark, finished):
+    """Batches 1..3 (and 0..3): one update row per key a batch touched, with the key's value after
+    that batch, for value, list and map state."""
+    batches, ckpt = finished["batches"], finished["checkpoint"]
+    for start in (0, 1):
+        for state, form in (("count", lambda s: s["count"]), ("recent", lambda s: s["recent"]),
+                            ("buckets", lambda s: dict(s["buckets"]))):
+            feed = read_change_feed(spark, ckpt, state, start_batch=start)
+            assert feed.columns == ["batch_id", "change_type", "k", "value"]
+            expected = sorted((b, "update", k, form(model_states(batches, b)[k]))
+                              for b in range(start, len(batches)) for k in {k for k, _ in batches[b]})
+            found = sorted((r[0], r[1], r[2], dict(r[3]) if isinstance(r[3], dict) else r[3]) for r in feed.collect())
+            assert found == expected, (start, state)
+    assert read_change_feed(spark, ckpt, "count", start_batch=2, end_batch=2).count() == len(
+        {k for k, _ in batches[2]})
+    with pytest.raises(StateDataError, match="start_batch"):
+        read_change_feed(spark, ckpt, "count", start_batch=len(batches))
+
+
 def test_a_read_of_an_unknown_state_lists_the_states(spark, finished):
     with pytest.raises(UnknownStateError,
                        match=r"no keyed state 'cont' \(states: buckets, count, mean, recent, total\)"):
@@ -174,6 +198,57 @@ def test_clear_errors(finished, capsys):
     assert main(["get", ckpt, "count", "k1", "--batch", "99", "--json"]) == 1
     captured = capsys.readouterr()
     assert json.loads(captured.out)["error"] == "NoCommittedBatchError" and "batch 99 is not committed" in captured.err
+
+
+def test_read_transform_restore_round_trips_every_state_type(spark, finished, tmp_path):
+    """A savepoint read as DataFrames, each state written back unchanged by a transform, then
+    restored: every state and the timers equal the query's. Then a transform that changes the
+    type of one state, rewrites another and drops a key from a third."""
+    ckpt, model = finished["checkpoint"], model_states(finished["batches"], len(finished["batches"]) - 1)
+    sp1, sp2, sp3 = (str(tmp_path / n) for n in ("sp1", "sp2", "sp3"))
+    savepoint(ckpt, sp1, progress=False)
+    names = [d.name for d in all_states_descriptors()]
+    for state in names:  # a savepoint reads as its checkpoint does
+        assert sorted(map(tuple, read_keyed_state(spark, sp1, state).collect())) == sorted(
+            map(tuple, read_keyed_state(spark, ckpt, state).collect())), state
+
+    same = SavepointTransform(spark, sp1, progress=False)
+    for descriptor in all_states_descriptors():
+        same.replace_keyed_state(descriptor, same.read_keyed_state(descriptor.name))
+    result = same.write(sp2)
+    assert result.replaced == {NAME: names}
+    restore(sp2, str(tmp_path / "ckpt2"), progress=False)
+    with StateLookup(str(tmp_path / "ckpt2")) as states:
+        for key in sorted(model):
+            _expect_all(states, model, key, None)
+    assert sorted(map(tuple, read_timers(spark, str(tmp_path / "ckpt2")).collect())) == sorted(
+        map(tuple, read_timers(spark, ckpt).collect()))
+
+    changed = SavepointTransform(spark, sp1, progress=False)
+    counts = changed.read_keyed_state("count")
+    changed.replace_keyed_state(ValueStateDescriptor("count", StringType()),
+                                counts.select("k", F.format_string("n=%d", "value").alias("value")))
+    changed.replace_keyed_state(all_states_descriptors()[1],
+                                changed.read_keyed_state("recent").select("k", F.reverse("value").alias("value")))
+    changed.replace_keyed_state(all_states_descriptors()[2], changed.read_keyed_state("buckets").where("k != 'k1'"))
+    changed.write(sp3)
+    assert {r[0]: r[1] for r in read_keyed_state(spark, sp3, "count").collect()} == {
+        k: f"n={s['count']}" for k, s in model.items()}
+    assert {r[0]: r[1] for r in read_keyed_state(spark, sp3, "recent").collect()} == {
+        k: s["recent"][::-1] for k, s in model.items()}
+    restore(sp3, str(tmp_path / "ckpt3"), progress=False)
+    with StateLookup(str(tmp_path / "ckpt3")) as states:
+        assert states.states()["count"] == "value state of string"
+        assert states.get("buckets", "k1") is None and states.get("buckets", "k2") == dict(model["k2"]["buckets"])
+        assert states.get("total", "k1") == model["k1"]["total"]  # untouched
+
+    wrong, count = SavepointTransform(spark, sp1, progress=False), all_states_descriptors()[0]
+    with pytest.raises(KeyMismatchError, match="k string"):
+        wrong.replace_keyed_state(count, counts.withColumn("k", F.lit(1)))
+    with pytest.raises(StateDataError, match="cast the column"):
+        wrong.replace_keyed_state(count, counts.withColumn("value", F.col("value").cast("string")))
+    with pytest.raises(StateDataError, match="'value' column"):
+        wrong.replace_keyed_state(count, counts.select("k"))
 
 
 def test_a_lookup_during_the_run_sees_the_last_committed_batch(spark, tmp_path):
@@ -236,6 +311,12 @@ def test_erasure_removes_the_keys_from_every_state_and_the_query_never_sees_them
     out = {r[0]: r for r in run.batches[len(batches) + 1]}
     assert out["k1"][1:3] == (1, "[5]")
     assert out["k3"][1] == model["k3"]["count"] + 1
+    # the change feed: the erasure's batch recorded no changes, the batch after it did
+    with pytest.raises(StateDataError, match=f"start at batch {len(batches) + 1} or later"):
+        read_change_feed(spark, str(ckpt), "count", start_batch=0)
+    feed = read_change_feed(spark, str(ckpt), "count", start_batch=len(batches) + 1).collect()
+    assert sorted(map(tuple, feed)) == [(len(batches) + 1, "update", "k1", 1),
+                                        (len(batches) + 1, "update", "k3", model["k3"]["count"] + 1)]
 
 
 def test_erasure_from_the_command_line_and_its_refusals(finished, capsys):

@@ -81,11 +81,15 @@ def test_manifest_round_trip_and_refusals():
         F.SavepointManifest.from_json(b"{", "sp.json")
     with pytest.raises(SavepointError, match="format 9"):
         F.SavepointManifest.from_json(json.dumps({"kind": F.KIND, "format_version": 9}).encode(), "sp.json")
-    # a manifest of format 1 (no process placement) still loads; today's writes format 2
-    proc = F.ProcessEntry("Fn", "keyed", 128, 4, "/state/q/Fn", "/state", "root")
+    # manifests of formats 1 (no process placement) and 2 (no key columns) still load; today's writes format 3
+    key = {"columns": ["user"], "types": ["string"]}
+    proc = F.ProcessEntry("Fn", "keyed", 128, 4, "/state/q/Fn", "/state", "root", key)
     doc = json.loads(F.SavepointManifest(source="/ck", query_id="q", batch_id=1, provider_class="p", partitions=1,
                                          process=[proc]).to_json())
-    assert doc["format_version"] == 2
+    assert doc["format_version"] == 3 and doc["process"][0]["key"] == key
+    doc["format_version"] = 2
+    del doc["process"][0]["key"]
+    assert F.SavepointManifest.from_json(json.dumps(doc).encode(), "sp.json").process[0].key is None
     doc["format_version"] = 1
     del doc["process"][0]["placement"]
     old = F.SavepointManifest.from_json(json.dumps(doc).encode(), "sp.json")

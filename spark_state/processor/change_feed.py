@@ -1,0 +1,167 @@
+"""The changes a keyed function's batches made to one of its states, as a batch DataFrame.
+
+::
+
+    from spark_state.processor import read_change_feed
+    read_change_feed(spark, "/ckpt", "count", start_batch=3, end_batch=7).show()
+
+Rows, in batch order per key: ``batch_id`` (the batch that made the change), ``change_type``
+(``update``: the key's value after the batch; ``delete``: the batch removed it, or its TTL
+expired), the key columns, and ``value`` as :func:`~.read.read_keyed_state` shows it (a list
+state's whole array, a map state's whole map; null for ``delete``). One row per key a batch
+changed; a key written twice in one batch has one row. This is Spark's change feed of the
+``statestore`` reader (``readChangeFeed``), for the state of keyed functions.
+
+How. Every committed version of a partition store has a changelog: the keys the batch put or
+deleted (:mod:`spark_state.checkpoint.changelog`). One Spark task per partition store loads the
+store at the state before ``start_batch``, then for each batch loads the next version (which
+replays that one changelog), takes the keys of the state it names, and reads their values after
+the batch. Only committed batches are read. A version written by an operations tool (restore,
+rescale, erasure) has no changelog of the batch's changes: a range that covers one is refused,
+naming the batch; so is a range over a new layout (a change of parallelism, a restore or an
+erasure writes one): it starts at the batch after the layout's first.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Optional
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from ..checkpoint import changelog
+from ..engine.store import VersionedStore, prefix_upper_bound
+from ..keys import keyed as K
+from ..keys.keygroup_prefix import KEY_GROUP
+from ..keys.system import SYSTEM_PREFIX
+from ..ops.state_io import is_tool_run, open_committed, process_layout, reader_config
+from ..process import location as L
+from ..spark.compat import arrow_schema
+from ..storage import open_storage
+from .errors import StateDataError
+from .read import BATCH_ROWS, Partitions, record_batch, row_key, state_record, state_schema
+from .records import state_codec
+from .source import KeyedSource
+
+__all__ = ["read_change_feed"]
+
+UPDATE, DELETE = "update", "delete"
+#: The columns the feed adds before the key columns.
+FEED_COLUMNS = (T.StructField("batch_id", T.LongType(), False), T.StructField("change_type", T.StringType(), False))
+
+
+def read_change_feed(spark: SparkSession, checkpoint: str, state: str, *, start_batch: int,
+                     end_batch: Optional[int] = None, function: Optional[str] = None,
+                     storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
+                     process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False) -> DataFrame:
+    """The changes batches ``start_batch..end_batch`` (default: the last committed batch) made
+    to keyed state ``state`` (see the module docstring). Options as for
+    :func:`~.read.read_keyed_state`.
+
+    :raises StateDataError: a bad range, or one over a tool-written version or a layout change.
+    :raises UnknownStateError: no such function or state."""
+    source = KeyedSource.find(checkpoint, function=function, storage_options=storage_options,
+                              process_root=process_root, process_locations=process_locations)
+    end = source.committed_batch(end_batch)
+    if isinstance(start_batch, bool) or not isinstance(start_batch, int) or not 0 <= start_batch <= end:
+        raise StateDataError(f"start_batch must be a batch id from 0 to the end batch {end}, got {start_batch!r}")
+    layout = process_layout(source.storage, end + 1)
+    if layout.base > 0 and start_batch <= layout.base:
+        # The layout's store version 0 is empty, not the state before batch `base`: that is in the
+        # layout before it (batch `base` rescaled, or a tool wrote a new layout there).
+        raise StateDataError(
+            f"the state of {source.function!r} was rewritten into a new layout at batch {layout.base} (a change of "
+            "parallelism, a restore or an erasure), which records no changes of that batch; a change feed reads "
+            f"one layout: start at batch {layout.base + 1} or later")
+    parts = Partitions(source.location.url, source.storage_options, layout, end + 1, source.max_parallelism,
+                       tuple(source.key_columns.fields))
+    record = state_record(parts, state, source.function)
+    schema = T.StructType(list(FEED_COLUMNS) + list(state_schema(parts.key_fields, state, record, False).fields))
+    feed = _Feed(parts, state, start_batch, end, int(time.time() * 1000), allow_pickle)
+    arrow = arrow_schema(schema)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for partition in batch.column(0).to_pylist():
+                for rows in feed.rows(partition):
+                    yield record_batch(rows, arrow)
+
+    n = layout.parallelism
+    return spark.range(0, n, 1, n).mapInArrow(run, schema)
+
+
+@dataclass(frozen=True)
+class _Feed:
+    """One state's changes in one partition store (pickled to the tasks)."""
+
+    parts: Partitions
+    state: str
+    start: int
+    end: int
+    now_ms: int
+    allow_pickle: bool
+
+    def rows(self, partition: int) -> Iterator[list[tuple]]:
+        parts = self.parts
+        storage = open_storage(parts.url, dict(parts.storage_options))
+        layout: L.Layout = parts.layout
+        local = tempfile.mkdtemp(prefix="spark-state-feed-")
+        store: Optional[VersionedStore] = None
+        try:
+            store_storage = storage.child(layout.store_path(partition))
+            store = open_committed(store_storage, layout.store_version(self.start), reader_config(local_dir=local),
+                                   layout.base, registry=storage)
+            name = self.state.encode("utf-8")
+            decode = row_key(parts.key_fields)
+            rows: list[tuple] = []
+            for batch in range(self.start, self.end + 1):
+                store.load(layout.store_version(batch + 1))
+                manifest = store.manifest
+                assert manifest is not None
+                if is_tool_run(manifest.run_id):
+                    raise StateDataError(
+                        f"batch {batch} of {parts.url} was written by an operations tool (restore, rescale or "
+                        "erasure), which records no changes: start the change feed after it")
+                codec = state_codec(store, self.state, self.allow_pickle)
+                if codec is None:
+                    continue
+                data = store_storage.read_bytes(manifest.changelog.path)
+                for base in _changed_keys(changelog.decode(data, manifest.changelog.path, manifest.version), name):
+                    entries = list(store.iterate(base, prefix_upper_bound(base)))
+                    found, value = codec.value_of(len(base), entries, self.now_ms) if entries else (False, None)
+                    key = decode(base[len(base) - _key_length(base):])
+                    rows.append((batch, UPDATE if found else DELETE) + key + (value if found else None,))
+                    if len(rows) >= BATCH_ROWS:
+                        yield rows
+                        rows = []
+            if rows:
+                yield rows
+        finally:
+            if store is not None:
+                store.close()
+            shutil.rmtree(local, ignore_errors=True)
+
+
+def _changed_keys(changes: Iterator[tuple[bytes, Optional[bytes]]], name: bytes) -> list[bytes]:
+    """The base keys (``[kg][name][len][key]``, :mod:`spark_state.keys.keyed`) of state ``name``
+    that a changelog touches, in key order, each once."""
+    bases: dict[bytes, None] = {}
+    for key, _ in changes:
+        if key[:1] == SYSTEM_PREFIX or key[0] >= 0x80 or K.state_name_of(key) != name:
+            continue
+        start = KEY_GROUP.size + 1 + len(name)
+        (klen,) = K.KEY_LENGTH.unpack_from(key, start)
+        bases[key[:start + K.KEY_LENGTH.size + klen]] = None
+    return sorted(bases)
+
+
+def _key_length(base: bytes) -> int:
+    """The serialized key's length in a base key (its last bytes)."""
+    name_len = base[KEY_GROUP.size]
+    (klen,) = K.KEY_LENGTH.unpack_from(base, KEY_GROUP.size + 1 + name_len)
+    return klen

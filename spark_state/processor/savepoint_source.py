@@ -1,0 +1,110 @@
+"""A keyed function's state in a savepoint, as the readers and the transform see it.
+
+A savepoint (:mod:`spark_state.ops.savepoint_format`) holds a keyed function's state as one
+Arrow file of entries per partition of its layout, ``process/<name>/<i>.arrow``, and records
+its max parallelism, parallelism and key columns in the manifest. Readers load a partition's
+entries into a temporary store (the engine's own, so every decoder of a checkpoint's stores
+works unchanged); every file is checked against the manifest's size and CRC-32 first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Optional
+
+from ..engine.store import VersionedStore
+from ..keys import keyed as K
+from ..keys import system as syskeys
+from ..ops import savepoint_format as F
+from ..ops.restore import read_manifest, read_verified
+from ..ops.state_io import reader_config
+from ..process.plan import KEYED
+from ..storage import open_storage
+from .errors import KeyMismatchError, UnknownStateError
+from .keys import KeyColumns
+
+
+def is_savepoint(path: str, storage_options: Optional[Mapping[str, str]] = None) -> bool:
+    """Whether ``path`` holds a savepoint (its manifest), rather than a checkpoint."""
+    return open_storage(path, dict(storage_options or {})).exists(F.MANIFEST)
+
+
+@dataclass(frozen=True)
+class SavepointSource:
+    """One keyed function of a savepoint (picklable: tasks load its partitions)."""
+
+    url: str
+    storage_options: Mapping[str, str]
+    manifest: F.SavepointManifest
+    entry: F.ProcessEntry
+
+    @classmethod
+    def open(cls, path: str, function: Optional[str] = None,
+             storage_options: Optional[Mapping[str, str]] = None) -> "SavepointSource":
+        """The keyed function ``function`` of the savepoint at ``path`` (optional when it has one).
+
+        :raises UnknownStateError: no such function, none, or several and none named.
+        :raises KeyMismatchError: the savepoint does not record the function's key columns."""
+        storage = open_storage(path, dict(storage_options or {}))
+        manifest = read_manifest(storage)
+        keyed = [p for p in manifest.process if p.kind == KEYED]
+        names = ", ".join(p.name for p in keyed) or "none"
+        if function is not None:
+            chosen = [p for p in keyed if p.name == function]
+            if not chosen:
+                raise UnknownStateError(f"the savepoint {storage.url} has no keyed function named {function!r} "
+                                        f"(keyed functions: {names})")
+        elif len(keyed) != 1:
+            raise UnknownStateError(
+                f"the savepoint {storage.url} has no keyed function state" if not keyed else
+                f"the savepoint {storage.url} has several keyed functions ({names}): name one with function=")
+        else:
+            chosen = keyed
+        entry = chosen[0]
+        if not entry.key:
+            raise KeyMismatchError(
+                f"the savepoint {storage.url} does not record the key columns of {entry.name!r} (it was taken by an "
+                "earlier release): restore it, run the query for one batch, and take a new savepoint")
+        return cls(storage.url, dict(storage_options or {}), manifest, entry)
+
+    @property
+    def function(self) -> str:
+        return self.entry.name
+
+    @property
+    def key_columns(self) -> KeyColumns:
+        return KeyColumns.from_record({"key": self.entry.key}, self.url)
+
+    @property
+    def max_parallelism(self) -> int:
+        assert self.entry.max_parallelism is not None  # keyed functions record it
+        return self.entry.max_parallelism
+
+    def entries(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
+        """Every entry of partition ``partition``'s state file, in key order (checked first)."""
+        storage = open_storage(self.url, dict(self.storage_options))
+        path = F.process_file(self.entry.name, partition)
+        return F.decode_entries(read_verified(storage, self.manifest, path), storage.full_url(path))
+
+    def load(self, partition: int, local_dir: str) -> VersionedStore:
+        """Partition ``partition``'s entries in a new store under ``local_dir`` (removed by the caller)."""
+        store = VersionedStore(open_storage(f"{local_dir}/store"), reader_config(local_dir=local_dir))
+        try:
+            store.import_version(1, self.entries(partition))
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+
+def entry_of_state(key: bytes, name: bytes) -> bool:
+    """Whether ``key`` is an entry of keyed state ``name`` (UTF-8): its data entries, its schema
+    record, its TTL marker and TTL index entries (the namespace of a keyed state's TTL is its
+    name; layouts in :mod:`spark_state.keys.keyed` and :mod:`spark_state.keys.system`)."""
+    if key[:1] == syskeys.SYSTEM_PREFIX:
+        if key[1:2] in (syskeys.TTL_INDEX_TAG, syskeys.TTL_MARKER_TAG, syskeys.KEYED_SCHEMA_TAG):
+            return syskeys.name_of_named_key(key) == name
+        return False
+    if key[0] >= 0x80:  # operator state of keyed functions (0xFE)
+        return False
+    return K.state_name_of(key) == name
