@@ -84,3 +84,7 @@ TIME_MAXIMA_DIR = "time/watermarks"
 # --- changelog record ops -------------------------------------------------------------------
 OP_PUT = 0
 OP_DELETE = 1
+
+#: Run ids of operations tools (restore, rescale, erasure, ...) start with it: their versions are
+#: imported (a snapshot and an empty changelog), not a batch's changes.
+TOOL_RUN_PREFIX = "spark-state-ops-"

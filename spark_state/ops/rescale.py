@@ -51,6 +51,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..checkpoint.runs import RunRegistry
+from ..engine.changes import is_tool_run
 from ..checkpoint.retention import list_copies
 from ..config import EngineConfig
 from ..keys.provider import MalformedProviderKeyError, route_hashes
@@ -339,7 +340,7 @@ def _check_live_stores(ckpt: SparkCheckpoint, operators: list[OperatorInfo], par
                 if not newer:
                     continue
                 tool_runs = {r.seq for r in RunRegistry(storage).history().runs
-                             if r.run_id.startswith("spark-state-ops-")}
+                             if is_tool_run(r.run_id)}
                 if all(set(copies[v]) <= tool_runs for v in newer):
                     continue
                 raise QueryRunningError(

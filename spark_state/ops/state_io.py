@@ -22,6 +22,7 @@ from __future__ import annotations
 import uuid
 from typing import Callable, Iterable, Iterator, Optional
 
+from .. import constants as C
 from ..checkpoint.retention import list_copies
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..config import EngineConfig
@@ -64,17 +65,8 @@ def store_entries(storage: CheckpointStorage, version: int, config: EngineConfig
         store.close()
 
 
-#: The run ids of operations tools start with it (:func:`new_tool_run_id`).
-TOOL_RUN_PREFIX = "spark-state-ops-"
-
-
 def new_tool_run_id(what: str) -> str:
-    return f"{TOOL_RUN_PREFIX}{what}-{uuid.uuid4()}"
-
-
-def is_tool_run(run_id: Optional[str]) -> bool:
-    """Whether a version's run id is an operations tool's (restore, rescale, erasure, ...)."""
-    return bool(run_id) and str(run_id).startswith(TOOL_RUN_PREFIX)
+    return f"{C.TOOL_RUN_PREFIX}{what}-{uuid.uuid4()}"
 
 
 def import_store(storage: CheckpointStorage, version: int, entries: Iterable[tuple[bytes, bytes]],

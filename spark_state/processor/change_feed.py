@@ -28,18 +28,19 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Optional
+from typing import Iterable, Iterator, Mapping, Optional
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from ..checkpoint import changelog
+from ..checkpoint.runs import RunContext, RunRegistry
+from ..engine.changes import ToolWrittenVersionError, committed_changes
 from ..engine.store import VersionedStore, prefix_upper_bound
 from ..keys import keyed as K
 from ..keys.keygroup_prefix import KEY_GROUP
 from ..keys.system import SYSTEM_PREFIX
-from ..ops.state_io import is_tool_run, open_committed, process_layout, reader_config
+from ..ops.state_io import process_layout, reader_config
 from ..process import location as L
 from ..spark.compat import arrow_schema
 from ..storage import open_storage
@@ -111,27 +112,20 @@ class _Feed:
         storage = open_storage(parts.url, dict(parts.storage_options))
         layout: L.Layout = parts.layout
         local = tempfile.mkdtemp(prefix="spark-state-feed-")
-        store: Optional[VersionedStore] = None
+        runs = RunContext(RunRegistry(storage), None, layout.base)
+        store = VersionedStore(storage.child(layout.store_path(partition)), reader_config(local_dir=local), runs=runs)
         try:
-            store_storage = storage.child(layout.store_path(partition))
-            store = open_committed(store_storage, layout.store_version(self.start), reader_config(local_dir=local),
-                                   layout.base, registry=storage)
             name = self.state.encode("utf-8")
             decode = row_key(parts.key_fields)
             rows: list[tuple] = []
-            for batch in range(self.start, self.end + 1):
-                store.load(layout.store_version(batch + 1))
-                manifest = store.manifest
-                assert manifest is not None
-                if is_tool_run(manifest.run_id):
-                    raise StateDataError(
-                        f"batch {batch} of {parts.url} was written by an operations tool (restore, rescale or "
-                        "erasure), which records no changes: start the change feed after it")
+            first = layout.store_version(self.start + 1)
+            for changed in committed_changes(store, first, layout.store_version(self.end + 1)):
+                batch = self.start + changed.version - first
                 codec = state_codec(store, self.state, self.allow_pickle)
+                bases = _changed_keys(changed.changes, name)  # read before the next version loads
                 if codec is None:
                     continue
-                data = store_storage.read_bytes(manifest.changelog.path)
-                for base in _changed_keys(changelog.decode(data, manifest.changelog.path, manifest.version), name):
+                for base in bases:
                     entries = list(store.iterate(base, prefix_upper_bound(base)))
                     found, value = codec.value_of(len(base), entries, self.now_ms) if entries else (False, None)
                     key = decode(base[len(base) - _key_length(base):])
@@ -141,13 +135,14 @@ class _Feed:
                         rows = []
             if rows:
                 yield rows
+        except ToolWrittenVersionError as exc:
+            raise StateDataError(str(exc)) from None
         finally:
-            if store is not None:
-                store.close()
+            store.close()
             shutil.rmtree(local, ignore_errors=True)
 
 
-def _changed_keys(changes: Iterator[tuple[bytes, Optional[bytes]]], name: bytes) -> list[bytes]:
+def _changed_keys(changes: Iterable[tuple[bytes, Optional[bytes]]], name: bytes) -> list[bytes]:
     """The base keys (``[kg][name][len][key]``, :mod:`spark_state.keys.keyed`) of state ``name``
     that a changelog touches, in key order, each once."""
     bases: dict[bytes, None] = {}

@@ -24,6 +24,15 @@ key written (or, with TTL ``OnReadAndWrite``, read) in the epoch; the last write
                          (TTL layout); -1 = unknown (not read, or an unstamped layout),
                          -2 = known absent
 
+Change feed file (Arrow IPC *file*, written by the worker at ``changes()`` for Spark's
+``statestore`` reader with ``readChangeFeed``), one row per key a version changed, in version
+order, then key order::
+
+    version      int64   the store version whose epoch made the change (batch ``version - 1``)
+    op           int8    0 = put, 1 = delete
+    key          binary  stored key (key-group prefixed, as in the changes file)
+    value        binary  the value put (bare UnsafeRow: TTL stamps are stripped); null for deletes
+
 Load and commit replies carry ``ttl``: ``stamped`` (the loaded version's values start with an
 8-byte big-endian last-access stamp, which reads strip), ``enabled``, and when enabled
 ``ttlMs``, ``nowMs`` (processing time of this batch, taken once at load), ``returnExpired``

@@ -44,6 +44,7 @@ from ..ttl import is_stamped
 from . import options as provider_options
 from . import ttl_policy
 from .protocol import SERVICE_INTERFACE
+from .change_feed import write_change_feed
 from .ttl_commit import NAMESPACE, collect_background, commit_epoch, read_changes_table
 from .ttl_policy import StoreTtl
 from .views import ViewExporter, commit_id, commit_view
@@ -241,6 +242,21 @@ class StoreService:
                         reply["ttlExpiredFound"] = len(found)
                     return reply
                 raise ValueError(f"unknown maintenance kind {kind!r}")
+        return _reply(run)
+
+    def changes(self, checkpoint: str, options_json: str, start_version: int, end_version: int,
+                out_path: str) -> str:
+        """Write the changes versions ``start_version..end_version`` of the store at ``checkpoint``
+        made into the Arrow file ``out_path`` (see ``protocol``: the change feed file), reading
+        committed copies only (Spark's ``statestore`` reader with ``readChangeFeed``)."""
+        def run() -> dict[str, Any]:
+            config = engine_config(json.loads(options_json))
+            storage = open_storage(checkpoint, config.storage_options)
+            store = VersionedStore(storage, worker_config(config), runs=RunContext(RunRegistry(storage), None))
+            try:
+                return {"rows": write_change_feed(store, int(start_version), int(end_version), out_path)}
+            finally:
+                store.close()
         return _reply(run)
 
     def close(self, instance_id: str) -> str:

@@ -117,6 +117,10 @@ COMPATIBILITY: tuple[Feature, ...] = (
     Feature("Spark's state data source (`format(\"statestore\")`) reads spark-state's state",
             ("tests/spark/test_provider.py::test_state_data_source_reads_our_state",),
             (("3.5", "Spark 4.0+ (3.5 has no reader): `spark-state inspect` counts the same rows"),)),
+    Feature("Spark's change feed (`readChangeFeed`) of spark-state's state equals Spark's RocksDB provider's, "
+            "per batch and key",
+            ("tests/spark/test_provider.py::test_sparks_change_feed_of_our_state_equals_sparks_rocksdb_provider",),
+            (("3.5", "Spark 4.0+ (3.5's reader has no change feed)"),)),
     Feature("`keyed_process` with event-time timers, a restart and a task retry inside `on_timer`",
             ("tests/process/test_time.py::test_event_time_page_view_counter_matches_the_model",
              "tests/process/test_time.py::test_restart_and_a_task_retry_inside_on_timer_give_identical_results")),

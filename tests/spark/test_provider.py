@@ -19,8 +19,8 @@ from spark_state import ops
 from spark_state.checkpoint.metadata import Manifest
 from spark_state.partitioning.spark_hash import spark_hash, spark_key_group, spark_partition_id
 from spark_state.spark.lines import running_line
-from streaming_harness import (HDFS_PROVIDER, SPARKSTATE_BACKENDS, SPARKSTATE_HASHMAP, SPARKSTATE_PROVIDER,
-                               run_query, split_provider, write_batches)
+from streaming_harness import (HDFS_PROVIDER, ROCKSDB_PROVIDER, SPARKSTATE_BACKENDS, SPARKSTATE_HASHMAP,
+                               SPARKSTATE_PROVIDER, run_query, split_provider, write_batches)
 
 pytestmark = pytest.mark.spark
 
@@ -129,6 +129,57 @@ def test_state_data_source_reads_our_state(spark, agg_input, tmp_path, ours_prov
     # An older batch is readable too (the reader asks for version batchId + 1).
     older = state(tmp_path / "ours", batch_id=1)
     assert older == state(tmp_path / "hdfs", batch_id=1) and older != ours
+
+
+def _dedup_within_watermark(df):
+    """Deduplication whose state the watermark evicts: the change feed has deletes too."""
+    return (df.withColumn("ts", F.timestamp_seconds("v")).withWatermark("ts", "10 seconds")
+            .dropDuplicates(["k", "ts"]))
+
+
+@pytest.mark.lines
+@pytest.mark.parametrize("query", ["aggregation", "dedup"])
+def test_sparks_change_feed_of_our_state_equals_sparks_rocksdb_provider(spark, agg_input, tmp_path, query):
+    """Spark's statestore reader with readChangeFeed, on spark-state's provider and on Spark's RocksDB
+    provider (changelog checkpointing) after the same query: the same rows -- batch, change type, key,
+    value, partition -- over every batch and over a range; deletes included (the dedup's evictions).
+
+    spark-state's changelogs hold each batch's net change per key; RocksDB's log holds every write. A
+    key the dedup stores and evicts in the same batch is an update and a delete there, a delete here:
+    RocksDB's feed is compared by its last row per batch and key (the aggregation has no such key)."""
+    if running_line().name == "3.5":
+        pytest.skip("Spark 3.5's statestore reader has no change feed (readChangeFeed is Spark 4.0+)")
+    build, mode = {"aggregation": (_aggregate, "update"), "dedup": (_dedup_within_watermark, "append")}[query]
+
+    def run(provider, checkpoint, confs=None):
+        run_query(spark, build, provider_class=provider, input_dir=agg_input, schema=SCHEMA,
+                  checkpoint_dir=str(checkpoint), output_mode=mode, extra_confs=confs)
+
+    run(SPARKSTATE_PROVIDER, tmp_path / "ours")
+    run(ROCKSDB_PROVIDER, tmp_path / "rocksdb",
+        {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true"})
+
+    def feed(checkpoint, start=0, end=None, net=False):
+        reader = (spark.read.format("statestore").option("readChangeFeed", "true")
+                  .option("changeStartBatchId", start))
+        if end is not None:
+            reader = reader.option("changeEndBatchId", end)
+        rows = [(r.batch_id, r.change_type, tuple(r.key), None if r.value is None else tuple(r.value), r.partition_id)
+                for r in reader.load(str(checkpoint)).collect()]  # each partition's rows in its log's order
+        if net:
+            rows = list({(r[0], r[2], r[4]): r for r in rows}.values())
+        return sorted(rows)
+
+    ours = feed(tmp_path / "ours")
+    rocksdb = feed(tmp_path / "rocksdb", net=True)
+    assert ours == rocksdb
+    assert {r[0] for r in ours} == set(range(5)) and len(ours) >= 40
+    if query == "aggregation":
+        assert ours == feed(tmp_path / "rocksdb")  # every write is the batch's last of its key
+    else:
+        assert any(r[1] == "delete" for r in ours)
+    assert feed(tmp_path / "ours", 2, 3) == feed(tmp_path / "rocksdb", 2, 3, net=True) == [
+        r for r in ours if 2 <= r[0] <= 3]
 
 
 def test_stored_keys_carry_sparks_partitioning_hash(spark, agg_input, tmp_path):

@@ -2,8 +2,10 @@ package org.apache.spark.sql.execution.streaming.state.sparkstate
 
 import org.apache.hadoop.conf.Configuration
 
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.util.NextIterator
 
 /**
  * `init` and `getReadStore` of Spark 4.x (the same on 4.0-4.3) over [[ProviderCore]]. The line's
@@ -41,6 +43,23 @@ private[sparkstate] abstract class Spark4Provider extends ProviderCore {
     rejectCheckpointId(uniqueId)
     openStore(version)
   }
+
+  /**
+   * The change feed of versions `startVersion..endVersion` (Spark's `statestore` reader with
+   * `readChangeFeed`; the line's `SparkStateProvider` takes its `SupportsFineGrainedReplay` signature).
+   */
+  protected def changeDataReader(startVersion: Long, endVersion: Long,
+      colFamilyNameOpt: Option[String]): NextIterator[(RecordType.Value, UnsafeRow, UnsafeRow, Long)] = {
+    colFamilyNameOpt.filter(_ != StateStore.DEFAULT_COL_FAMILY_NAME).foreach { family =>
+      throw new UnsupportedOperationException(s"spark-state has no column family $family (it serves the default one)")
+    }
+    new ChangeDataReader(changesFile(startVersion, endVersion), keyCodec, valueFieldCount)
+  }
+
+  /** `replayStateFromSnapshot`: the reader's `snapshotStartBatchId` option. */
+  protected def noSnapshotReplay: Nothing =
+    throw new UnsupportedOperationException("spark-state does not support the statestore reader's " +
+      "snapshotStartBatchId option (a replay from a given snapshot) yet: read with batchId, or readChangeFeed")
 }
 
 private[sparkstate] object Spark4Provider {

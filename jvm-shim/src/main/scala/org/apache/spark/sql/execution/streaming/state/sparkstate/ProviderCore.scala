@@ -165,6 +165,28 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
   }
 
   /**
+   * The changes of committed versions `startVersion..endVersion`, in an Arrow file the worker writes and
+   * the caller reads and deletes (the change feed file of `spark_state/provider/protocol.py`).
+   */
+  private[sparkstate] def changesFile(startVersion: Long, endVersion: Long): File = {
+    val file = new File(PythonWorker.baseDir, s"feed-$instanceId-$startVersion-$endVersion-${UUID.randomUUID()}.arrow")
+    try {
+      PythonWorker.call(slot, s"reading the changes of versions $startVersion..$endVersion of $checkpointUrl") {
+        _.changes(checkpointUrl, optionsJsonForTask, startVersion, endVersion, file.getPath)
+      }
+    } catch {
+      case e: Throwable =>
+        file.delete()
+        throw e
+    }
+    file
+  }
+
+  /** How this store's keys and values are laid out (a change feed decodes them). */
+  private[sparkstate] def keyCodec: KeyCodec = codec
+  private[sparkstate] def valueFieldCount: Int = valueFields
+
+  /**
    * Tell the driver's coordinator that this partition committed `version`, on lines that validate
    * commits at the end of a batch (4.1+: STATE_STORE_COMMIT_VALIDATION_FAILED otherwise), as Spark's
    * own providers do.

@@ -31,4 +31,11 @@ trait PythonStoreService {
   def maintenance(instanceId: String, kind: String): String
 
   def close(instanceId: String): String
+
+  /**
+   * Write the changes committed versions `startVersion..endVersion` of the store at `checkpoint` made into
+   * the Arrow file `outPath` (the change feed file of `spark_state/provider/protocol.py`); replies `rows`.
+   * Reads committed copies only (Spark's `statestore` reader with `readChangeFeed`).
+   */
+  def changes(checkpoint: String, optionsJson: String, startVersion: Long, endVersion: Long, outPath: String): String
 }
