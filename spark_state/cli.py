@@ -57,7 +57,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="spark-state: operate stateful Spark Structured Streaming queries "
-                    "(inspect, savepoint, restore, rescale, migrate, move-state); the demo; the JVM shim jar and "
+                    "(inspect, savepoint, restore, rescale, migrate, move-state) and their state as data (get, read, "
+                    "erase); the demo; the JVM shim jar and "
                     "the confs of a Spark driver (e.g. a Spark Connect server) started elsewhere.")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
 
@@ -118,6 +119,25 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                                "binary), or a JSON array of the key columns' values ('[\"eu\", 42]')")
     p.add_argument("--function", metavar="NAME", help="the keyed function's name (needed when the query has several)")
     p.add_argument("--batch", type=int, help="the committed batch to read (default: the latest)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="decode pickled values (unpickling runs whatever the stored bytes say: trusted storage only)")
+    _process_options(p)
+
+    p = _command(sub, "read", "print a state of a checkpoint or savepoint as rows, through a local Spark session: a "
+                              "keyed state, a keyed function's timers (--timers), a keyed state's change feed "
+                              "(--changes-from), or a Spark operator's state (--operator)", _read)
+    p.add_argument("path", help="the query's checkpointLocation, or a savepoint directory")
+    p.add_argument("state", nargs="?", help="the keyed state's name (not with --timers or --operator)")
+    p.add_argument("--function", metavar="NAME", help="the keyed function's name (needed when the query has several)")
+    p.add_argument("--batch", type=int, help="the committed batch to read (default: the latest)")
+    p.add_argument("--exploded", action="store_true", help="list and map state: one row per element or entry")
+    p.add_argument("--timers", action="store_true", help="the keyed function's registered timers")
+    p.add_argument("--changes-from", type=int, metavar="BATCH",
+                   help="the changes batches BATCH..--batch made to the state (the change feed)")
+    p.add_argument("--operator", type=int, metavar="ID", help="a Spark operator's state, as Spark's reader shows it")
+    p.add_argument("--store", metavar="NAME", help="with --operator: the store (joins have four)")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="rows to print (0: all; default 20)")
+    p.add_argument("--master", default="local[2]", help="the Spark master of the session (default local[2])")
     p.add_argument("--allow-pickle", action="store_true",
                    help="decode pickled values (unpickling runs whatever the stored bytes say: trusted storage only)")
     _process_options(p)
@@ -303,6 +323,58 @@ def _get(args):
     shown = json.dumps(d["value"]) if r.found else "(no value)"
     return d, (f"{shown}\n  {r.function}.{r.state} ({r.kind} state), key {d['key']}, batch {r.batch}, "
                f"key group {r.key_group}, partition {r.partition}")
+
+
+def _read(args):
+    frame_of = _read_frame(args)  # checks the arguments before a session starts
+    from pyspark.sql import SparkSession
+
+    from . import configure
+
+    active = SparkSession.getActiveSession()  # called from Python with a session running: use it
+    spark = active or configure(
+        SparkSession.builder.master(args.master).appName("spark-state read")
+        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")).getOrCreate()
+    if active is None:
+        spark.sparkContext.setLogLevel("ERROR")
+    try:
+        frame = frame_of(spark)
+        total = frame.count()
+        shown = frame.limit(args.limit) if args.limit else frame
+        columns, rows = frame.columns, [r.asDict(recursive=True) for r in shown.collect()]
+    finally:
+        if active is None:
+            spark.stop()
+    text = "\n".join(["\t".join(columns)] + ["\t".join(json.dumps(r[c], default=str) for c in columns) for r in rows]
+                     + ([f"({total} rows, {len(rows)} shown: --limit 0 prints all)"] if len(rows) < total else
+                        [f"({total} rows)"]))
+    return {"columns": columns, "rows": rows, "total": total}, text
+
+
+def _read_frame(args) -> Callable[[Any], Any]:
+    """The DataFrame ``read`` prints, as a function of the session (arguments checked first)."""
+    from . import processor
+
+    common = _common(args)
+    chosen = [name for name, on in (("--timers", args.timers), ("--changes-from", args.changes_from is not None),
+                                    ("--operator", args.operator is not None)) if on]
+    if len(chosen) > 1:
+        raise ValueError(f"{' and '.join(chosen)} read different things: give one")
+    if args.operator is not None:
+        return lambda spark: processor.read_operator_state(spark, args.path, operator_id=args.operator,
+                                                           store_name=args.store, batch=args.batch,
+                                                           savepoint_options=common["storage_options"])
+    if args.timers:
+        return lambda spark: processor.read_timers(spark, args.path, function=args.function, batch=args.batch, **common)
+    if not args.state:
+        raise ValueError("name the keyed state to read (or give --timers or --operator ID)")
+    if args.changes_from is not None:
+        return lambda spark: processor.read_change_feed(spark, args.path, args.state, start_batch=args.changes_from,
+                                                        end_batch=args.batch, function=args.function,
+                                                        allow_pickle=args.allow_pickle, **common)
+    return lambda spark: processor.read_keyed_state(spark, args.path, args.state, function=args.function,
+                                                    batch=args.batch, exploded=args.exploded,
+                                                    allow_pickle=args.allow_pickle, **common)
 
 
 def _erase(args):

@@ -24,10 +24,12 @@ from .change_feed import read_change_feed
 from .erase import ErasureResult, erase_keys
 from .errors import BootstrapError, KeyMismatchError, StateDataError, UnknownStateError, UnreadableStateError
 from .lookup import LookupResult, StateLookup, lookup
+from .operators import read_operator_state
 from .read import read_keyed_state, read_timers
 from .transform import SavepointTransform, TransformResult
 
 __all__ = ["BootstrapError", "BootstrapResult", "ErasureResult", "KeyMismatchError", "LookupResult",
            "SavepointTransform", "SavepointWriter", "StateDataError", "StateLookup", "TransformResult",
            "UnknownStateError", "UnreadableStateError",
-           "count_sources", "erase_keys", "lookup", "read_change_feed", "read_keyed_state", "read_timers"]
+           "count_sources", "erase_keys", "lookup", "read_change_feed", "read_keyed_state", "read_operator_state",
+           "read_timers"]

@@ -152,6 +152,25 @@ def test_the_change_feed_gives_each_batchs_changes(spark, finished):
         read_change_feed(spark, ckpt, "count", start_batch=len(batches))
 
 
+def test_the_command_line_reads_states_timers_and_changes(spark, finished, capsys):
+    """`spark-state read` prints what the Python readers give (here in the test's session)."""
+    batches, ckpt = finished["batches"], finished["checkpoint"]
+    model = model_states(batches, len(batches) - 1)
+    assert main(["read", ckpt, "count", "--json", "--limit", "0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["columns"] == ["k", "value"] and out["total"] == len(model)
+    assert {r["k"]: r["value"] for r in out["rows"]} == {k: s["count"] for k, s in model.items()}
+    assert main(["read", ckpt, "--timers", "--json", "--limit", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["rows"]) == 3 and out["total"] == len({(k, v) for b in batches for k, v in b})
+    assert main(["read", ckpt, "count", "--changes-from", "2", "--batch", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total"] == len({k for k, _ in batches[2]})
+    assert main(["read", ckpt, "count"]) == 0
+    assert "k\tvalue" in capsys.readouterr().out
+    assert main(["read", ckpt, "--timers", "--operator", "0"]) == 1
+    assert "give one" in capsys.readouterr().err
+
+
 def test_a_read_of_an_unknown_state_lists_the_states(spark, finished):
     with pytest.raises(UnknownStateError,
                        match=r"no keyed state 'cont' \(states: buckets, count, mean, recent, total\)"):

@@ -1,6 +1,7 @@
 """Speculative execution: two attempts of one task commit the same version of the same store.
-The first committer wins and the other's commit is a no-op; every operator's output equals
-Spark's HDFS provider's; no version is written twice; every store stays loadable."""
+The first committer wins and the other's commit is a no-op; the output of every operator run
+(one per shape of state, ``speculation_job.CASES``) equals Spark's HDFS provider's; no version is
+written twice; every store stays loadable."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def test_speculative_attempts_commit_once_and_every_operator_matches_the_hdfs_pr
     print("second attempts:", json.dumps({name: r["attempts"] for name, r in result.items()}))
 
     speculated = []
-    for case in eq.SEMANTIC_CASES:
+    for case in speculation_job.speculated_cases():
         dirs = eq.write_inputs(case, tmp_path_factory.mktemp(f"in-{case.name}"), upto=speculation_job.BATCHES)
         reference = eq.run_case(spark, case, HDFS_PROVIDER, dirs, tmp_path_factory.mktemp(f"ref-{case.name}") / "c")
         got = result[case.name]
@@ -54,7 +55,7 @@ def test_speculative_attempts_commit_once_and_every_operator_matches_the_hdfs_pr
     if any(s["multi"] for s in keyed["stores"].values()):
         speculated.append("keyed_process")
     # Speculation really happened: in every query a second attempt reached its commit.
-    assert len(speculated) == len(eq.SEMANTIC_CASES) + 1, f"second attempts committed only in {speculated}"
+    assert len(speculated) == len(speculation_job.CASES) + 1, f"second attempts committed only in {speculated}"
 
 
 def _check_stores(name, stores):

@@ -1,8 +1,6 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
-import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state._
-import org.apache.spark.util.NextIterator
 
 /**
  * spark-state's `StateStoreProvider` on Spark 4.0 (see [[ProviderCore]], [[Spark4Provider]]):
@@ -10,17 +8,11 @@ import org.apache.spark.util.NextIterator
  * aggregation opens a read store and then a write store of the same version in one task, and
  * `getStore` hands back that read store ([[ProviderCore.openForWrite]]).
  */
-class SparkStateProvider extends Spark4Provider with SupportsFineGrainedReplay {
+class SparkStateProvider extends Spark4Provider {
   override def getStore(version: Long, stateStoreCkptId: Option[String]): StateStore = {
     rejectCheckpointId(stateStoreCkptId)
     openForWrite(version)
   }
-
-  override def replayStateFromSnapshot(snapshotVersion: Long, endVersion: Long): StateStore = noSnapshotReplay
-
-  override def getStateStoreChangeDataReader(startVersion: Long, endVersion: Long, colFamilyNameOpt: Option[String])
-      : NextIterator[(RecordType.Value, UnsafeRow, UnsafeRow, Long)] =
-    changeDataReader(startVersion, endVersion, colFamilyNameOpt)
 
   override def doMaintenance(): Unit = cleanup()
 }

@@ -1,15 +1,13 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
-import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state._
-import org.apache.spark.util.NextIterator
 
 /**
  * spark-state's `StateStoreProvider` on Spark 4.1 (see [[ProviderCore]], [[Spark4Provider]]):
  * `getStore(version, ckptId)`, the read store upgraded in place (3 parameters; Spark's default would
  * open a second store without releasing the first), cleanup in `doMaintenance`.
  */
-class SparkStateProvider extends Spark4Provider with SupportsFineGrainedReplay {
+class SparkStateProvider extends Spark4Provider {
   override def getStore(version: Long, stateStoreCkptId: Option[String]): StateStore = {
     rejectCheckpointId(stateStoreCkptId)
     openStore(version)
@@ -23,16 +21,6 @@ class SparkStateProvider extends Spark4Provider with SupportsFineGrainedReplay {
     case other =>
       other.release()
       getStore(version, uniqueId)
-  }
-
-  override def replayStateFromSnapshot(snapshotVersion: Long, endVersion: Long, readOnly: Boolean,
-      snapshotVersionStateStoreCkptId: Option[String], endVersionStateStoreCkptId: Option[String]): StateStore =
-    noSnapshotReplay
-
-  override def getStateStoreChangeDataReader(startVersion: Long, endVersion: Long, colFamilyNameOpt: Option[String],
-      endVersionStateStoreCkptId: Option[String]): NextIterator[(RecordType.Value, UnsafeRow, UnsafeRow, Long)] = {
-    rejectCheckpointId(endVersionStateStoreCkptId)
-    changeDataReader(startVersion, endVersion, colFamilyNameOpt)
   }
 
   override def doMaintenance(): Unit = cleanup()

@@ -1,14 +1,12 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
-import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state._
-import org.apache.spark.util.NextIterator
 
 /**
  * `getStore(version, ckptId, forceSnapshotOnCommit, loadEmpty)` and the read store upgraded in place,
  * as Spark 4.2 and 4.3 call them. The line's `SparkStateProvider` adds the maintenance hook.
  */
-private[sparkstate] abstract class Spark42Provider extends Spark4Provider with SupportsFineGrainedReplay {
+private[sparkstate] abstract class Spark42Provider extends Spark4Provider {
   override def getStore(
       version: Long,
       stateStoreCkptId: Option[String],
@@ -28,15 +26,5 @@ private[sparkstate] abstract class Spark42Provider extends Spark4Provider with S
     case other =>
       other.release()
       getStore(version, uniqueId, forceSnapshotOnCommit, loadEmpty = false)
-  }
-
-  override def replayStateFromSnapshot(snapshotVersion: Long, endVersion: Long, readOnly: Boolean,
-      snapshotVersionStateStoreCkptId: Option[String], endVersionStateStoreCkptId: Option[String]): StateStore =
-    noSnapshotReplay
-
-  override def getStateStoreChangeDataReader(startVersion: Long, endVersion: Long, colFamilyNameOpt: Option[String],
-      endVersionStateStoreCkptId: Option[String]): NextIterator[(RecordType.Value, UnsafeRow, UnsafeRow, Long)] = {
-    rejectCheckpointId(endVersionStateStoreCkptId)
-    changeDataReader(startVersion, endVersion, colFamilyNameOpt)
   }
 }

@@ -8,10 +8,12 @@ import org.apache.spark.sql.types.StructType
 import org.apache.spark.util.NextIterator
 
 /**
- * `init` and `getReadStore` of Spark 4.x (the same on 4.0-4.3) over [[ProviderCore]]. The line's
- * `SparkStateProvider` adds `getStore`, the read-store upgrade and the maintenance hook.
+ * `init`, `getReadStore` and the change feed (`SupportsFineGrainedReplay`) of Spark 4.x over
+ * [[ProviderCore]]. The line's `SparkStateProvider` adds `getStore`, the read-store upgrade and the
+ * maintenance hook. The replay members take 4.0's and 4.1+'s signatures, without `override` (optional
+ * for abstract members): on each line one of each pair implements the trait, the other is an overload.
  */
-private[sparkstate] abstract class Spark4Provider extends ProviderCore {
+private[sparkstate] abstract class Spark4Provider extends ProviderCore with SupportsFineGrainedReplay {
   override def init(
       stateStoreId: StateStoreId,
       keySchema: StructType,
@@ -44,20 +46,31 @@ private[sparkstate] abstract class Spark4Provider extends ProviderCore {
     openStore(version)
   }
 
-  /**
-   * The change feed of versions `startVersion..endVersion` (Spark's `statestore` reader with
-   * `readChangeFeed`; the line's `SparkStateProvider` takes its `SupportsFineGrainedReplay` signature).
-   */
-  protected def changeDataReader(startVersion: Long, endVersion: Long,
-      colFamilyNameOpt: Option[String]): NextIterator[(RecordType.Value, UnsafeRow, UnsafeRow, Long)] = {
+  /** The change feed of versions `startVersion..endVersion` (Spark's `statestore` reader, `readChangeFeed`). */
+  def getStateStoreChangeDataReader(startVersion: Long, endVersion: Long, colFamilyNameOpt: Option[String])
+      : NextIterator[(RecordType.Value, UnsafeRow, UnsafeRow, Long)] = {
     colFamilyNameOpt.filter(_ != StateStore.DEFAULT_COL_FAMILY_NAME).foreach { family =>
       throw new UnsupportedOperationException(s"spark-state has no column family $family (it serves the default one)")
     }
     new ChangeDataReader(changesFile(startVersion, endVersion), keyCodec, valueFieldCount)
   }
 
-  /** `replayStateFromSnapshot`: the reader's `snapshotStartBatchId` option. */
-  protected def noSnapshotReplay: Nothing =
+  /** 4.1+: with the end version's checkpoint v2 id (refused). */
+  def getStateStoreChangeDataReader(startVersion: Long, endVersion: Long, colFamilyNameOpt: Option[String],
+      endVersionStateStoreCkptId: Option[String]): NextIterator[(RecordType.Value, UnsafeRow, UnsafeRow, Long)] = {
+    rejectCheckpointId(endVersionStateStoreCkptId)
+    getStateStoreChangeDataReader(startVersion, endVersion, colFamilyNameOpt)
+  }
+
+  /** The reader's `snapshotStartBatchId` option (a replay from a given snapshot): not supported. */
+  def replayStateFromSnapshot(snapshotVersion: Long, endVersion: Long): StateStore = noSnapshotReplay
+
+  /** 4.1+'s signature of [[replayStateFromSnapshot]]. */
+  def replayStateFromSnapshot(snapshotVersion: Long, endVersion: Long, readOnly: Boolean,
+      snapshotVersionStateStoreCkptId: Option[String], endVersionStateStoreCkptId: Option[String]): StateStore =
+    noSnapshotReplay
+
+  private def noSnapshotReplay: Nothing =
     throw new UnsupportedOperationException("spark-state does not support the statestore reader's " +
       "snapshotStartBatchId option (a replay from a given snapshot) yet: read with batchId, or readChangeFeed")
 }
