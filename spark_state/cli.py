@@ -329,7 +329,7 @@ def _read(args):
     frame_of = _read_frame(args)  # checks the arguments before a session starts
     from pyspark.sql import SparkSession
 
-    from . import configure
+    from .spark.session import configure
 
     active = SparkSession.getActiveSession()  # called from Python with a session running: use it
     spark = active or configure(
