@@ -134,6 +134,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("--timers", action="store_true", help="the keyed function's registered timers")
     p.add_argument("--changes-from", type=int, metavar="BATCH",
                    help="the changes batches BATCH..--batch made to the state (the change feed)")
+    p.add_argument("--operator-state", action="store_true",
+                   help="the state named is a function's operator state (list, union list or broadcast), per partition")
     p.add_argument("--operator", type=int, metavar="ID", help="a Spark operator's state, as Spark's reader shows it")
     p.add_argument("--store", metavar="NAME", help="with --operator: the store (joins have four)")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="rows to print (0: all; default 20)")
@@ -148,6 +150,9 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     p.add_argument("keys", nargs="*", metavar="KEY", help="a key, typed as for `get` (repeatable)")
     p.add_argument("--keys-file", metavar="FILE", help="more keys, one per line (as typed for `get`)")
     p.add_argument("--function", metavar="NAME", help="only this keyed function (default: every keyed function)")
+    p.add_argument("--operator-key", action="append", default=[], metavar="COL",
+                   help="also erase the rows of Spark's stateful operators whose key has this column (repeatable, "
+                        "one per key column) equal to a key; KEY values then are those columns' values")
     p.add_argument("--force", action="store_true",
                    help="skip the running-query check (only when you know the query is stopped)")
     _process_options(p)
@@ -357,7 +362,8 @@ def _read_frame(args) -> Callable[[Any], Any]:
 
     common = _common(args)
     chosen = [name for name, on in (("--timers", args.timers), ("--changes-from", args.changes_from is not None),
-                                    ("--operator", args.operator is not None)) if on]
+                                    ("--operator", args.operator is not None),
+                                    ("--operator-state", args.operator_state)) if on]
     if len(chosen) > 1:
         raise ValueError(f"{' and '.join(chosen)} read different things: give one")
     if args.operator is not None:
@@ -368,6 +374,10 @@ def _read_frame(args) -> Callable[[Any], Any]:
         return lambda spark: processor.read_timers(spark, args.path, function=args.function, batch=args.batch, **common)
     if not args.state:
         raise ValueError("name the keyed state to read (or give --timers or --operator ID)")
+    if args.operator_state:
+        return lambda spark: processor.read_function_operator_state(spark, args.path, args.state,
+                                                                    function=args.function, batch=args.batch,
+                                                                    allow_pickle=args.allow_pickle, **common)
     if args.changes_from is not None:
         return lambda spark: processor.read_change_feed(spark, args.path, args.state, start_batch=args.changes_from,
                                                         end_batch=args.batch, function=args.function,
@@ -386,13 +396,17 @@ def _erase(args):
             keys += [line.rstrip("\n") for line in lines_in if line.strip()]
     if not keys:
         raise ValueError("give at least one key (KEY arguments or --keys-file)")
-    r = erase_keys(args.checkpoint, keys, function=args.function, force=args.force, progress=not args.no_progress,
-                   as_text=True, **_common(args))
+    r = erase_keys(args.checkpoint, keys, function=args.function, operator_key=args.operator_key or None,
+                   force=args.force, progress=not args.no_progress, as_text=True, **_common(args))
     lines = [f"erased {len(keys)} key(s) from the state of batch {r.batch} of {r.checkpoint}, committed as batch "
              f"{r.erasure_batch} ({r.entries_removed} entries, {r.seconds:.1f} s); restart the query"]
     for name, f in r.functions.items():
         entries = ", ".join(f"{what} {n}" for what, n in f["entries"].items()) or "nothing"
         lines.append(f"  {name}: {f['keys_found']} of the keys found; removed {entries}")
+    for operator, stores in r.operators.items():
+        for store, removed in stores.items():
+            entries = ", ".join(f"{what} {n}" for what, n in removed.items()) or "nothing"
+            lines.append(f"  operator {operator}, store {store}: removed {entries}")
     return r.to_dict(), "\n".join(lines)
 
 

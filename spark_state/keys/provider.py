@@ -42,6 +42,7 @@ __all__ = [
     "HEADER_BYTES",
     "provider_key",
     "split_provider_key",
+    "key_row",
     "MalformedProviderKeyError",
     "route_hashes",
 ]
@@ -71,6 +72,19 @@ def split_provider_key(stored: bytes) -> tuple[int, int, bytes]:
     check_stored_key(stored, HEADER_BYTES, "Spark key")
     kg, hash32 = HEADER.unpack_from(stored)
     return kg, hash32, bytes(stored[HEADER_BYTES:])
+
+
+#: The prefix row's length in a prefix-scan store's key (after the header): int32 BE.
+PREFIX_LENGTH = struct.Struct(">i")
+
+
+def key_row(stored: bytes, prefix_columns: int) -> bytes:
+    """The key's UnsafeRow bytes in a stored data key: past the header and, in a store with
+    prefix scans (``prefix_columns > 0``), past the prefix row."""
+    if prefix_columns == 0:
+        return stored[HEADER_BYTES:]
+    (length,) = PREFIX_LENGTH.unpack_from(stored, HEADER_BYTES)
+    return stored[HEADER_BYTES + PREFIX_LENGTH.size + length:]
 
 
 class MalformedProviderKeyError(ValueError):

@@ -249,14 +249,17 @@ def prepare_rewrite(checkpoint: str, storage_options: Optional[dict[str, str]], 
 #: What a rewrite writes for one process state location, partition by partition:
 #: ``(location, layout of the last batch, partition) -> entries`` (default: a plain copy).
 ProcessEntries = Callable[[ProcessLocation, L.Layout, int], Iterable[tuple[bytes, bytes]]]
+#: store_entries_of(operator, store name, partition) -> the entries a rewrite writes for that store
+StoreEntries = Callable[[OperatorInfo, str, int], Iterable[tuple[bytes, bytes]]]
 
 
 def rewrite_as_new_batch(rewrite: Rewrite, partitions: int, processes: list[ProcessLocation], progress: bool,
-                         process_entries_of: Optional[ProcessEntries] = None) -> tuple[list[dict[str, Any]], int]:
+                         process_entries_of: Optional[ProcessEntries] = None,
+                         store_entries_of: Optional[StoreEntries] = None) -> tuple[list[dict[str, Any]], int]:
     """Steps 2-5 of the module docstring: batch ``last + 1`` reading no new input, whose state
-    (version ``last + 2``) is every provider store re-split into ``partitions`` and every process
-    state location's ``process_entries_of`` (a copy by default), committed last. Returns the
-    operators' summaries and the rows moved."""
+    (version ``last + 2``) is every provider store's ``store_entries_of`` (a copy by default)
+    re-split into ``partitions`` and every process state location's ``process_entries_of`` (a
+    copy by default), committed last. Returns the operators' summaries and the rows moved."""
     ckpt, last, old, operators, operation = (rewrite.ckpt, rewrite.last, rewrite.partitions, rewrite.operators,
                                              rewrite.operation)
     state_version = last + 1
@@ -267,7 +270,11 @@ def rewrite_as_new_batch(rewrite: Rewrite, partitions: int, processes: list[Proc
     def copy(loc: ProcessLocation, layout: L.Layout, i: int) -> Iterable[tuple[bytes, bytes]]:
         return process_entries(loc.storage(), layout, i, state_version, config)
 
+    def copy_store(op: OperatorInfo, store: str, p: int) -> Iterable[tuple[bytes, bytes]]:
+        return store_entries(ckpt.store_storage(op, p, store), state_version, config)
+
     entries_of = process_entries_of or copy
+    stores_of = store_entries_of or copy_store
     # 1. the batch and a marker naming it ours (so that an interruption can be resumed)
     entry = ckpt.offset(last)
     ckpt.storage.write_bytes(f"{MARKER_DIR}/{new_batch}.json", json.dumps(
@@ -285,7 +292,7 @@ def rewrite_as_new_batch(rewrite: Rewrite, partitions: int, processes: list[Proc
             for store in op.store_names:
                 split = Split(partitions, single_partition=op.name in SINGLE_PARTITION_OPERATORS)
                 for p in range(old):
-                    for batch in batches_of(store_entries(ckpt.store_storage(op, p, store), state_version, config)):
+                    for batch in batches_of(stores_of(op, store, p)):
                         split.add(batch)
                         bar.update(batch.num_rows)
                 total_rows += split.rows

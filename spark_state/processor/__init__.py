@@ -22,6 +22,7 @@ from __future__ import annotations
 from .bootstrap import BootstrapResult, SavepointWriter, count_sources
 from .change_feed import read_change_feed
 from .erase import ErasureResult, erase_keys
+from .function_operator_state import read_function_operator_state
 from .errors import BootstrapError, KeyMismatchError, StateDataError, UnknownStateError, UnreadableStateError
 from .lookup import LookupResult, StateLookup, lookup
 from .operators import read_operator_state
@@ -31,5 +32,5 @@ from .transform import SavepointTransform, TransformResult
 __all__ = ["BootstrapError", "BootstrapResult", "ErasureResult", "KeyMismatchError", "LookupResult",
            "SavepointTransform", "SavepointWriter", "StateDataError", "StateLookup", "TransformResult",
            "UnknownStateError", "UnreadableStateError",
-           "count_sources", "erase_keys", "lookup", "read_change_feed", "read_keyed_state", "read_operator_state",
-           "read_timers"]
+           "count_sources", "erase_keys", "lookup", "read_change_feed", "read_function_operator_state",
+           "read_keyed_state", "read_operator_state", "read_timers"]

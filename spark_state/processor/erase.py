@@ -1,10 +1,11 @@
-"""Erasure: delete keys from every state of a stopped query's keyed functions, in one call.
+"""Erasure: delete keys from every state of a stopped query, in one call.
 
 ::
 
     from spark_state.processor import erase_keys
     erase_keys("/ckpt", ["alice", "bob"])          # every keyed function of the query
-    spark-state erase /ckpt alice bob [--function NAME] [--keys-file FILE] [--json]
+    erase_keys("/ckpt", ["alice"], operator_key=["user"])   # and Spark's operators' rows of user alice
+    spark-state erase /ckpt alice bob [--function NAME] [--operator-key COL] [--keys-file FILE] [--json]
 
 For each keyed function (or the one named), every entry of the given keys goes: value, list and
 map state entries, timers, and the TTL expiry index entries that name them (key layouts:
@@ -25,27 +26,41 @@ erasure (a marker file): running the same call again redoes it (so does a restar
 query, which then runs batch ``N+1`` without the erasure). Every state is copied, so the cost
 is that of a full copy of the query's state; a progress bar shows it on a terminal.
 
+**Spark's operators.** With ``operator_key`` (column names), the rows of every store of Spark's
+stateful operators on spark-state's provider whose key has those top-level columns and whose
+values there equal an erased key go too (an aggregation by ``user`` and window loses every
+window of the user; a join both sides' rows and counts; a dedup the user's rows), with the TTL
+index entries naming them. The key rows are read from their ``UnsafeRow`` bytes
+(:mod:`spark_state.keys.unsafe_row`: string, binary, integral, boolean, floating and date
+columns). Stores without those columns are copied unchanged; if no store has them, the call
+fails before writing, listing each store's key columns. Without ``operator_key`` the provider's
+state is copied unchanged.
+
 Older batches keep the keys until retention removes their versions (``retainedVersions``); a
 savepoint taken before the erasure keeps them too. The query must be stopped
-(:class:`~spark_state.ops.errors.QueryRunningError` otherwise). Keys in the state of Spark's own
-operators (the provider's) are not erased by this call.
+(:class:`~spark_state.ops.errors.QueryRunningError` otherwise).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping, Optional
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from ..keys import keyed as K
 from ..keys import system as syskeys
+from ..keys import provider as provider_keys
 from ..keys import timers as TK
 from ..keys.keygroup_prefix import KEY_GROUP_KEYSPACE_END
+from ..keys.unsafe_row import UnsafeRowReader
+from ..ops.checkpoint_reader import OperatorInfo
 from ..ops.process_locations import ProcessLocation, find_process_locations
 from ..ops.rescale import prepare_rewrite, rewrite_as_new_batch
-from ..ops.state_io import process_entries, reader_config
+from ..ops.state_io import process_entries, reader_config, store_entries
 from ..process import location as L
 from ..process.plan import KEYED
+from .errors import KeyMismatchError
+from .keys import KeyColumns
 from .source import KeyedSource, choose
 
 __all__ = ["ErasureResult", "erase_keys"]
@@ -63,14 +78,18 @@ class ErasureResult:
     #: function name -> {"keys_found": n, "entries": {state: n, "<timers>": n, "<ttl index>": n}}
     functions: dict[str, dict[str, Any]] = field(default_factory=dict)
     seconds: float = 0.0
+    #: ``"<operator id> <operator name>"`` -> {store name: {"rows": n, "<ttl index>": n}} (``operator_key``)
+    operators: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
 
     @property
     def entries_removed(self) -> int:
-        return sum(sum(f["entries"].values()) for f in self.functions.values())
+        return (sum(sum(f["entries"].values()) for f in self.functions.values())
+                + sum(sum(s.values()) for o in self.operators.values() for s in o.values()))
 
     def to_dict(self) -> dict[str, Any]:
         return {"checkpoint": self.checkpoint, "batch": self.batch, "erasure_batch": self.erasure_batch,
-                "functions": self.functions, "entries_removed": self.entries_removed, "seconds": self.seconds}
+                "functions": self.functions, "operators": self.operators, "entries_removed": self.entries_removed,
+                "seconds": self.seconds}
 
 
 #: How ``ErasureResult.functions[...]["entries"]`` names what is not a keyed state.
@@ -79,11 +98,13 @@ TTL_INDEX = "<ttl index>"
 
 
 def erase_keys(checkpoint: str, keys: Iterable[Any], *, function: Optional[str] = None,
+               operator_key: Optional[Sequence[str]] = None,
                storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
                process_locations: Optional[Mapping[str, str]] = None, force: bool = False,
                progress: bool = True, as_text: bool = False) -> ErasureResult:
-    """Delete ``keys`` from every state of the query's keyed functions (or of ``function``) as of
-    its last committed batch (see the module docstring); returns what was removed.
+    """Delete ``keys`` from every state of the query's keyed functions (or of ``function``) and,
+    with ``operator_key`` (key column names), from the rows of Spark's operators keyed by those
+    columns, as of its last committed batch (see the module docstring); returns what was removed.
 
     ``keys`` as :meth:`~.lookup.StateLookup.get` takes them (a value for one key column; a tuple or
     a dict for several); with ``as_text``, as typed on the command line, parsed by each function's
@@ -102,8 +123,9 @@ def erase_keys(checkpoint: str, keys: Iterable[Any], *, function: Optional[str] 
     processes = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, dict(process_locations or {}),
                                        dict(storage_options or {}))
     keyed = [loc for loc in processes if loc.kind == KEYED]
-    if function is not None or not keyed:  # names what there is when the function is unknown or none is keyed
+    if function is not None or (not keyed and not operator_key):  # names what there is: an unknown function, none
         keyed = [choose(keyed, function, ckpt, process_root)]
+    stores = _operator_erasures(rewrite, list(operator_key), wanted, as_text) if operator_key else {}
     erasures: dict[str, _Erasure] = {}
     for loc in keyed:
         columns = KeyedSource(ckpt, loc).key_columns
@@ -115,9 +137,75 @@ def erase_keys(checkpoint: str, keys: Iterable[Any], *, function: Optional[str] 
         entries = process_entries(loc.storage(), layout, partition, last + 1, config)
         return erasures[loc.name].kept(entries) if loc.name in erasures else entries
 
-    rewrite_as_new_batch(rewrite, rewrite.partitions, processes, progress, entries_of)
+    def store_entries_of(op: OperatorInfo, store: str, partition: int) -> Iterable[tuple[bytes, bytes]]:
+        entries = store_entries(ckpt.store_storage(op, partition, store), last + 1, config)
+        erasure = stores.get((op.id, store))
+        return erasure.kept(entries) if erasure is not None else entries
+
+    rewrite_as_new_batch(rewrite, rewrite.partitions, processes, progress, entries_of, store_entries_of)
+    operators: dict[str, dict[str, dict[str, int]]] = {}
+    for op in rewrite.operators:
+        for info in op.stores:
+            if (op.id, info.name) in stores:
+                operators.setdefault(f"{op.id} {op.name}", {})[info.name] = stores[(op.id, info.name)].removed
     return ErasureResult(ckpt.url, last, last + 1, {name: e.report() for name, e in erasures.items()},
-                         round(time.perf_counter() - started, 3))
+                         round(time.perf_counter() - started, 3), operators)
+
+
+def _operator_erasures(rewrite: Any, columns: list[str], wanted: list[Any],
+                       as_text: bool) -> dict[tuple[int, str], "_StoreErasure"]:
+    """The provider stores keyed by ``columns`` (top-level fields of their key schemas), each with
+    the erased keys as values of those columns typed as the store types them.
+
+    :raises KeyMismatchError: no store's key has the columns (the message lists each store's)."""
+    from pyspark.sql.types import StructType
+
+    found: dict[tuple[int, str], _StoreErasure] = {}
+    seen: list[str] = []
+    for op in rewrite.operators:
+        for info in op.stores:
+            fields = StructType.fromJson(rewrite.ckpt.store_schema(op, info.name)[0]).fields
+            names = [f.name for f in fields]
+            seen.append(f"operator {op.id} {op.name} store {info.name}: {', '.join(names) or '(no key)'}")
+            if not all(c in names for c in columns):
+                continue
+            ordinals = [names.index(c) for c in columns]
+            types = [f.dataType.simpleString() for f in fields]
+            key_columns = KeyColumns(tuple(columns), tuple(types[i] for i in ordinals))
+            values = {key_columns.parse(k) if as_text else key_columns.values(k) for k in wanted}
+            try:
+                reader = UnsafeRowReader(types, ordinals)
+            except ValueError as exc:
+                raise KeyMismatchError(f"operator {op.id} {op.name} store {info.name}: {exc}") from None
+            found[(op.id, info.name)] = _StoreErasure(values, reader, info.num_cols_prefix_key)
+    if not found:
+        raise KeyMismatchError(f"no store of Spark's operators has the key column(s) {columns} (key columns: "
+                               f"{'; '.join(seen) or 'the query has no stateful operator of Spark'}); nothing erased")
+    return found
+
+
+class _StoreErasure:
+    """One provider store's erased keys (values of its key columns), and the rows removed."""
+
+    def __init__(self, values: set[tuple], reader: UnsafeRowReader, prefix_columns: int) -> None:
+        self.values, self.reader, self.prefix_columns = values, reader, prefix_columns
+        self.removed: dict[str, int] = {}
+
+    def _matches(self, data_key: bytes) -> bool:
+        return self.reader.values(provider_keys.key_row(data_key, self.prefix_columns)) in self.values
+
+    def kept(self, entries: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+        removed = self.removed
+        for key, value in entries:
+            if key[:1] == syskeys.SYSTEM_PREFIX:
+                what = TTL_INDEX
+                gone = key[1:2] == syskeys.TTL_INDEX_TAG and self._matches(syskeys.data_key_of_index_key(key))
+            else:
+                what, gone = "rows", self._matches(key)
+            if gone:
+                removed[what] = removed.get(what, 0) + 1
+                continue
+            yield key, value
 
 
 class _Erasure:

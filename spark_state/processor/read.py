@@ -214,7 +214,7 @@ def state_record(parts: "Partitions", state: str, function: str) -> StateSchema:
 
 def state_schema(key_fields: tuple[T.StructField, ...], state: str, record: StateSchema,
                   exploded: bool) -> T.StructType:
-    value = _spark_type(record.value, state)
+    value = spark_type(record.value, state)
     fields = list(key_fields)
     if record.kind in SINGLE_VALUE_KINDS:
         extra = [T.StructField("value", value, True)]
@@ -223,7 +223,7 @@ def state_schema(key_fields: tuple[T.StructField, ...], state: str, record: Stat
                  else [T.StructField("value", T.ArrayType(value, True), True)])
     elif record.kind == "map":
         assert record.key is not None
-        map_key = _spark_type(record.key, state)
+        map_key = spark_type(record.key, state)
         extra = ([T.StructField("map_key", map_key, False), T.StructField("value", value, True)] if exploded
                  else [T.StructField("value", T.MapType(map_key, value, True), True)])
     else:
@@ -232,7 +232,7 @@ def state_schema(key_fields: tuple[T.StructField, ...], state: str, record: Stat
     return T.StructType(fields + extra)
 
 
-def _spark_type(snapshot: dict, state: str) -> T.DataType:
+def spark_type(snapshot: dict, state: str) -> T.DataType:
     if snapshot.get("codec") != "spark":
         raise UnreadableStateError(
             f"state {state!r} is serialized by {snapshot.get('class') or snapshot.get('codec')}, whose values have "

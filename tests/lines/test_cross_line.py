@@ -75,6 +75,8 @@ def test_a_checkpoint_written_on_4_2_continues_on_4_3(spark, tmp_path, tmp_path_
         assert min(second.batch_ids) > max(map(int, first)), "4.3 re-ran batches 4.2 had committed"
         assert {**first, **_normal(second.batches)} == _normal(want.batches), f"{name} on {short_name(provider)}"
 
+    if provider != SPARKSTATE_PROVIDER:
+        return  # keyed_process keeps its state in its own location, whatever the provider's backend
     # keyed_process with event-time timers: its state and timers continue in place too
     root = tmp_path / "keyed"
     first = _older_part("4.2", "pageviews", root, root / "ckpt", root / "state", 0, CUT, 4)

@@ -1,7 +1,7 @@
-"""The soak test, short: ``bench/soak.py`` for 150 micro-batches (keyed_process feeding an
+"""The soak test, short: ``bench/soak.py`` for 120 micro-batches (keyed_process feeding an
 aggregation on the provider, snapshots every 5 commits, 10 versions retained, maintenance
 every 2 s), then checks that checkpoint storage, local disk, worker memory and open files at
-the end are not above their level at batch 50 (after retention has cycled several times)
+the end are not above their level at batch 40 (after retention has cycled several times)
 beyond the bands that snapshots and retention explain. ``python bench/soak.py`` runs the
 long version (1,000 batches)."""
 
@@ -19,7 +19,7 @@ import pytest
 pytestmark = pytest.mark.spark
 
 SOAK = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench", "soak.py")
-BATCHES, EVERY, SNAPSHOT_INTERVAL, RETAINED = 150, 50, 5, 10
+BATCHES, EVERY, SNAPSHOT_INTERVAL, RETAINED = 120, 40, 5, 10
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +34,7 @@ def soak(tmp_path_factory):
         env=dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     samples = {s["batch"]: s for s in json.loads(out.read_text())["samples"]}
-    assert sorted(samples) == [1, 50, 100, 150], sorted(samples)
+    assert sorted(samples) == [1, EVERY, 2 * EVERY, BATCHES], sorted(samples)
     return workdir / "run", samples
 
 

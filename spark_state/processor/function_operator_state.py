@@ -1,0 +1,124 @@
+"""The operator state of keyed and checkpointed functions, per partition, as a batch DataFrame.
+
+::
+
+    from spark_state.processor import read_function_operator_state
+    read_function_operator_state(spark, "/ckpt", "offsets", function="Reader").show()
+
+Operator state (Flink's list, union list and broadcast state; :mod:`spark_state.process.operator_state`)
+belongs to a partition of the function's layout, not to a key. Rows: ``partition`` (int), then
+``index`` (int, the element's place in the partition's list) and ``value`` for list and union
+list state, or ``map_key`` and ``value`` for broadcast state; typed by the state's schema record.
+A ``checkpointed_process`` function's state and a keyed function's (``initialize_state``, or the
+broadcast states of ``keyed_broadcast_process``) are read alike. One Spark task per partition
+store loads the store's committed copy of the batch (default: the last committed batch).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Optional
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from ..engine.store import VersionedStore, prefix_upper_bound
+from ..keys.operator import INDEX, KEYED_OPERATOR_PREFIX, MODE_BROADCAST, modes_range, split_key, state_prefix
+from ..keys.system import operator_record_key
+from ..ops.checkpoint_reader import SparkCheckpoint
+from ..ops.process_locations import find_process_locations, where_looked
+from ..ops.state_io import process_layout
+from ..process.plan import KEYED
+from ..spark.compat import arrow_schema
+from ..state.schema import StateSchema
+from .codecs import serializer_of
+from .errors import UnknownStateError
+from .read import BATCH_ROWS, Partitions, spark_type
+
+__all__ = ["read_function_operator_state"]
+
+
+def read_function_operator_state(spark: SparkSession, checkpoint: str, state: str, *, function: Optional[str] = None,
+                                 batch: Optional[int] = None, storage_options: Optional[Mapping[str, str]] = None,
+                                 process_root: Optional[str] = None,
+                                 process_locations: Optional[Mapping[str, str]] = None,
+                                 allow_pickle: bool = False) -> DataFrame:
+    """Operator state ``state`` of the query's function ``function`` (optional when it has one
+    function) after ``batch`` (see the module docstring).
+
+    :raises UnknownStateError: no such function, or no such operator state (the message lists them)."""
+    ckpt = SparkCheckpoint(checkpoint, dict(storage_options or {}))
+    found = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, dict(process_locations or {}),
+                                   dict(storage_options or {}))
+    names = ", ".join(loc.name for loc in found) or "none"
+    chosen = [loc for loc in found if function is None or loc.name == function]
+    if len(chosen) != 1:
+        raise UnknownStateError(
+            f"the query of {ckpt.url} has functions {names} (looked "
+            f"{where_looked(ckpt.storage, ckpt.query_id(), process_root)}): "
+            + (f"none is named {function!r}" if function is not None else "name one with function="))
+    loc = chosen[0]
+    version = ckpt.committed_batch(batch) + 1
+    parts = Partitions(loc.url, dict(loc.storage_options), process_layout(loc.storage(), version), version,
+                       loc.max_parallelism or 1, ())
+    keyspace = KEYED_OPERATOR_PREFIX if loc.kind == KEYED else b""
+    mode, record = _record(parts, state, loc.name, keyspace)
+    value = spark_type(record.value, state)
+    if mode == MODE_BROADCAST:
+        assert record.key is not None
+        extra = [T.StructField("map_key", spark_type(record.key, state), False), T.StructField("value", value, True)]
+    else:
+        extra = [T.StructField("index", T.IntegerType(), False), T.StructField("value", value, True)]
+    schema = T.StructType([T.StructField("partition", T.IntegerType(), False)] + extra)
+    reader = _Reader(state, mode, record, keyspace, allow_pickle)
+    arrow = arrow_schema(schema)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return parts.each(batches, reader.rows, arrow)
+
+    n = parts.layout.parallelism
+    return spark.range(0, n, 1, n).mapInArrow(run, schema)
+
+
+def _record(parts: Partitions, state: str, function: str, keyspace: bytes) -> tuple[int, StateSchema]:
+    """The state's mode and schema record, from the first partition store that has it."""
+    seen: set[str] = set()
+    name = state.encode("utf-8")
+    for partition in range(parts.layout.parallelism):
+        with parts.store(partition) as store:
+            raw = store.get(operator_record_key(name))
+            modes = {m for m, n, _ in _states(store, keyspace) if n == name}
+            seen.update(n.decode("utf-8", "replace") for _, n, _ in _states(store, keyspace))
+        if raw is not None and modes:
+            return modes.pop(), StateSchema.decode(raw, state)
+    raise UnknownStateError(f"function {function!r} has no operator state {state!r} "
+                            f"(operator states: {', '.join(sorted(seen)) or 'none'})")
+
+
+def _states(store: VersionedStore, keyspace: bytes) -> Iterator[tuple[int, bytes, bytes]]:
+    for key, _ in store.iterate(*modes_range(keyspace)):
+        yield split_key(key, keyspace)
+
+
+class _Reader:
+    """One operator state's rows in one partition store (pickled to the tasks)."""
+
+    def __init__(self, state: str, mode: int, record: StateSchema, keyspace: bytes, allow_pickle: bool) -> None:
+        self.state, self.mode, self.record, self.keyspace = state, mode, record, keyspace
+        self.allow_pickle = allow_pickle
+
+    def rows(self, store: VersionedStore, partition: int) -> Iterator[list[tuple[Any, ...]]]:
+        value = serializer_of(self.record.value, self.state, self.allow_pickle)
+        key_snapshot = self.record.key if self.mode == MODE_BROADCAST else None
+        key = serializer_of(key_snapshot, self.state, self.allow_pickle) if key_snapshot is not None else None
+        prefix = state_prefix(self.mode, self.state, self.keyspace)
+        rows: list[tuple[Any, ...]] = []
+        for entry, raw in store.iterate(prefix, prefix_upper_bound(prefix)):
+            suffix = entry[len(prefix):]
+            place = key.deserialize(suffix) if key is not None else INDEX.unpack(suffix)[0]
+            rows.append((partition, place, value.deserialize(raw)))
+            if len(rows) >= BATCH_ROWS:
+                yield rows
+                rows = []
+        if rows:
+            yield rows
