@@ -42,6 +42,7 @@ timers; aggregation and deduplication).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -60,7 +61,7 @@ from ..ops.checkpoint_reader import PROVIDER_CLASS_CONF, SPARKSTATE_PROVIDER, Of
 from ..ops.progress import Progress
 from ..ops.savepoint import check_empty_target, take
 from ..process.api import key_columns
-from ..process.clock import maxima_dir
+from ..process.clock import clock_path, maxima_dir
 from ..process.event_time import EventTime
 from ..process.functions import KeyedProcessFunction
 from ..process.inputs import LEFT, InputSide, union_inputs
@@ -236,6 +237,7 @@ class SavepointWriter:
         n = ckpt.committed_batch(None)
         manifest = take(ckpt, target, n, None, {}, {}, self._progress, None, allow_no_state=True, spark_logs=False)
         manifest.source, manifest.batch_id = "bootstrap", 0
+        _renumber_time_files(target, manifest, n)
         if self._operators is None:
             manifest.operators = []
         offsets = OffsetEntry.decode(n, ckpt.storage.read_bytes(f"offsets/{n}"), f"offsets/{n}")
@@ -314,6 +316,22 @@ def count_sources(df: DataFrame) -> int:
         children = node.children()
         stack.extend(children.apply(i) for i in range(children.size()))
     return len(found)
+
+
+def _renumber_time_files(target: CheckpointStorage, manifest: F.SavepointManifest, batch: int) -> None:
+    """The batch clock files of keyed functions inside the one-batch run's query, which name its
+    last batch, renamed for batch 0 (the savepoint's), so that the restored query's first
+    watermark follows from them (:mod:`spark_state.process.clock`)."""
+    renames = {f"/{clock_path(batch)}": f"/{clock_path(0)}", f"/{maxima_dir(batch)}/": f"/{maxima_dir(0)}/"}
+    for i, entry in enumerate(manifest.files):
+        if not entry.path.startswith(F.PROCESS_DIR + "/"):
+            continue
+        for old, new in renames.items():
+            if old in entry.path:
+                path = entry.path.replace(old, new)
+                target.write_bytes(path, target.read_bytes(entry.path))
+                target.delete(entry.path)
+                manifest.files[i] = dataclasses.replace(entry, path=path)
 
 
 def _next_watermark(commit: bytes) -> int:

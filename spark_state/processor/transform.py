@@ -36,6 +36,7 @@ from typing import Any, Mapping, Optional
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from ..config import EngineConfig
 from ..ops import savepoint_format as F
 from ..ops.progress import Progress
 from ..ops.restore import read_manifest, read_verified
@@ -205,9 +206,8 @@ class SavepointTransform:
         return found
 
 
-def _engine() -> Any:
-    from ..config import EngineConfig
-
+def _engine() -> EngineConfig:
+    """The engine of a transform task's temporary store (RocksDB: a partition may not fit in memory)."""
     return EngineConfig(backend="rocksdb", snapshot_interval=0)
 
 

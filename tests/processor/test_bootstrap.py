@@ -18,7 +18,9 @@ import bootstrap_fns
 from bootstrap_fns import OUTPUT, Activity, CountAsText
 from spark_state.ops import restore
 from spark_state.process import keyed_process
+from spark_state.process.clock import resolve
 from spark_state.processor import BootstrapError, SavepointWriter, count_sources, read_keyed_state, read_timers
+from spark_state.storage import open_storage
 from streaming_harness import ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER, run_query, ship_module_by_value, write_batches
 
 pytestmark = pytest.mark.spark
@@ -129,6 +131,21 @@ def test_spark_operators_bootstrapped_continue_as_spark_does(spark, tmp_path, ca
     for b in boot.batch_ids:
         assert boot.batches[b] == reference.batches[b], f"batch {b}"
     assert boot.batches[1]
+
+
+def test_a_keyed_function_inside_the_operators_query_keeps_its_clock(spark, tmp_path):
+    """A keyed function in the query of with_spark_operators runs in the one-batch run (which may
+    end with a batch for due timers); its batch clock is carried as batch 0's, so the restored
+    query's batch 1 has the watermark the history left: its largest event time - 10 s."""
+    ship_module_by_value(bootstrap_fns)
+    history, _ = _input()
+    writer = SavepointWriter(spark, progress=False).with_spark_operators(
+        spark.createDataFrame(history, SCHEMA), _keyed, output_mode="append")
+    writer.write(str(tmp_path / "sp"), sources=2)
+    restore(str(tmp_path / "sp"), str(tmp_path / "boot"), progress=False)
+    location = open_storage(str(tmp_path / "boot" / "spark-state" / NAME))
+    first = resolve(location, 1, {"1": 10_000}, now_ms=0)  # side 1: keyed_process's input
+    assert first.watermark_ms == int(max(ts for _, _, ts in history).timestamp() * 1000) - 10_000
 
 
 def test_a_state_declared_with_another_type_fails_clearly(spark, tmp_path):
