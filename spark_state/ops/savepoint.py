@@ -238,7 +238,7 @@ def take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root:
             if ckpt.storage.exists(path):
                 _copy(ckpt.storage, target, path, manifest)
             else:
-                _write(target, f"{F.SPARK_DIR}/{path}", op.encode_metadata(), manifest)
+                write_file(target, f"{F.SPARK_DIR}/{path}", op.encode_metadata(), manifest)
     finally:
         bar.close()
     return manifest
@@ -280,10 +280,11 @@ def _write_state(target: CheckpointStorage, path: str, entries: Iterator[tuple[b
 
 def _copy(source: CheckpointStorage, target: CheckpointStorage, path: str, manifest: F.SavepointManifest,
           dest: Optional[str] = None) -> None:
-    _write(target, dest or f"{F.SPARK_DIR}/{path}", source.read_bytes(path), manifest)
+    write_file(target, dest or f"{F.SPARK_DIR}/{path}", source.read_bytes(path), manifest)
 
 
-def _write(target: CheckpointStorage, dest: str, data: bytes, manifest: F.SavepointManifest) -> None:
+def write_file(target: CheckpointStorage, dest: str, data: bytes, manifest: F.SavepointManifest) -> None:
+    """Write ``data`` at ``dest`` in the savepoint and list it in ``manifest`` (size, CRC-32)."""
     target.write_bytes(dest, data)
     manifest.files.append(F.FileEntry(dest, len(data), F.crc32(data)))
 

@@ -59,7 +59,7 @@ from ..ops import savepoint_format as F
 from ..ops.process_locations import CHECKPOINT as PLACED_BESIDE_CHECKPOINT
 from ..ops.checkpoint_reader import PROVIDER_CLASS_CONF, SPARKSTATE_PROVIDER, OffsetEntry, SparkCheckpoint
 from ..ops.progress import Progress
-from ..ops.savepoint import check_empty_target, take
+from ..ops.savepoint import check_empty_target, take, write_file
 from ..process.api import key_columns
 from ..process.clock import clock_path, maxima_dir
 from ..process.event_time import EventTime
@@ -195,7 +195,7 @@ class SavepointWriter:
         finally:
             if own_work:
                 shutil.rmtree(work, ignore_errors=True)
-        _write(target, f"{F.SPARK_DIR}/metadata", ('{"id":"%s"}' % manifest.query_id).encode(), manifest)
+        write_file(target, f"{F.SPARK_DIR}/metadata", ('{"id":"%s"}' % manifest.query_id).encode(), manifest)
         target.write_bytes(F.MANIFEST, manifest.to_json())
         operators = [{"id": o.id, "name": o.name, "stores": [s.name for s in o.stores],
                       "keys": sum(f.keys or 0 for f in manifest.files if f.path.startswith(f"{F.STATE_DIR}/{o.id}/"))}
@@ -245,8 +245,8 @@ class SavepointWriter:
         watermark = _next_watermark(commit)
         metadata = dict(offsets.metadata, batchWatermarkMs=watermark)
         batch0 = OffsetEntry(0, offsets.version_line, metadata, tuple("-" for _ in range(count)))
-        _write(target, f"{F.SPARK_DIR}/offsets/0", batch0.encode(), manifest)
-        _write(target, f"{F.SPARK_DIR}/commits/0", commit, manifest)
+        write_file(target, f"{F.SPARK_DIR}/offsets/0", batch0.encode(), manifest)
+        write_file(target, f"{F.SPARK_DIR}/commits/0", commit, manifest)
         return manifest, watermark
 
     # ------------------------------------------------------------------ keyed part
@@ -291,7 +291,7 @@ class SavepointWriter:
         for r in sorted(rows, key=lambda r: r.partition):
             manifest.files.append(F.FileEntry(r.path, r.size, r.crc32, r.rows, r.keys))
             for m in r.maxima or ():
-                _write(target, F.process_time_file(name, f"{maxima_dir(0)}/{m}"), b"", manifest)
+                write_file(target, F.process_time_file(name, f"{maxima_dir(0)}/{m}"), b"", manifest)
         manifest.process.append(F.ProcessEntry(name, KEYED, opts.max_parallelism, n, f"bootstrap:{name}", None,
                                                PLACED_BESIDE_CHECKPOINT, plan.key_record))
         return sum(r.keys for r in rows), sum(r.input_rows for r in rows)
@@ -341,8 +341,3 @@ def _next_watermark(commit: bytes) -> int:
         return int(json.loads(lines[1]).get("nextBatchWatermarkMs", 0)) if len(lines) > 1 else 0
     except (ValueError, AttributeError):
         return 0
-
-
-def _write(target: CheckpointStorage, path: str, data: bytes, manifest: F.SavepointManifest) -> None:
-    target.write_bytes(path, data)
-    manifest.files.append(F.FileEntry(path, len(data), F.crc32(data)))

@@ -38,7 +38,6 @@ from ..checkpoint.runs import RunContext, RunRegistry
 from ..engine.changes import ToolWrittenVersionError, committed_changes
 from ..engine.store import VersionedStore, prefix_upper_bound
 from ..keys import keyed as K
-from ..keys.keygroup_prefix import KEY_GROUP
 from ..keys.system import SYSTEM_PREFIX
 from ..ops.state_io import process_layout, reader_config
 from ..process import location as L
@@ -125,10 +124,10 @@ class _Feed:
                 bases = _changed_keys(changed.changes, name)  # read before the next version loads
                 if codec is None:
                     continue
-                for base in bases:
+                for base, key_bytes in bases:
                     entries = list(store.iterate(base, prefix_upper_bound(base)))
                     found, value = codec.value_of(len(base), entries, self.now_ms) if entries else (False, None)
-                    key = decode(base[len(base) - _key_length(base):])
+                    key = decode(key_bytes)
                     rows.append((batch, UPDATE if found else DELETE) + key + (value if found else None,))
                     if len(rows) >= BATCH_ROWS:
                         yield rows
@@ -142,21 +141,13 @@ class _Feed:
             shutil.rmtree(local, ignore_errors=True)
 
 
-def _changed_keys(changes: Iterable[tuple[bytes, Optional[bytes]]], name: bytes) -> list[bytes]:
-    """The base keys (``[kg][name][len][key]``, :mod:`spark_state.keys.keyed`) of state ``name``
-    that a changelog touches, in key order, each once."""
-    bases: dict[bytes, None] = {}
+def _changed_keys(changes: Iterable[tuple[bytes, Optional[bytes]]], name: bytes) -> list[tuple[bytes, bytes]]:
+    """``(base key, key bytes)`` of each key of state ``name`` that a changelog touches (the base
+    key is an entry key without its suffix, :mod:`spark_state.keys.keyed`), in key order, each once."""
+    bases: dict[bytes, bytes] = {}
     for key, _ in changes:
         if key[:1] == SYSTEM_PREFIX or key[0] >= 0x80 or K.state_name_of(key) != name:
             continue
-        start = KEY_GROUP.size + 1 + len(name)
-        (klen,) = K.KEY_LENGTH.unpack_from(key, start)
-        bases[key[:start + K.KEY_LENGTH.size + klen]] = None
-    return sorted(bases)
-
-
-def _key_length(base: bytes) -> int:
-    """The serialized key's length in a base key (its last bytes)."""
-    name_len = base[KEY_GROUP.size]
-    (klen,) = K.KEY_LENGTH.unpack_from(base, KEY_GROUP.size + 1 + name_len)
-    return klen
+        _, _, key_bytes, suffix = K.split_entry(key)
+        bases[key[:len(key) - len(suffix)]] = key_bytes
+    return sorted(bases.items())

@@ -17,11 +17,10 @@ from ..engine.changes import committed_changes
 from ..engine.store import VersionedStore
 from ..keys.system import SYSTEM_PREFIX
 from ..ttl import is_stamped
+from ..ttl.codec import STAMP_BYTES
 from .ttl_commit import NAMESPACE
 
 SCHEMA = pa.schema([("version", pa.int64()), ("op", pa.int8()), ("key", pa.binary()), ("value", pa.binary())])
-#: stamp bytes before a TTL-stamped value's UnsafeRow
-_STAMP_BYTES = 8
 
 
 def write_change_feed(store: VersionedStore, start: int, end: int, out_path: str) -> int:
@@ -36,7 +35,7 @@ def write_change_feed(store: VersionedStore, start: int, end: int, out_path: str
                 if key[:1] == SYSTEM_PREFIX:
                     continue
                 keys.append(key)
-                values.append(value[_STAMP_BYTES:] if stamped and value is not None else value)
+                values.append(value[STAMP_BYTES:] if stamped and value is not None else value)
             for i in range(0, len(keys), C.ARROW_BATCH_ROWS):
                 ks, vs = keys[i:i + C.ARROW_BATCH_ROWS], values[i:i + C.ARROW_BATCH_ROWS]
                 ops = [C.OP_PUT if v is not None else C.OP_DELETE for v in vs]
