@@ -7,7 +7,7 @@ and times the phases of each commit by wrapping the functions that do the work:
 * ``read_changes``       -- reading the JVM's Arrow file
 * ``stage``              -- staging the epoch (TTL stamping when on; without TTL the epoch's
                             Arrow columns are committed whole)
-* ``changelog encode``   -- the epoch's changelog, as Arrow IPC bytes
+* ``changelog encode``   -- the epoch's changelog, as Arrow IPC (spooled to local disk when large)
 * ``changelog+manifest`` -- durable writes to checkpoint storage (``write_bytes``)
 * ``apply``              -- the RocksDB WriteBatch of the epoch
 * ``count``              -- lookups for the exact key count (keys whose existence is unknown)
@@ -74,7 +74,7 @@ def instrument() -> None:
     _wrap(rocks.RocksDBBackend, "apply_distinct", "apply")
     for writes in (OverlayWrites, ArrowWrites):
         _wrap(writes, "existing_user_keys", "count")
-        _wrap(writes, "encode_changelog", "changelog encode")
+        _wrap(writes, "write_changelog", "changelog encode")
     from spark_state.storage import remote
     for cls in (local.LocalStorage, remote.FsspecStorage):
         _wrap(cls, "write_bytes", "changelog+manifest")

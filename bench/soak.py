@@ -84,6 +84,8 @@ def start(args, workdir: str):
         .config("spark.local.dir", os.path.join(workdir, "spark-local"))
         .config("spark.sql.streaming.stateStore.maintenanceInterval", args.maintenance_interval)
         .config("spark.sql.streaming.minBatchesToRetain", str(args.retained))
+        # Native Memory Tracking: which of the JVM's native areas an RSS change comes from.
+        .config("spark.driver.extraJavaOptions", "-XX:NativeMemoryTracking=summary")
     )
     spark = spark_state.configure(builder, options={"snapshotInterval": str(args.snapshot_interval)}).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -115,6 +117,7 @@ def sample(spark, workdir: str, batch: int, started: float) -> dict:
     jvm.System.gc()
     runtime = jvm.Runtime.getRuntime()
     heap_mb = (runtime.totalMemory() - runtime.freeMemory()) / 2**20
+    pid = jvm.ProcessHandle.current().pid()
     return {
         "batch": batch,
         "elapsed_s": round(time.monotonic() - started, 1),
@@ -131,6 +134,9 @@ def sample(spark, workdir: str, batch: int, started: float) -> dict:
         "local_spark_blockmgr": vars(soakmetrics.dir_stats(*blockmgr)),
         "processes": soakmetrics.process_summary(os.getpid()),
         "jvm_heap_used_after_gc_mb": round(heap_mb, 1),
+        # The heap the JVM has committed (its pages count in RSS once touched, whatever is live).
+        "jvm_heap_committed_mb": round(runtime.totalMemory() / 2**20, 1),
+        "jvm_native_committed_mb": soakmetrics.native_memory(pid),
     }
 
 
@@ -157,6 +163,8 @@ COLUMNS = [
     ("pyspark wkr RSS", lambda s: s["processes"]["pyspark_workers"]["max_rss_mb"]),
     ("JVM RSS", lambda s: s["processes"]["jvm"]["rss_mb"]),
     ("JVM heap", lambda s: s["jvm_heap_used_after_gc_mb"]),
+    ("JVM heap commit", lambda s: s["jvm_heap_committed_mb"]),
+    ("JVM non-heap", lambda s: sum(v for k, v in s["jvm_native_committed_mb"].items() if k != "Java Heap")),
     ("JVM fds", lambda s: s["processes"]["jvm"]["fds"]),
     ("blockmgr MB", lambda s: s["local_spark_blockmgr"]["bytes"] / 2**20),
 ]

@@ -137,3 +137,20 @@ def process_summary(root: int) -> dict[str, dict]:
                             "max_rss_mb": round(me.rss_kb / 1024, 1) if me else 0.0,
                             "fds": me.fds if me else 0, "pids": [os.getpid()]}
     return out
+
+
+def native_memory(pid: int) -> dict[str, float]:
+    """The JVM's committed memory by Native Memory Tracking category (MB; ``jcmd VM.native_memory
+    summary``), empty if the JVM does not track it (``-XX:NativeMemoryTracking=summary``)."""
+    import re
+    import subprocess
+
+    try:
+        out = subprocess.run(["jcmd", str(pid), "VM.native_memory", "summary"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    found = {}
+    for name, committed in re.findall(r"^-\s+(.+?) \(reserved=\d+KB, committed=(\d+)KB\)", out, re.M):
+        found[name.strip()] = round(int(committed) / 1024, 1)
+    return found

@@ -14,12 +14,14 @@ from typing import Any, Mapping, Optional
 from . import constants as C
 from . import options as option_specs
 from .errors import ConfigError
+from .memory import DEFAULT_SPILL_THRESHOLD, parse_size
 
 #: String option name -> (field name, parser); the table is :data:`spark_state.options.OPTIONS`
 #: (names, defaults and meanings, from which docs/configuration.md is generated).
 _INT = "int"
 _BOOL = "bool"
 _STR = "str"
+_SIZE = "size"
 
 _OPTIONS: dict[str, tuple[str, str]] = option_specs.engine_options()
 #: Options with this prefix are handed to checkpoint storage with the prefix removed
@@ -48,6 +50,8 @@ class EngineConfig:
             Process-wide (the threads are shared): the lowest priority asked for wins.
         rocksdb_wal: write RocksDB's own write-ahead log. Off by default: durability comes
             from our changelog, written before a commit returns.
+        spill_threshold_bytes: bytes (estimated) an epoch's pending writes of one store may hold
+            in memory before they spill to local disk (:mod:`spark_state.engine.overlay`).
         storage_options: options for checkpoint storage (``s3.endpoint_url``, ...).
     """
 
@@ -59,6 +63,7 @@ class EngineConfig:
     write_buffer_mb: int = C.DEFAULT_WRITE_BUFFER_MB
     compaction_nice: int = C.DEFAULT_COMPACTION_NICE
     rocksdb_wal: bool = False
+    spill_threshold_bytes: int = DEFAULT_SPILL_THRESHOLD
     storage_options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -130,6 +135,7 @@ def _check(values: Mapping[str, Any], given_as: str = "") -> None:
     _require_int(name("block_cache_mb"), values["block_cache_mb"], minimum=1)
     _require_int(name("write_buffer_mb"), values["write_buffer_mb"], minimum=1)
     _require_int(name("compaction_nice"), values["compaction_nice"], minimum=0)
+    _require_int(name("spill_threshold_bytes"), values["spill_threshold_bytes"], minimum=1)
     if values["compaction_nice"] > C.MAX_NICE:
         raise ConfigError(f"option {name('compaction_nice')!r} must be a nice value from 0 to {C.MAX_NICE} "
                           f"(0 leaves RocksDB's compaction threads as they are), got {values['compaction_nice']}")
@@ -178,6 +184,12 @@ def _parse(key: str, raw: str, kind: str) -> Any:
         if lowered in ("false", "0", "no"):
             return False
         raise ConfigError(f"option {key!r} must be true or false, got {raw!r}")
+    if kind == _SIZE:
+        try:
+            return parse_size(raw)
+        except ValueError:
+            raise ConfigError(f"option {key!r} must be a size such as 64m, 1g or a number of bytes, "
+                              f"got {raw!r}") from None
     return raw
 
 

@@ -72,7 +72,8 @@ class OptionSpec:
         default: the default as shown to users (Markdown); ``""`` for none.
         field: the Python name that carries it: an :class:`EngineConfig` field for engine
             options, else ``None``.
-        kind: how the engine parses it (``int``, ``bool``, ``str``); only engine options use it.
+        kind: how the engine parses it (``int``, ``bool``, ``str``, ``size``: bytes as Spark writes
+            them, ``64m``); only engine options use it.
         testing_only: a fault-injection or test hook; never set it in production.
         choices: the values the engine accepts (exactly, after stripping blanks); empty: any
             value of ``kind``.
@@ -141,6 +142,11 @@ GROUPS: tuple[Group, ...] = (
         "validated for every store, so a typo fails the query at once. Keyed functions ignore these "
         "confs: their state takes its TTL from its descriptors ([State TTL](ttl.md#state-ttl))."),
           readers=(PROVIDER,), namespace="ttl"),
+    Group("memory", "Memory", (
+        "The executor's one state memory budget ([Memory](memory.md)): read from the executor's Spark "
+        "conf by the provider's JVM shim when the executor starts, and on the driver by each keyed "
+        "function's call, which hands its Python processes their part. Set it when the session starts "
+        "(a builder conf, `spark-submit --conf`, or `spark_state.configure(options=...)`).")),
     Group("provider", "Provider", (
         "Read by the provider's JVM shim or its Python workers, not by the engine; keyed functions "
         "ignore them. `spark_state.configure(options=...)` validates them before the session starts."),
@@ -175,11 +181,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "locked by its process; a process that starts removes those whose process is gone, however "
         "it died")),
     OptionSpec("rocksdb.blockCacheSizeMB", "engine", field="block_cache_mb", kind="int",
-               default=f"`{C.DEFAULT_BLOCK_CACHE_MB}`",
+               default=f"`{C.DEFAULT_BLOCK_CACHE_MB}` for the engine API; for the provider's workers and keyed "
+                       "functions, half of their process's part of `memory.budget`",
                meaning="block cache shared by **all** RocksDB stores of the process"),
     OptionSpec("rocksdb.writeBufferManagerMB", "engine", field="write_buffer_mb", kind="int",
-               default=f"`{C.DEFAULT_WRITE_BUFFER_MB}`", meaning=(
-                   "memtable budget, charged to that cache (must not exceed `rocksdb.blockCacheSizeMB`)")),
+               default=f"`{C.DEFAULT_WRITE_BUFFER_MB}` for the engine API; for the provider's workers and keyed "
+                       "functions, a quarter of their process's part of `memory.budget`", meaning=(
+                   "memtable budget, charged to that cache (must not exceed `rocksdb.blockCacheSizeMB`); "
+                   "setting this or `rocksdb.blockCacheSizeMB` sets both as the defaults say")),
     OptionSpec("rocksdb.compactionNice", "engine", field="compaction_nice", kind="int",
                default=f"`{C.DEFAULT_COMPACTION_NICE}`", meaning=(
                    "nice value (0-19, Linux) of RocksDB's compaction threads, so compactions use the "
@@ -187,6 +196,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
                    "Process-wide: the lowest priority any store asks for wins")),
     OptionSpec("rocksdb.writeAheadLog", "engine", field="rocksdb_wal", kind="bool", default="`false`",
                meaning="RocksDB's own WAL (our changelog already makes commits durable)"),
+    OptionSpec("memory.spillThreshold", "engine", field="spill_threshold_bytes", kind="size",
+               default="`64m` for the engine API; for the provider and keyed functions, their part of "
+                       "`memory.budget`", meaning=(
+                   "memory one store's pending writes of an epoch may hold (`64m`, `1g` or bytes) before "
+                   "they spill to local disk as sorted runs; reads, scans and the commit see them there. "
+                   "For the provider this is the executor JVM's heap per store (default: a quarter of "
+                   "`memory.budget` over the executor's task slots), for keyed functions the Python "
+                   "process's (half of its part)")),
     # --- checkpoint storage ---------------------------------------------------------------------
     OptionSpec("storage.retry.attempts", "storage", default="`8`", meaning=(
         "attempts of one checkpoint storage operation in total after transient faults; `1` = no "
@@ -257,6 +274,13 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "`backend=rocksdb`: bytes of layered epochs per store before a fresh export")),
     OptionSpec("testing.crashOnCommit", "provider", testing_only=True, meaning=(
         "`<version>:<dir>:once|always` makes a worker exit while committing `<version>`")),
+    # --- memory -----------------------------------------------------------------------------------
+    OptionSpec("memory.budget", "memory", default="a quarter of the executor's memory, at least 64 MB", meaning=(
+        "the state memory of one executor (`256m`, `2g` or bytes), in four equal parts: the provider's "
+        "pending writes and read-view layers in the JVM heap; the JVM's RocksDB block cache; the "
+        "provider's Python workers (split between them); keyed functions' Python processes (split "
+        "between the task slots). The executor's memory is `spark.executor.memory`, or "
+        "`spark.driver.memory` in local mode")),
     # --- Python API -----------------------------------------------------------------------------
     OptionSpec("process.root", "process", default="unset: beside the query's checkpoint",
                meaning=(
@@ -350,6 +374,6 @@ def storage_options(prefix: str) -> dict[str, str]:
 
 
 def read_elsewhere(key: str) -> bool:
-    """Whether ``key`` is a session conf the engine does not read (the Python API's), so that
-    :meth:`EngineConfig.from_options` skips it rather than calling it unknown."""
-    return any(o.key == key for o in by_group("process"))
+    """Whether ``key`` is a session conf the engine does not read (the Python API's, the memory
+    budget's), so that :meth:`EngineConfig.from_options` skips it rather than calling it unknown."""
+    return any(o.key == key for o in by_group("process") + by_group("memory"))

@@ -27,7 +27,7 @@ from .. import constants as C
 from ..errors import CheckpointCorruptError
 from ..storage.localdisk import disk_errno
 from .base import BackendFactory, Change, KVBackend, SnapshotFile
-from .rocksdb_resources import SharedRocksDBResources, shared_resources
+from .rocksdb_resources import SharedRocksDBResources, memtable_bytes, shared_resources
 from .rocksdb_threads import lower_compaction_priority
 
 #: Files rocksdict or RocksDB keep in a DB directory that do not belong in a snapshot.
@@ -61,6 +61,10 @@ def _options(resources: SharedRocksDBResources) -> rocksdict.Options:
     table.set_format_version(TABLE_FORMAT_VERSION)
     opts.set_block_based_table_factory(table)
     opts.set_write_buffer_manager(resources.write_buffer_manager)
+    # Memtables of this database bounded by the process's budget (RocksDB's default is 64 MB each):
+    # the write-buffer manager flushes only the database being written (rocksdb_resources).
+    opts.set_write_buffer_size(memtable_bytes(resources.write_buffer_mb))
+    opts.set_max_write_buffer_number(2)
     opts.set_max_open_files(-1)
     # RocksDB's info LOG gains ~8 KB per commit (every commit flushes, for the snapshot or the
     # provider's read view) and is never truncated: unbounded local disk for a long-lived

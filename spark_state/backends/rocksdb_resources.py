@@ -3,7 +3,13 @@ RocksDB store of the process.
 
 Without this, memory multiplies by the number of stores (one per operator partition):
 the failure Spark users report as SPARK-39781 / SPARK-43311 and Quix as #1137. Memtables
-are charged to the block cache, so ``block_cache_mb`` bounds both.
+are charged to the block cache, so ``block_cache_mb`` bounds both. Past ``write_buffer_mb`` the
+write-buffer manager flushes the memtables of the database being written; it does not stall
+writes until the memory is back under it: with several databases in a process, one that is not
+being written (a store between batches) keeps its memtable, and a stall waiting for it to shrink
+never ends (seen: a keyed task's restore hung so). Each database's memtables are bounded instead
+(:func:`memtable_bytes`), so a commit of millions of keys cannot pile memtables up beyond
+``write_buffer_mb`` while they wait for their flush.
 """
 
 from __future__ import annotations
@@ -37,6 +43,17 @@ _lock = threading.Lock()
 _shared: Optional[SharedRocksDBResources] = None
 
 
+def memtable_bytes(write_buffer_mb: int) -> int:
+    """One memtable of one database: half the process's memtable budget (a database has at most
+    two, the active one and one being flushed), at least 1 MB."""
+    return max(_MB, write_buffer_mb * _MB // 2)
+
+
+def current_resources() -> Optional[SharedRocksDBResources]:
+    """The process-wide resources, if a RocksDB store of this process created them."""
+    return _shared
+
+
 def shared_resources(block_cache_mb: int, write_buffer_mb: int) -> SharedRocksDBResources:
     """The process-wide resources, created on first use.
 
@@ -48,7 +65,7 @@ def shared_resources(block_cache_mb: int, write_buffer_mb: int) -> SharedRocksDB
         if _shared is None:
             cache = rocksdict.Cache(block_cache_mb * _MB)
             wbm = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(
-                write_buffer_mb * _MB, False, cache
+                write_buffer_mb * _MB, False, cache  # no stall: see the module docstring
             )
             _shared = SharedRocksDBResources(cache, wbm, block_cache_mb, write_buffer_mb)
         elif (_shared.block_cache_mb, _shared.write_buffer_mb) != (block_cache_mb, write_buffer_mb):

@@ -20,6 +20,7 @@ from typing import Iterator, Optional
 from .. import constants as C
 from ..checkpoint import changelog
 from ..errors import SparkStateError
+from ..storage.local_copy import local_file
 from .store import VersionedStore
 
 
@@ -35,7 +36,8 @@ def is_tool_run(run_id: Optional[str]) -> bool:
 @dataclass(frozen=True)
 class VersionChanges:
     version: int
-    #: ``(key, new value)``, the value None for a delete, in the changelog's (key) order
+    #: ``(key, new value)``, the value None for a delete, in the changelog's (key) order; read from
+    #: the changelog a record batch at a time as it is iterated
     changes: Iterator[tuple[bytes, Optional[bytes]]]
 
 
@@ -57,5 +59,11 @@ def committed_changes(store: VersionedStore, start: int, end: int) -> Iterator[V
             raise ToolWrittenVersionError(
                 f"version {version} of {store.storage.url} was written by an operations tool (restore, rescale or "
                 "erasure), which records no changes: start the change feed after it")
-        path = manifest.changelog.path
-        yield VersionChanges(version, changelog.decode(store.storage.read_bytes(path), path, version))
+        yield VersionChanges(version, _changes_of(store, manifest.changelog.path, version))
+
+
+def _changes_of(store: VersionedStore, path: str, version: int) -> Iterator[tuple[bytes, Optional[bytes]]]:
+    """The rows of one changelog, memory-mapped from a local copy (deleted once they are read)."""
+    with local_file(store.storage, path) as local:
+        for keys, values in changelog.read_file(local, store.storage.full_url(path), version):
+            yield from zip(keys.to_pylist(), values.to_pylist())

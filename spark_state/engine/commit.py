@@ -36,11 +36,11 @@ from .. import constants as C
 from ..backends import KVBackend
 from ..checkpoint import layout
 from ..checkpoint.background import BackgroundSnapshots, Capture
-from ..checkpoint.checksum import crc32_bytes
 from ..checkpoint.metadata import ChangelogRef, Manifest, SnapshotRef
 from ..checkpoint.retention import read_manifest
 from ..checkpoint.snapshots import SnapshotStats
 from ..storage import CheckpointStorage
+from ..storage.spool import SpooledUpload
 from ..testing import crashpoints
 from .epoch_writes import EpochWrites
 from .fencing import RunGate
@@ -80,11 +80,12 @@ class CommitOutcome:
 def commit_epoch(writes: EpochWrites, loaded: Loaded, *, storage: CheckpointStorage, gate: RunGate,
                  backend_name: str, snapshot_due: bool, background: Optional[BackgroundSnapshots],
                  capture: Callable[[int], Capture], upload: Callable[[int], tuple[SnapshotRef, SnapshotStats]],
-                 invalidate: Callable[[], None]) -> CommitOutcome:
+                 invalidate: Callable[[], None], scratch_dir: str) -> CommitOutcome:
     """Persist ``writes`` as version ``loaded.version + 1`` (steps in the module docstring).
 
     ``capture(v)`` / ``upload(v)`` snapshot the local copy (for the background thread / now);
-    ``invalidate()`` forgets the local copy after a failure.
+    ``invalidate()`` forgets the local copy after a failure; a large changelog is spooled through
+    a file in ``scratch_dir`` (local disk) on its way to checkpoint storage.
     """
     backend = loaded.backend
     previous = loaded.manifest
@@ -98,11 +99,13 @@ def commit_epoch(writes: EpochWrites, loaded: Loaded, *, storage: CheckpointStor
     defer_capture = False
     try:
         crashpoints.reached("commit.before-changelog")
-        data = writes.encode_changelog(new_version)
         path = layout.changelog_path(new_version, commit_id)
-        storage.write_bytes(path, data)
+        with SpooledUpload(scratch_dir) as spool:  # in memory unless the epoch is large
+            writes.write_changelog(new_version, spool)
+            spool.store(storage, path)
+            changelog_bytes, changelog_crc = spool.size, spool.crc32
         crashpoints.reached("commit.after-changelog")
-        ref = ChangelogRef(path=path, size=len(data), crc32=crc32_bytes(data), version=new_version)
+        ref = ChangelogRef(path=path, size=changelog_bytes, crc32=changelog_crc, version=new_version)
         # Exact key count: a put of a new key adds one, a delete of an existing key removes one.
         # Existence is known from this epoch's reads, and one batched lookup answers for the
         # remaining keys. Keys of the engine's system keyspace (TTL index, markers) are not counted.
@@ -153,7 +156,7 @@ def commit_epoch(writes: EpochWrites, loaded: Loaded, *, storage: CheckpointStor
         raise
     metrics.num_deletes = writes.num_deletes
     metrics.num_updates = writes.num_puts
-    metrics.changelog_bytes = len(data)
+    metrics.changelog_bytes = changelog_bytes
     return CommitOutcome(manifest, metrics, num_keys, origin, taken, defer_capture)
 
 

@@ -6,13 +6,19 @@ changelog, how many puts and deletes it holds, how many of its keys exist in com
 the ``(key, value or None)`` pairs to apply to the local backend.
 
 * :class:`OverlayWrites` -- the writes staged key by key in the :class:`~spark_state.engine.overlay.WriteOverlay`
-  (the engine API, ``keyed_process``, TTL's staging).
+  (the engine API, ``keyed_process``, TTL's staging), all in memory.
+* :class:`SpilledWrites` -- the same when the overlay spilled: the epoch is read from its runs on
+  local disk (:mod:`.spill`), in ascending key order, a record batch at a time, once per step.
 * :class:`ArrowWrites` -- the epoch whole, as Arrow columns: what the provider's shim ships,
   one row per key with its last write. The changelog, the counts and the known existence come
   from the columns in C; keys and values become Python objects once, for the backend, which
   applies them without a loop per key in Python (``KVBackend.apply_distinct``). Building
   the overlay's dicts for the same rows cost the provider's commit about as much as RocksDB's
-  write of them (``bench/commit_profile.py``).
+  write of them (``bench/commit_profile.py``). Every step goes record batch by record batch
+  (at most ``constants.ARROW_BATCH_ROWS`` rows), so an epoch of any size -- the shim's file is
+  memory-mapped -- is committed in memory that follows one batch: the changelog is written as
+  it is encoded (:meth:`EpochWrites.write_changelog`), and the backend takes one write batch
+  per record batch (a commit that fails half-way forgets the local copy, :mod:`.commit`).
 
 Invariants of both: one entry per key (the epoch's last write), ``None`` / null value = delete,
 and no key of the engine's system keyspace (``keys.system.SYSTEM_PREFIX``) counted as a user
@@ -22,14 +28,16 @@ key.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import constants as C
 from ..keys.system import SYSTEM_PREFIX
 from ..backends.base import KVBackend
 from ..checkpoint import changelog
+from . import spill
 from .overlay import WriteOverlay
 
 #: ``count_existing(keys)``: how many of ``keys`` exist in committed state (one batched lookup).
@@ -60,8 +68,9 @@ class EpochWrites(ABC):
         return len(self) - self.num_deletes
 
     @abstractmethod
-    def encode_changelog(self, version: int) -> bytes:
-        """The changelog of ``version`` (:mod:`spark_state.checkpoint.changelog`)."""
+    def write_changelog(self, version: int, sink: Any) -> None:
+        """Write the changelog of ``version`` (:mod:`spark_state.checkpoint.changelog`) to ``sink``,
+        a writable binary file object."""
 
     @abstractmethod
     def user_puts(self) -> int:
@@ -93,8 +102,8 @@ class OverlayWrites(EpochWrites):
             self._deletes = list(self._changes.values()).count(None)  # a C loop: runs over every key
         return self._deletes
 
-    def encode_changelog(self, version: int) -> bytes:
-        return changelog.encode(version, self._changes)
+    def write_changelog(self, version: int, sink: Any) -> None:
+        changelog.write(version, changelog.batches_of(self._changes), sink)
 
     def user_puts(self) -> int:
         changes = self._changes
@@ -110,13 +119,79 @@ class OverlayWrites(EpochWrites):
         backend.apply(self._changes.items())
 
 
+class SpilledWrites(EpochWrites):
+    """The writes of an overlay that spilled: what its dict still holds becomes the last run, and
+    every step reads the runs' one ordered pass in batches of ``constants.ARROW_BATCH_ROWS``."""
+
+    def __init__(self, overlay: WriteOverlay) -> None:
+        overlay.spill_all()
+        spill = overlay.spill
+        assert spill is not None
+        self._spill = spill
+        self._counts: Optional[tuple[int, int, int]] = None  # rows, deletes, user puts
+
+    def _chunks(self) -> Iterator[list[tuple[bytes, bytes]]]:
+        chunk: list[tuple[bytes, bytes]] = []
+        for item in self._spill.items():
+            chunk.append(item)
+            if len(chunk) == C.ARROW_BATCH_ROWS:
+                yield chunk
+                chunk = []
+        if chunk:
+            yield chunk
+
+    def _count(self) -> tuple[int, int, int]:
+        if self._counts is None:
+            rows = deletes = system_puts = 0
+            for chunk in self._chunks():
+                rows += len(chunk)
+                deletes += sum(1 for _, e in chunk if e[0] == spill.OP_DELETE)
+                system_puts += sum(1 for k, e in chunk if e[0] == spill.OP_PUT and k[:1] == SYSTEM_PREFIX)
+            self._counts = (rows, deletes, rows - deletes - system_puts)
+        return self._counts
+
+    def __len__(self) -> int:
+        return self._count()[0]
+
+    @property
+    def num_deletes(self) -> int:
+        return self._count()[1]
+
+    def write_changelog(self, version: int, sink: Any) -> None:
+        def batches() -> Iterator[tuple[pa.Array, pa.Array]]:
+            for chunk in self._chunks():
+                yield (pa.array([k for k, _ in chunk], pa.binary()),
+                       pa.array([spill.decode_value(e) for _, e in chunk], pa.binary()))
+
+        changelog.write(version, batches(), sink)
+
+    def user_puts(self) -> int:
+        return self._count()[2]
+
+    def existing_user_keys(self, count_existing: CountExisting) -> int:
+        total = 0
+        for chunk in self._chunks():
+            user = [(k, e[1]) for k, e in chunk if k[:1] != SYSTEM_PREFIX]
+            total += sum(1 for _, prior in user if prior == 1)
+            unknown = [k for k, prior in user if prior == spill.PRIOR_UNKNOWN]
+            if unknown:
+                total += count_existing(unknown)
+        return total
+
+    def apply_to(self, backend: KVBackend) -> None:
+        """One write batch per chunk (not atomic as a whole: the commit forgets the local copy if it fails)."""
+        for chunk in self._chunks():
+            backend.apply_distinct([k for k, e in chunk if e[0] == spill.OP_PUT],
+                                   [e[spill.HEADER_BYTES:] for _, e in chunk if e[0] == spill.OP_PUT],
+                                   [k for k, e in chunk if e[0] == spill.OP_DELETE])
+
+
 class ArrowWrites(EpochWrites):
     """An epoch's writes as Arrow columns, built with :meth:`of` (which checks the invariants)."""
 
-    def __init__(self, keys: pa.ChunkedArray, values: pa.ChunkedArray, existed: pa.ChunkedArray) -> None:
-        self._keys = keys
-        self._values = values
-        self._existed = existed
+    def __init__(self, table: pa.Table) -> None:
+        #: columns key, value (null: delete), existed (1 / 0 / -1 or null: unknown)
+        self._table = table
 
     @classmethod
     def of(cls, keys: pa.ChunkedArray, values: pa.ChunkedArray,
@@ -136,38 +211,45 @@ class ArrowWrites(EpochWrites):
             return None
         if existed is None:
             existed = pa.chunked_array([pa.nulls(len(keys), pa.int8())])
-        return cls(keys, values, existed)
+        return cls(pa.Table.from_arrays([keys, values, existed], names=["key", "value", "existed"]))
+
+    def _batches(self) -> Iterator[pa.RecordBatch]:
+        return iter(self._table.to_batches(max_chunksize=C.ARROW_BATCH_ROWS))
 
     def __len__(self) -> int:
-        return len(self._keys)
+        return self._table.num_rows
 
     @property
     def num_deletes(self) -> int:
-        return self._values.null_count
+        return self._table.column("value").null_count
 
-    def encode_changelog(self, version: int) -> bytes:
-        return changelog.encode_columns(version, self._keys, self._values)
+    def write_changelog(self, version: int, sink: Any) -> None:
+        changelog.write(version, ((b.column(0), b.column(1)) for b in self._batches()), sink)
 
     def user_puts(self) -> int:
         return self.num_puts  # `of` admits no system keys
 
     def existing_user_keys(self, count_existing: CountExisting) -> int:
-        if not len(self._keys):
-            return 0
-        known = pc.sum(pc.equal(self._existed, 1)).as_py() or 0
-        unknown = pc.or_kleene(pc.is_null(self._existed), pc.equal(self._existed, -1))
-        if not pc.any(unknown).as_py():
-            return known
-        return known + count_existing(pc.filter(self._keys, unknown).to_pylist())
+        total = 0
+        for batch in self._batches():
+            existed = batch.column(2)
+            total += pc.sum(pc.equal(existed, 1)).as_py() or 0
+            unknown = pc.or_kleene(pc.is_null(existed), pc.equal(existed, -1))
+            if pc.any(unknown).as_py():
+                total += count_existing(pc.filter(batch.column(0), unknown).to_pylist())
+        return total
 
     def apply_to(self, backend: KVBackend) -> None:
-        puts = pc.is_valid(self._values)
-        if self.num_deletes:
-            backend.apply_distinct(pc.filter(self._keys, puts).to_pylist(),
-                                   pc.filter(self._values, puts).to_pylist(),
-                                   pc.filter(self._keys, pc.invert(puts)).to_pylist())
-        else:
-            backend.apply_distinct(self._keys.to_pylist(), self._values.to_pylist(), [])
+        """One write batch per record batch: not atomic as a whole (the commit forgets the local copy
+        if it fails), but memory follows one record batch."""
+        for batch in self._batches():
+            keys, values = batch.column(0), batch.column(1)
+            if values.null_count:
+                puts = pc.is_valid(values)
+                backend.apply_distinct(pc.filter(keys, puts).to_pylist(), pc.filter(values, puts).to_pylist(),
+                                       pc.filter(keys, pc.invert(puts)).to_pylist())
+            else:
+                backend.apply_distinct(keys.to_pylist(), values.to_pylist(), [])
 
 
 def reject_write(key: object, value: object) -> None:

@@ -23,12 +23,13 @@ from .. import constants as C
 from ..backends import KVBackend, backend_factory
 from ..backends.base import BackendFactory
 from ..checkpoint import changelog, layout
-from ..checkpoint.checksum import crc32_bytes
+from ..checkpoint.checksum import crc32_file
 from ..checkpoint.metadata import ChangelogRef, Manifest
 from ..checkpoint.snapshots import SharedFileIndex, download_snapshot, read_descriptor
 from ..config import EngineConfig
 from ..errors import CheckpointCorruptError, CheckpointFileMissingError
 from ..storage import CheckpointStorage
+from ..storage.local_copy import local_file
 
 _LOG = logging.getLogger(__name__)
 
@@ -67,21 +68,27 @@ def _convert_snapshot(written_by: str, snapshot_dir: str, factory: BackendFactor
     return target
 
 
-def replay_changelog(storage: CheckpointStorage, backend: KVBackend, ref: ChangelogRef, manifest: Manifest) -> None:
-    """Apply the changelog ``ref`` (one of ``manifest``'s) to ``backend``, after checking it."""
+def replay_changelog(storage: CheckpointStorage, backend: KVBackend, ref: ChangelogRef, manifest: Manifest,
+                     scratch_dir: Optional[str] = None) -> None:
+    """Apply the changelog ``ref`` (one of ``manifest``'s) to ``backend``, after checking it. The
+    file is read from a local copy (:func:`~spark_state.storage.local_copy.local_file`; a download
+    goes under ``scratch_dir``), memory-mapped, one record batch and one write batch at a time:
+    an epoch of any size replays in bounded memory."""
     url = storage.full_url(ref.path)
     try:
-        data = storage.read_bytes(ref.path)
+        with local_file(storage, ref.path, scratch_dir) as path:
+            size = os.path.getsize(path)
+            if size != ref.size:
+                raise CheckpointCorruptError(url, f"size is {size} bytes, expected {ref.size}")
+            crc = crc32_file(path)
+            if crc != ref.crc32:
+                raise CheckpointCorruptError(url, f"CRC-32 is {crc:#010x}, expected {ref.crc32:#010x}")
+            for keys, values in changelog.read_file(path, url, ref.version):
+                backend.apply(zip(keys.to_pylist(), values.to_pylist()))
     except CheckpointFileMissingError:
         raise CheckpointFileMissingError(
             url, needed_by=storage.full_url(layout.manifest_path(manifest.version, manifest.rank))
         ) from None
-    if len(data) != ref.size:
-        raise CheckpointCorruptError(url, f"size is {len(data)} bytes, expected {ref.size}")
-    crc = crc32_bytes(data)
-    if crc != ref.crc32:
-        raise CheckpointCorruptError(url, f"CRC-32 is {crc:#010x}, expected {ref.crc32:#010x}")
-    backend.apply(changelog.decode(data, url, ref.version))
 
 
 def discard_local_copy(backend: Optional[KVBackend], work_dir: str, store_url: str) -> None:

@@ -64,7 +64,7 @@ from . import capture as snapshots
 from .access import EpochAccess, prefix_upper_bound
 from . import transfer
 from .commit import CommitOutcome, Loaded, commit_epoch
-from .epoch_writes import ArrowWrites, EpochWrites, OverlayWrites
+from .epoch_writes import ArrowWrites, EpochWrites, OverlayWrites, SpilledWrites
 from .fencing import RunGate
 from .localdirs import process_root
 from .metrics import CommitMetrics, RestoreMetrics, record_snapshot
@@ -105,7 +105,9 @@ class VersionedStore(EpochAccess):
                                doing="creating the local working directory"):
             self._work_dir = os.path.join(process_root(self._config.local_dir), f"store-{layout.new_id()}")
         self._lock = threading.RLock()
-        self._overlay = WriteOverlay()
+        resources = getattr(self._factory, "resources", None)  # the process's RocksDB cache, if any
+        self._overlay = WriteOverlay(self._config.spill_threshold_bytes, lambda: self._work_dir,
+                                     resources.block_cache if resources is not None else None)
         self._backend: Optional[KVBackend] = None
         self._version: Optional[int] = None
         self._manifest: Optional[Manifest] = None
@@ -194,7 +196,7 @@ class VersionedStore(EpochAccess):
                         self._state_origin = base.path
                 backend = self._backend
                 for ref in plan.replay:
-                    replay_changelog(self._storage, backend, ref, manifest)  # type: ignore[arg-type]
+                    replay_changelog(self._storage, backend, ref, manifest, self._work_dir)  # type: ignore[arg-type]
             except BaseException:
                 self._invalidate()
                 raise
@@ -230,7 +232,8 @@ class VersionedStore(EpochAccess):
 
     def commit(self) -> int:
         """Persist the pending writes as version ``loaded + 1`` and return that number."""
-        return self._commit(OverlayWrites(self._overlay))
+        overlay = self._overlay
+        return self._commit(SpilledWrites(overlay) if overlay.spill is not None else OverlayWrites(overlay))
 
     def commit_writes(self, writes: ArrowWrites) -> int:
         """Persist ``writes`` -- a whole epoch, nothing staged besides -- as version ``loaded + 1``
@@ -253,7 +256,7 @@ class VersionedStore(EpochAccess):
                 writes, Loaded(self._backend, self._version, self._manifest, self._num_keys),
                 storage=self._storage, gate=self._gate, backend_name=self._factory.name, snapshot_due=snapshot_due,
                 background=self._background, capture=self._capture_snapshot, upload=self._upload_snapshot,
-                invalidate=self._invalidate)
+                invalidate=self._invalidate, scratch_dir=self._work_dir)
             metrics, manifest = outcome.metrics, outcome.manifest
             if outcome.adopted:
                 self._adopt_earlier_commit(outcome)

@@ -111,14 +111,14 @@ def spark_provider_writer(target_url: str, provider: str, conf: dict[str, str]):
     def write(op: OperatorInfo, entry: F.StoreEntry, split, version: int) -> int:
         key_schema, value_schema, store = entry.key_schema, entry.value_schema, entry.name
         stamped = any(pa.compute.any(pa.compute.equal(b.column(0), pa.scalar(marker, pa.binary()))).as_py()
-                      for part in split.parts for b in part)
+                      for p in range(split.n) for b in split.batches(p))
         rows = 0
         tmp = tempfile.mkdtemp(prefix="spark-state-import-")
         try:
             for p in range(split.n):
                 path = os.path.join(tmp, f"{p}.arrow")
                 with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, F.SCHEMA) as writer:
-                    for b in split.parts[p]:
+                    for b in split.batches(p):
                         writer.write_batch(b)
                 rows += bridge.importStore(state_root, op.id, p, store, version, json.dumps(key_schema),
                                            json.dumps(value_schema), entry.num_cols_prefix_key, provider,

@@ -7,8 +7,8 @@ partitioning hash of the key's partitioning columns, so a row's partition at cou
 keys follow the data key they name (TTL expiry index entries) or go to every partition
 (per-store records such as the TTL format marker). Key layouts and the vectorised routing
 over Arrow record batches (numpy on the binary array's offset and data buffers, a few
-nanoseconds per row) are in :mod:`spark_state.keys.provider`; a partition's rows are kept as
-Arrow batches (compact) until they are written.
+nanoseconds per row) are in :mod:`spark_state.keys.provider`; the re-split rows are spooled to
+a local Arrow file (:class:`Split`), so a store of any size is re-split in bounded memory.
 
 **Process state** (``keyed_process`` / ``checkpointed_process``) is *not* re-split here. Its
 runtime already rescales by key group (and redistributes operator state) at the first
@@ -43,8 +43,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import tempfile
 import time
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 import numpy as np
@@ -104,36 +107,105 @@ def batches_of(entries: Iterable[tuple[bytes, bytes]], rows: int = F.BATCH_ROWS)
         yield pa.record_batch([pa.array(ks, pa.binary()), pa.array(vs, pa.binary())], schema=F.SCHEMA)
 
 
-@dataclass
 class Split:
-    """Rows of one store routed to ``n`` partitions (Arrow batches per partition)."""
+    """Rows of one store routed to ``n`` partitions, spooled to a local Arrow file.
 
-    n: int
-    #: every row to partition 0 (see ``SINGLE_PARTITION_OPERATORS``)
-    single_partition: bool = False
-    parts: list[list[pa.RecordBatch]] = field(default_factory=list)
-    rows: int = 0
+    Bounded memory: a store's rows (every partition of it, possibly GBs) are never held. Each
+    batch given to :meth:`add` is split by target partition and its parts are appended at once
+    to one Arrow IPC file in ``scratch_dir`` (default: the system's temp directory); only the
+    index of which record batches belong to which partition stays in memory. Reading
+    (:meth:`batches`, :meth:`entries`) closes the file for writing and maps it: a partition's
+    rows come back in the order they were added, one record batch at a time. :meth:`close`
+    (or the end of a ``with`` block) deletes the file; a split that is dropped unclosed deletes
+    it when collected."""
 
-    def __post_init__(self) -> None:
-        self.parts = [[] for _ in range(self.n)]
+    def __init__(self, n: int, single_partition: bool = False, scratch_dir: Optional[str] = None) -> None:
+        self.n = n
+        #: every row to partition 0 (see ``SINGLE_PARTITION_OPERATORS``)
+        self.single_partition = single_partition
+        self.rows = 0
+        self._scratch_dir = scratch_dir
+        self._index: list[list[int]] = [[] for _ in range(n)]  # partition -> its batches in the file
+        self._part_rows = [0] * n
+        self._written = 0
+        self._path: Optional[str] = None
+        self._sink: Optional[pa.NativeFile] = None
+        self._writer: Optional[pa.ipc.RecordBatchFileWriter] = None
+        self._reader: Optional[pa.ipc.RecordBatchFileReader] = None
+        self._source: Optional[pa.MemoryMappedFile] = None
+        self._finalizer: Optional[weakref.finalize] = None
 
     def add(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
         self.rows += batch.num_rows
         if self.single_partition:
-            self.parts[0].append(batch)
+            self._append(0, batch)
             return
         targets = partition_of_rows(batch.column(0), self.n)
         everywhere = targets == -1
         for p in range(self.n):
             mask = (targets == p) | everywhere
             if mask.any():
-                self.parts[p].append(batch.filter(pa.array(mask)))
+                self._append(p, batch.filter(pa.array(mask)))
+
+    def _append(self, partition: int, batch: pa.RecordBatch) -> None:
+        if self._reader is not None:
+            raise RuntimeError("rows added to a split that is being read")
+        if self._writer is None:
+            fd, self._path = tempfile.mkstemp(prefix="spark-state-split-", suffix=".arrow", dir=self._scratch_dir)
+            os.close(fd)
+            self._finalizer = weakref.finalize(self, _remove, self._path)
+            self._sink = pa.OSFile(self._path, "wb")
+            self._writer = pa.ipc.new_file(self._sink, F.SCHEMA)
+        self._writer.write_batch(batch)
+        self._index[partition].append(self._written)
+        self._part_rows[partition] += batch.num_rows
+        self._written += 1
+
+    def rows_of(self, partition: int) -> int:
+        """The rows routed to ``partition``."""
+        return self._part_rows[partition]
+
+    def batches(self, partition: int) -> Iterator[pa.RecordBatch]:
+        """``partition``'s rows as record batches (views of the mapped file), in the order added."""
+        if not self._index[partition]:
+            return
+        if self._reader is None:
+            assert self._writer is not None and self._sink is not None and self._path is not None
+            self._writer.close()
+            self._sink.close()
+            self._writer = self._sink = None
+            self._source = pa.memory_map(self._path)
+            self._reader = pa.ipc.open_file(self._source)
+        for i in self._index[partition]:
+            yield self._reader.get_batch(i)
 
     def entries(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
-        for batch in self.parts[partition]:
+        for batch in self.batches(partition):
             yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
+
+    def close(self) -> None:
+        """Delete the spooled rows (idempotent)."""
+        for f in (self._writer, self._sink, self._source):
+            if f is not None:
+                f.close()
+        self._writer = self._sink = self._source = self._reader = None
+        if self._finalizer is not None:
+            self._finalizer()
+
+    def __enter__(self) -> "Split":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def write_split(split: Split, store_storage: Callable[[int], Any], version: int, config: EngineConfig,
@@ -146,7 +218,7 @@ def write_split(split: Split, store_storage: Callable[[int], Any], version: int,
         keys += import_store(store_storage(p), version, split.entries(p), config, run_id)
         _maybe_crash()
         if progress is not None:
-            progress.update(sum(b.num_rows for b in split.parts[p]))
+            progress.update(split.rows_of(p))
     return keys
 
 
@@ -290,16 +362,17 @@ def rewrite_as_new_batch(rewrite: Rewrite, partitions: int, processes: list[Proc
         for op in operators:
             keys = 0
             for store in op.store_names:
-                split = Split(partitions, single_partition=op.name in SINGLE_PARTITION_OPERATORS)
-                for p in range(old):
-                    for batch in batches_of(stores_of(op, store, p)):
-                        split.add(batch)
-                        bar.update(batch.num_rows)
-                total_rows += split.rows
-                def target(p: int, op: Any = op, store: str = store) -> CheckpointStorage:
-                    return ckpt.store_storage(op, p, store)
+                with Split(partitions, single_partition=op.name in SINGLE_PARTITION_OPERATORS) as split:
+                    for p in range(old):
+                        for batch in batches_of(stores_of(op, store, p)):
+                            split.add(batch)
+                            bar.update(batch.num_rows)
+                    total_rows += split.rows
 
-                keys += write_split(split, target, state_version + 1, config, run_id)
+                    def target(p: int, op: Any = op, store: str = store) -> CheckpointStorage:
+                        return ckpt.store_storage(op, p, store)
+
+                    keys += write_split(split, target, state_version + 1, config, run_id)
             op_summaries.append({"id": op.id, "name": op.name, "keys": keys})
         for loc in processes:
             storage = loc.storage()

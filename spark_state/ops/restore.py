@@ -26,7 +26,9 @@ The new checkpoint restarts the unchanged query right after the savepoint's batc
   ``<its state_root>/<new query id>/<name>`` for state kept under a ``state_root``. Its runtime
   rescales by key group if the query runs it at another parallelism (see :mod:`.rescale`).
 
-Every file read from the savepoint is checked against the manifest's size and CRC-32 first.
+Every file read from the savepoint is checked against the manifest's size and CRC-32 first;
+state files are read one record batch at a time from a local, memory-mapped copy
+(:mod:`.state_files`), never whole.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from .errors import SavepointError, TargetExistsError
 from .process_locations import CHECKPOINT, FORMER_DEFAULT, beside_checkpoint
 from .progress import Progress
 from .rescale import SINGLE_PARTITION_OPERATORS, Split, write_split
+from .state_files import read_state_batches, read_state_entries, read_verified
 from .state_io import new_tool_run_id, write_process_layout
 from ..process import location as L
 
@@ -81,16 +84,6 @@ def read_manifest(savepoint: CheckpointStorage) -> F.SavepointManifest:
     manifest = F.SavepointManifest.from_json(savepoint.read_bytes(F.MANIFEST), where)
     manifest.check_batch(where)
     return manifest
-
-
-def read_verified(savepoint: CheckpointStorage, manifest: F.SavepointManifest, path: str) -> bytes:
-    entry = manifest.file(path)
-    where = savepoint.full_url(path)
-    if not savepoint.exists(path):
-        raise SavepointError(f"{where} is missing: the savepoint is incomplete or damaged; take a new one")
-    data = savepoint.read_bytes(path)
-    F.verify(data, entry, where)
-    return data
 
 
 def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int] = None, backend: str = "rocksdb",
@@ -141,25 +134,24 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
             info = OperatorInfo(op.id, op.name, tuple(StoreInfo(s.name, s.num_cols_prefix_key, n) for s in op.stores))
             ops.append(info)
             for store in op.stores:
-                split = Split(n, single_partition=op.name in SINGLE_PARTITION_OPERATORS)
-                for p in range(op.partitions):
-                    path = F.state_file(op.id, store.name, p)
-                    for batch in F.decode_batches(read_verified(sp, manifest, path), sp.full_url(path)):
-                        split.add(batch)
-                        bar.update(batch.num_rows)
-                if split_writer is not None:
-                    keys += split_writer(info, store, split, version)
-                else:
-                    def store_of(p: int, info: Any = info, s: str = store.name) -> CheckpointStorage:
-                        return target.store_storage(info, p, s)
+                # re-split through a local spool file: a store's rows are never held in memory
+                with Split(n, single_partition=op.name in SINGLE_PARTITION_OPERATORS) as split:
+                    for p in range(op.partitions):
+                        for batch in read_state_batches(sp, manifest, F.state_file(op.id, store.name, p)):
+                            split.add(batch)
+                            bar.update(batch.num_rows)
+                    if split_writer is not None:
+                        keys += split_writer(info, store, split, version)
+                    else:
+                        def store_of(p: int, info: Any = info, s: str = store.name) -> CheckpointStorage:
+                            return target.store_storage(info, p, s)
 
-                    keys += write_split(split, store_of, version, config, run_id)
+                        keys += write_split(split, store_of, version, config, run_id)
         for proc in manifest.process:
             storage = open_storage(targets[proc.name], dict(storage_options or {}))
 
             def partition_entries(i: int, proc=proc):
-                path = F.process_file(proc.name, i)
-                return F.decode_entries(read_verified(sp, manifest, path), sp.full_url(path))
+                return read_state_entries(sp, manifest, F.process_file(proc.name, i))
 
             write_process_layout(storage, proc.kind, proc.max_parallelism, proc.parallelism, version,
                                  ((i, partition_entries(i)) for i in range(proc.parallelism)), config, run_id,

@@ -42,6 +42,7 @@ from .checkpoint_reader import OPERATOR_METADATA, SPARKSTATE_PROVIDER, OperatorI
 from .errors import ProcessStateNotFoundError, RetentionRaceError, TargetExistsError, TargetInsideSourceError
 from .progress import Progress
 from .process_locations import find_process_locations, where_looked
+from .state_files import write_state_file
 from .state_io import process_entries, process_layout, reader_config, store_entries
 
 #: How often a savepoint of a running query starts again at a newer batch when retention
@@ -267,15 +268,9 @@ def _no_state(ckpt: SparkCheckpoint, n: int, query_id: str, process_root: Option
 
 def _write_state(target: CheckpointStorage, path: str, entries: Iterator[tuple[bytes, bytes]],
                  manifest: F.SavepointManifest, bar: Progress) -> None:
-    def counted() -> Iterator[tuple[bytes, bytes]]:
-        for i, kv in enumerate(entries, 1):
-            if i % 10000 == 0:
-                bar.update(10000)
-            yield kv
-    data, rows, keys = F.encode_entries(counted())
-    bar.update(rows % 10000)
-    target.write_bytes(path, data)
-    manifest.files.append(F.FileEntry(path, len(data), F.crc32(data), rows, keys))
+    """Write a state file in bounded memory (:func:`.state_files.write_state_file`, the one
+    writer of state files) and list it in ``manifest``."""
+    manifest.files.append(write_state_file(target, path, entries, on_batch=bar.update))
 
 
 def _copy(source: CheckpointStorage, target: CheckpointStorage, path: str, manifest: F.SavepointManifest,
@@ -284,7 +279,8 @@ def _copy(source: CheckpointStorage, target: CheckpointStorage, path: str, manif
 
 
 def write_file(target: CheckpointStorage, dest: str, data: bytes, manifest: F.SavepointManifest) -> None:
-    """Write ``data`` at ``dest`` in the savepoint and list it in ``manifest`` (size, CRC-32)."""
+    """Write ``data`` at ``dest`` in the savepoint and list it in ``manifest`` (size, CRC-32):
+    for Spark's small files and clock files; state files are written by :func:`_write_state`."""
     target.write_bytes(dest, data)
     manifest.files.append(F.FileEntry(dest, len(data), F.crc32(data)))
 

@@ -18,8 +18,10 @@ content of each store, whichever backend (rocksdb, hashmap) or provider wrote it
 
 **State files** are Arrow IPC *files* (random-access format, ``ARROW1`` magic) with schema
 ``key: binary not null, value: binary not null`` and schema metadata
-``spark_state.savepoint = "1"``; record batches of at most 65,536 rows; rows in ascending
-unsigned-bytewise key order. Rows are the store's entries exactly as the engine holds them:
+``spark_state.savepoint = "1"``; record batches of at most 65,536 rows, a batch ending early at
+the row that brings its keys and values to 32 MiB (readers take any batch sizes); a file without
+rows holds one empty batch; rows in ascending unsigned-bytewise key order. Rows are the store's
+entries exactly as the engine holds them:
 
 * provider data keys ``[key group u16 BE][Spark hash i32 BE][key UnsafeRow]`` (session windows
   and join ``keyWithIndexToValue`` stores: see ``jvm-shim/.../KeyCodec.scala``), values the
@@ -53,16 +55,22 @@ count in one vectorised pass.
 ``files`` lists every file with its size and CRC-32 (zlib polynomial); ``rows`` counts every
 entry of a state file and ``keys`` only the data entries (system keys excluded). A reader
 checks the size and CRC-32 of a file before it uses it and names the file if they differ.
+
+**Bounded memory.** A state file may hold a partition of tens of millions of entries (GBs), so
+none is ever held whole: :func:`write_entries` writes one record batch at a time to a file
+object, and :func:`read_batches` / :func:`read_entries` read a local file memory-mapped, one
+batch at a time. This module is the pure codec (local files and file objects only); moving
+state files to and from checkpoint storage, with their sizes and CRC-32s, is
+:mod:`.state_files`.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional, Protocol
 
 import pyarrow as pa
 
@@ -83,6 +91,10 @@ SPARK_DIR = "spark"
 STATE_DIR = "state"
 PROCESS_DIR = "process"
 BATCH_ROWS = 65536
+#: A record batch ends early once its keys and values reach this many bytes: the memory a writer
+#: holds (one batch) stays bounded for large values too, and a batch stays far below the 2 GiB
+#: that Arrow's 32-bit binary offsets allow.
+BATCH_BYTES = 32 << 20
 SCHEMA = pa.schema([pa.field("key", pa.binary(), nullable=False), pa.field("value", pa.binary(), nullable=False)],
                    metadata={b"spark_state.savepoint": str(ENTRIES_FORMAT).encode()})
 
@@ -246,32 +258,54 @@ def _span(ids: list[int]) -> str:
 
 
 # ---------------------------------------------------------------------------- state files
-def encode_entries(entries: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, int, int]:
-    """An Arrow IPC file of ``entries`` (already in key order): (bytes, rows, data keys)."""
-    sink = io.BytesIO()
+class BinarySink(Protocol):
+    """A writable binary file object (a file, ``io.BytesIO``, ``SpooledUpload``, ...)."""
+
+    def write(self, data: Any, /) -> Any: ...
+
+
+def write_entries(sink: BinarySink, entries: Iterable[tuple[bytes, bytes]],
+                  on_batch: Optional[Callable[[int], None]] = None) -> tuple[int, int]:
+    """Write ``entries`` (already in key order) to the writable binary file object ``sink`` as
+    a state file; returns (rows, data keys). ``on_batch(rows)`` is called after each batch.
+
+    Memory: one record batch at a time -- at most :data:`BATCH_ROWS` rows, and
+    :data:`BATCH_BYTES` of keys and values plus its last entry -- whatever the number of
+    entries; ``sink`` decides where the bytes go (:class:`~spark_state.storage.spool.SpooledUpload`
+    spools them to local disk). ``sink`` is written to, never closed.
+    """
     rows = keys = 0
     with pa.ipc.new_file(sink, SCHEMA) as writer:
-        for ks, vs in _chunks(entries):
-            rows += len(ks)
-            keys += sum(1 for k in ks if k[:1] != SYSTEM_PREFIX)
-            writer.write_batch(pa.record_batch([pa.array(ks, pa.binary()), pa.array(vs, pa.binary())], schema=SCHEMA))
-    return sink.getvalue(), rows, keys
+        for batch, data_keys in _batches(entries):
+            writer.write_batch(batch)
+            rows += batch.num_rows
+            keys += data_keys
+            if on_batch is not None:
+                on_batch(batch.num_rows)
+    return rows, keys
 
 
-def decode_batches(data: bytes, where: str) -> Iterator[pa.RecordBatch]:
-    """The record batches of a state file (call :func:`verify` first)."""
+def read_batches(path: str, where: str) -> Iterator[pa.RecordBatch]:
+    """The record batches of the state file at local ``path``, memory-mapped: a batch's
+    buffers are views of the mapped file (the OS pages them in and out), so reading costs
+    no memory of the file's size. Check the file first (:func:`check_sums`); ``where`` names
+    it in errors."""
     try:
-        reader = pa.ipc.open_file(pa.BufferReader(data))
-        if not reader.schema.equals(SCHEMA, check_metadata=False):
-            raise SavepointError(f"{where} has schema {reader.schema}, not (key binary, value binary)")
-        for i in range(reader.num_record_batches):
-            yield reader.get_batch(i)
+        with pa.memory_map(path) as source:
+            reader = pa.ipc.open_file(source)
+            if not reader.schema.equals(SCHEMA, check_metadata=False):
+                raise SavepointError(f"{where} has schema {reader.schema}, not (key binary, value binary)")
+            for i in range(reader.num_record_batches):
+                # A batch keeps the mapping alive while it is referenced, after the file is closed
+                # (and unlinked) too.
+                yield reader.get_batch(i)
     except pa.ArrowInvalid as exc:
         raise SavepointError(f"{where} is not a readable Arrow IPC file ({exc}): the savepoint is damaged") from None
 
 
-def decode_entries(data: bytes, where: str) -> Iterator[tuple[bytes, bytes]]:
-    for batch in decode_batches(data, where):
+def read_entries(path: str, where: str) -> Iterator[tuple[bytes, bytes]]:
+    """The entries of the state file at local ``path``, in file (key) order, a batch at a time."""
+    for batch in read_batches(path, where):
         yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
 
 
@@ -280,27 +314,58 @@ def crc32(data: bytes) -> int:
 
 
 def verify(data: bytes, entry: FileEntry, where: str) -> None:
-    """Raise :class:`SavepointError` naming ``where`` unless size and CRC-32 match the manifest."""
-    if len(data) != entry.size:
-        raise SavepointError(f"{where} is {len(data)} bytes, the savepoint manifest says {entry.size}: "
+    """Raise :class:`SavepointError` naming ``where`` unless size and CRC-32 of ``data`` match
+    the manifest (for small files read whole: Spark's logs, clock files)."""
+    check_sums(len(data), lambda: crc32(data), entry, where)
+
+
+def check_sums(size: int, crc: Callable[[], int], entry: FileEntry, where: str) -> None:
+    """Raise :class:`SavepointError` naming ``where`` unless ``size`` and the CRC-32 ``crc()``
+    match the manifest. The size is compared first, so a truncated file is never read for its
+    CRC."""
+    if size != entry.size:
+        raise SavepointError(f"{where} is {size} bytes, the savepoint manifest says {entry.size}: "
                              "the savepoint is damaged (truncated or changed); take a new one")
-    crc = crc32(data)
-    if crc != entry.crc32:
-        raise SavepointError(f"{where} has CRC-32 {crc:#010x}, the savepoint manifest says {entry.crc32:#010x}: "
+    found = crc()
+    if found != entry.crc32:
+        raise SavepointError(f"{where} has CRC-32 {found:#010x}, the savepoint manifest says {entry.crc32:#010x}: "
                              "the savepoint is damaged; take a new one")
 
 
-def _chunks(entries: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[list[bytes], list[bytes]]]:
+def is_state_file(path: str) -> bool:
+    """Whether savepoint path ``path`` is a state file (``state/.../<p>.arrow``,
+    ``process/<name>/<i>.arrow``), which may be GBs and is never read whole."""
+    return path.endswith(".arrow") and path.startswith((STATE_DIR + "/", PROCESS_DIR + "/"))
+
+
+def _batches(entries: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[pa.RecordBatch, int]]:
+    """``entries`` as record batches of at most :data:`BATCH_ROWS` rows and about
+    :data:`BATCH_BYTES` (a batch ends at the first entry that reaches it), each with its count of
+    data keys. An empty input gives one empty batch, so that an empty state file holds one
+    record batch. The Python lists of a batch are dropped before it is yielded: while it is
+    written, only its Arrow copy is held."""
     ks: list[bytes] = []
     vs: list[bytes] = []
+    size = 0
+    batches = 0
     for k, v in entries:
         ks.append(k)
         vs.append(v)
-        if len(ks) >= BATCH_ROWS:
-            yield ks, vs
-            ks, vs = [], []
-    if ks or not vs:
-        yield ks, vs
+        size += len(k) + len(v)
+        if len(ks) >= BATCH_ROWS or size >= BATCH_BYTES:
+            batch, data_keys = _batch(ks, vs)
+            ks, vs, size = [], [], 0
+            batches += 1
+            yield batch, data_keys
+    if ks or not batches:
+        batch, data_keys = _batch(ks, vs)
+        del ks, vs
+        yield batch, data_keys
+
+
+def _batch(ks: list[bytes], vs: list[bytes]) -> tuple[pa.RecordBatch, int]:
+    data_keys = sum(1 for k in ks if k[:1] != SYSTEM_PREFIX)
+    return pa.record_batch([pa.array(ks, pa.binary()), pa.array(vs, pa.binary())], schema=SCHEMA), data_keys
 
 
 def describe(manifest: SavepointManifest) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from .. import constants as C
+from .. import memory
 from ..config import EngineConfig, check_storage_options
 from ..errors import ConfigError
 from ..options import keyed_session_options
@@ -75,7 +76,8 @@ def process_options(
     ``keyed`` decides whether ``max_parallelism`` is resolved."""
     n = _parallelism(df, parallelism)
     max_p = _max_parallelism(n, max_parallelism) if keyed else None
-    config = _engine(session_confs(df.sparkSession, C.CONF_PREFIX), engine, storage_options)
+    config = _engine(session_confs(df.sparkSession, C.CONF_PREFIX), engine, storage_options,
+                     _memory_share(df.sparkSession))
     return ProcessOptions(
         function_name=type(function).__name__,
         location=_location(df, function, name, state_location, state_root, config.storage_options),
@@ -122,12 +124,30 @@ def _schema(output_schema: Union[StructType, str]) -> StructType:
         f"output_schema must be a StructType or a DDL string such as 'word string, n bigint', got {output_schema!r}")
 
 
+def _memory_share(spark: Any) -> Optional[int]:
+    """The part of the executors' memory budget each of a keyed function's Python processes gets
+    (:func:`spark_state.memory.function_process_share`), from the session's Spark confs; None if the
+    session does not show them."""
+    keys = (memory.BUDGET_CONF, "spark.master", "spark.driver.memory", "spark.executor.memory",
+            "spark.executor.cores")
+    try:
+        conf = {k: v for k in keys if (v := spark.conf.get(k, None)) is not None}
+    except Exception:  # a session that does not serve Spark confs (some Connect servers)
+        return None
+    try:
+        return memory.function_process_share(conf)
+    except ValueError as exc:
+        raise ProcessDefinitionError(str(exc)) from None
+
+
 def _engine(confs: Mapping[str, str], engine: EngineLike,
-            storage_options: Optional[Mapping[str, str]]) -> EngineConfig:
+            storage_options: Optional[Mapping[str, str]], memory_share: Optional[int] = None) -> EngineConfig:
     """The engine configuration of a keyed function: the session's spark-state ``confs`` (full
     names) overridden by ``engine=`` and ``storage_options=`` (see the module docstring); its
-    ``storage_options`` are the ones the function's checkpoint storage is opened with."""
-    session = keyed_session_options(confs)
+    ``storage_options`` are the ones the function's checkpoint storage is opened with. The memory
+    options the confs leave unset come from ``memory_share``, the process's part of the budget."""
+    relative = {k[len(C.CONF_PREFIX):]: v for k, v in keyed_session_options(confs).items()}
+    session = {C.CONF_PREFIX + k: v for k, v in memory.with_process_defaults(relative, memory_share).items()}
     try:
         base = EngineConfig.from_options(session, prefix=C.CONF_PREFIX)
     except ConfigError as exc:

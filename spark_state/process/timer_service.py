@@ -145,14 +145,24 @@ class TimerService:
         queue = self._queue
         set_key = self._keys.set_current_key
         for domain, bound in bounds:
-            heap = [(ts, kg, key) for kg in groups for ts, key in queue.due(kg, domain, bound)]
-            heapq.heapify(heap)
-            self._heap, self._firing_domain, self._bound = heap, domain, bound
+            # The due timers of every key group, merged lazily in (timestamp, key group, key) order:
+            # each group's are read in time order from the store (a snapshot taken when its scan
+            # starts), so memory does not grow with the number of timers due. Timers that on_timer
+            # registers and that are already due go to `registered`, a heap merged in as they come.
+            stored = heapq.merge(*[_due_in(queue, kg, domain, bound) for kg in groups])
+            registered: list[tuple[int, int, bytes]] = []
+            self._heap, self._firing_domain, self._bound = registered, domain, bound
             try:
-                while heap:
-                    ts, kg, key = heapq.heappop(heap)
+                next_stored = next(stored, None)
+                while next_stored is not None or registered:
+                    if registered and (next_stored is None or registered[0] < next_stored):
+                        ts, kg, key = heapq.heappop(registered)
+                    else:
+                        assert next_stored is not None
+                        ts, kg, key = next_stored
+                        next_stored = next(stored, None)
                     if not queue.exists(kg, key, domain, ts):
-                        continue  # deleted by an earlier on_timer, or a duplicate heap entry
+                        continue  # deleted by an earlier on_timer, or a timer both stored and registered
                     queue.delete(kg, key, domain, ts)
                     self.fired += 1
                     set_key(key, kg)
@@ -167,3 +177,9 @@ class TimerService:
                 self._heap, self._firing_domain = None, -1
                 ctx._timer_firing(None, None)
                 self.keyed = False
+
+
+def _due_in(queue: TimerQueue, key_group: int, domain: int, bound: int) -> Iterator[tuple[int, int, bytes]]:
+    """``(timestamp, key group, key)`` of the due timers of one key group, in time order."""
+    for ts, key in queue.due(key_group, domain, bound):
+        yield ts, key_group, key

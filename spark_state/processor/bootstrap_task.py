@@ -13,7 +13,8 @@ The task
    time phase registers timers for the restoring query and fires none; the function's output
    is dropped;
 3. writes the committed store's entries, in key order, as the savepoint's state file
-   ``process/<name>/<partition>.arrow`` (:mod:`spark_state.ops.savepoint_format`), and returns
+   ``process/<name>/<partition>.arrow`` with the savepoint's own writer, in bounded memory
+   (:func:`spark_state.ops.state_files.write_state_file`), and returns
    one row describing it: partition, path, size, CRC-32, rows, data keys, and the names of
    the batch's event-time maxima files (the restoring query's first watermark).
 """
@@ -29,6 +30,7 @@ import pyarrow as pa
 
 from ..engine.store import VersionedStore
 from ..ops import savepoint_format as F
+from ..ops.state_files import read_unlisted_entries, write_state_file
 from ..process.clock import maxima_dir
 from ..process.functions import KeyedProcessFunction
 from ..process.keyed_loop import keyed_loop
@@ -82,13 +84,14 @@ class BaseEntries:
     chained_url: Optional[str] = None
     chained_options: Mapping[str, str] = field(default_factory=dict)
 
-    def entries(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
+    def entries(self, partition: int, scratch_dir: Optional[str] = None) -> Iterator[tuple[bytes, bytes]]:
+        """The partition's entries, in key order, read a record batch at a time (a remote file
+        through a local copy in ``scratch_dir``, deleted when the entries end)."""
         if self.chained_url is None:
-            found = self.source.entries(partition)
+            found = self.source.entries(partition, scratch_dir)
         else:
             storage = open_storage(self.chained_url, dict(self.chained_options))
-            path = F.process_file(self.source.function, partition)
-            found = F.decode_entries(storage.read_bytes(path), storage.full_url(path))
+            found = read_unlisted_entries(storage, F.process_file(self.source.function, partition), scratch_dir)
         replaced = self.replaced
         return ((k, v) for k, v in found if not any(entry_of_state(k, name) for name in replaced))
 
@@ -114,6 +117,8 @@ def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepo
     partition = tc.partitionId() if tc is not None else 0
     assert plan.max_parallelism is not None
     work = tempfile.mkdtemp(prefix="spark-state-bootstrap-")
+    # Local copies of state files read and the spool of the one written: beside the store, not in it.
+    scratch = tempfile.mkdtemp(prefix="spark-state-bootstrap-scratch-")
     store: Optional[VersionedStore] = None
     try:
         storage = open_storage(work)
@@ -122,7 +127,7 @@ def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepo
         if base is None:
             store.load(0)
         else:
-            store.import_version(1, base.entries(partition))
+            store.import_version(1, base.entries(partition, scratch))
         ps = PartitionStore(storage.url, partition, layout, store, "new", 0, storage)
         counted = _Counted(batches)
         task = _Task(0, partition, storage.url, storage)
@@ -130,18 +135,21 @@ def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepo
                             iter(counted)):
             pass  # output rows are dropped; the observation row too
         CACHE.take(storage.url, plan.parallelism, partition)  # the loop's commit cached it: the store is ours
-        data, rows, keys = F.encode_entries(store.iterate())
-        path = F.process_file(name, partition)
-        open_storage(savepoint_url, dict(savepoint_options)).write_bytes(path, data)
+        # The savepoint's one state-file writer (bounded memory; a large file spools to the
+        # task's own temporary directory).
+        written = write_state_file(open_storage(savepoint_url, dict(savepoint_options)),
+                                   F.process_file(name, partition), store.iterate(), scratch_dir=scratch)
         maxima = storage.list_dir(maxima_dir(0))
-        yield pa.record_batch([pa.array([partition], pa.int32()), pa.array([path]), pa.array([len(data)], pa.int64()),
-                               pa.array([F.crc32(data)], pa.int64()), pa.array([rows], pa.int64()),
-                               pa.array([keys], pa.int64()), pa.array([counted.rows], pa.int64()),
+        yield pa.record_batch([pa.array([partition], pa.int32()), pa.array([written.path]),
+                               pa.array([written.size], pa.int64()), pa.array([written.crc32], pa.int64()),
+                               pa.array([written.rows], pa.int64()), pa.array([written.keys], pa.int64()),
+                               pa.array([counted.rows], pa.int64()),
                                pa.array([maxima], pa.list_(pa.string()))], schema=RESULT_SCHEMA)
     finally:
         if store is not None:
             store.close()
         shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class _Counted:

@@ -4,7 +4,8 @@ A savepoint (:mod:`spark_state.ops.savepoint_format`) holds a keyed function's s
 Arrow file of entries per partition of its layout, ``process/<name>/<i>.arrow``, and records
 its max parallelism, parallelism and key columns in the manifest. Readers load a partition's
 entries into a temporary store (the engine's own, so every decoder of a checkpoint's stores
-works unchanged); every file is checked against the manifest's size and CRC-32 first.
+works unchanged); every file is checked against the manifest's size and CRC-32 first, and read
+one record batch at a time, never whole.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from ..engine.store import VersionedStore
 from ..keys import keyed as K
 from ..keys import system as syskeys
 from ..ops import savepoint_format as F
-from ..ops.restore import read_manifest, read_verified
+from ..ops.restore import read_manifest
+from ..ops.state_files import read_state_entries
 from ..ops.state_io import reader_config
 from ..process.plan import KEYED
 from ..storage import open_storage
@@ -80,17 +82,18 @@ class SavepointSource:
         assert self.entry.max_parallelism is not None  # keyed functions record it
         return self.entry.max_parallelism
 
-    def entries(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
-        """Every entry of partition ``partition``'s state file, in key order (checked first)."""
+    def entries(self, partition: int, scratch_dir: Optional[str] = None) -> Iterator[tuple[bytes, bytes]]:
+        """Every entry of partition ``partition``'s state file, in key order, a record batch at a
+        time (checked first; a remote file is downloaded into ``scratch_dir``, default the
+        system's temp directory, and deleted when the entries end: :mod:`spark_state.ops.state_files`)."""
         storage = open_storage(self.url, dict(self.storage_options))
-        path = F.process_file(self.entry.name, partition)
-        return F.decode_entries(read_verified(storage, self.manifest, path), storage.full_url(path))
+        return read_state_entries(storage, self.manifest, F.process_file(self.entry.name, partition), scratch_dir)
 
     def load(self, partition: int, local_dir: str) -> VersionedStore:
         """Partition ``partition``'s entries in a new store under ``local_dir`` (removed by the caller)."""
         store = VersionedStore(open_storage(f"{local_dir}/store"), reader_config(local_dir=local_dir))
         try:
-            store.import_version(1, self.entries(partition))
+            store.import_version(1, self.entries(partition, local_dir))
         except BaseException:
             store.close()
             raise

@@ -39,8 +39,9 @@ from pyspark.sql import types as T
 from ..config import EngineConfig
 from ..ops import savepoint_format as F
 from ..ops.progress import Progress
-from ..ops.restore import read_manifest, read_verified
+from ..ops.restore import read_manifest
 from ..ops.savepoint import check_empty_target
+from ..ops.state_files import copy_verified
 from ..process.functions import KeyedProcessFunction
 from ..process.options import ProcessOptions
 from ..process.plan import KEYED, Phases, ProcessPlan
@@ -164,7 +165,7 @@ class SavepointTransform:
             if any(entry.path.startswith(f"{F.PROCESS_DIR}/{name}/") and entry.path.endswith(".arrow")
                    for name in rewritten):
                 continue
-            out.write_bytes(entry.path, read_verified(sp, manifest, entry.path))
+            copy_verified(sp, manifest, entry.path, out)  # a state file streams through a local copy
             new.files.append(entry)
         replaced: dict[str, list[str]] = {}
         written: dict[str, dict[int, F.FileEntry]] = {}

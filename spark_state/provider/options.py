@@ -31,6 +31,7 @@ from typing import Mapping
 
 from ..constants import CONF_PREFIX
 from ..errors import ConfigError
+from ..memory import parse_size
 
 WORKERS_PER_EXECUTOR = "workersPerExecutor"
 PRESTART_WORKERS = "prestartWorkers"
@@ -44,19 +45,6 @@ PROVIDER_ONLY = (WORKERS_PER_EXECUTOR, PRESTART_WORKERS, CRASH_ON_COMMIT, HEAP_M
 MAX_WORKERS_PER_EXECUTOR = 64
 
 _CRASH_SPEC = re.compile(r"^\d+:.+:(once|always)$")
-#: Sizes as Spark's byte confs take them (``JavaUtils.byteStringAsBytes``): a number, optionally
-#: followed by b, k, kb, m, mb, g, gb, t, tb, p or pb (case-insensitive; no suffix: bytes).
-_SIZE = re.compile(r"^(\d+)\s*([kmgtp]?b?)$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
-
-
-def parse_size(raw: str) -> int:
-    """Bytes of a size such as ``512m``, ``2g`` or ``1048576``; ValueError if it is not one."""
-    match = _SIZE.match(str(raw).strip())
-    if not match:
-        raise ValueError(raw)
-    unit = match.group(2).lower()
-    return int(match.group(1)) * _UNITS[unit[:1] if unit not in ("", "b") else unit]
 
 
 def split_provider_options(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -33,9 +33,11 @@ from dataclasses import asdict
 from typing import Any, Callable, Mapping, Optional
 
 from .. import constants as C
+from .. import memory
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..config import EngineConfig
 from ..errors import ConfigError
+from ..backends.rocksdb_resources import current_resources
 from ..engine.localdirs import process_root
 from ..storage import open_storage
 from ..engine.store import VersionedStore
@@ -101,6 +103,9 @@ def engine_config(options: dict[str, Any]) -> EngineConfig:
     engine.setdefault("snapshotInterval", str(options.get("minDeltasForSnapshot", C.DEFAULT_SNAPSHOT_INTERVAL)))
     if options.get("localDir") and "localDir" not in engine:
         engine["localDir"] = str(options["localDir"])
+    # The worker's part of the executor's memory budget (the shim's MemoryBudget.workerShare).
+    share = options.get("memoryShareBytes")
+    engine = memory.with_process_defaults(engine, int(share) if share is not None else None)
     for key, value in (options.get("storage") or {}).items():
         engine.setdefault("storage." + key, str(value))
     # Validate under the full conf names, so an error names the conf the user actually set.
@@ -192,7 +197,7 @@ class StoreService:
             request = json.loads(view_json or "{}")
             with instance.lock:
                 store = instance.store.load(int(version))
-                reply = _state(store) | {"commitId": commit_id(store), "restore": asdict(store.last_restore),
+                reply = self._state(store) | {"commitId": commit_id(store), "restore": asdict(store.last_restore),
                                          "ttl": ttl_state(instance)}
                 if request.get("held") != reply["commitId"] or request.get("refresh"):
                     reply |= instance.views.export(store)
@@ -219,7 +224,7 @@ class StoreService:
                 view = commit_view(store, instance.views, stamped=ttl.enabled, stamp_ms=now,
                                    layout_changed=epoch.layout_changed and epoch.migrated > 0,
                                    expired_keys=expired_keys)
-                return _state(store) | {"commitId": commit_id(store), "commit": asdict(store.last_commit),
+                return self._state(store) | {"commitId": commit_id(store), "commit": asdict(store.last_commit),
                                         "ttl": ttl_state(instance) | asdict(epoch), "view": view}
         return _reply(run)
 
@@ -271,6 +276,16 @@ class StoreService:
         return _reply(run)
 
     # --- internals -----------------------------------------------------------------------
+    def _state(self, store: VersionedStore) -> dict[str, Any]:
+        """The loaded version, its key count, and ``memoryBytes``: this store's share of the worker's
+        RocksDB memory -- the process-wide block cache's usage (memtables, index and filter blocks
+        are charged to it) split evenly between the worker's open stores -- so that the shares of a
+        worker's stores add up to what its RocksDB holds."""
+        resources = current_resources()
+        memory = resources.usage_bytes() // max(1, len(self._instances)) if resources is not None else \
+            store.memory_bytes()
+        return {"version": store.version, "numKeys": store.num_keys(), "memoryBytes": memory}
+
     def _instance(self, instance_id: str, checkpoint: str, options_json: str) -> _Instance:
         with self._lock:
             instance = self._instances.get(instance_id)
@@ -302,12 +317,6 @@ def _is_loaded(store: VersionedStore) -> bool:
     return True
 
 
-def _state(store: VersionedStore) -> dict[str, Any]:
-    return {
-        "version": store.version,
-        "numKeys": store.num_keys(),
-        "memoryBytes": store.memory_bytes(),
-    }
 
 
 def _reply(fn: Callable[[], dict[str, Any]]) -> str:

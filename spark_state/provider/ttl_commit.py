@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -82,9 +82,26 @@ def read_changes_table(path: str) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
+def _values_as_shipped(table: pa.Table) -> pa.ChunkedArray:
+    """The new values, null for deletes: the ``value`` column itself, which the shim writes so (a copy
+    of every value is made only if a file breaks that rule)."""
+    values = table.column("value")
+    deletes = pc.equal(table.column("op"), C.OP_DELETE)
+    if (pc.sum(deletes).as_py() or 0) == values.null_count and \
+            not pc.any(pc.and_kleene(pc.is_null(values), pc.invert(deletes))).as_py():
+        return values
+    return _values(table)
+
+
 def _values(table: pa.Table) -> pa.ChunkedArray:
     """The new values, null for deletes."""
     return pc.if_else(pc.equal(table.column("op"), C.OP_DELETE), pa.scalar(None, pa.binary()), table.column("value"))
+
+
+def _chunks(table: pa.Table) -> Iterator[Changes]:
+    """The changes table a record batch at a time, as Python lists (for staging in the overlay)."""
+    for batch in table.to_batches(max_chunksize=C.ARROW_BATCH_ROWS):
+        yield changes_of(pa.Table.from_batches([batch]))
 
 
 def changes_of(table: pa.Table) -> Changes:
@@ -114,10 +131,11 @@ class EpochTtl:
     layout_changed: bool = False
 
 
-def stage_epoch(store: VersionedStore, ttl: StoreTtl, changes: Changes, now: int,
+def stage_epoch(store: VersionedStore, ttl: StoreTtl, table: pa.Table, now: int,
                 background: Optional[Sequence[tuple[bytes, int]]] = None, where: str = "",
                 expired_keys: Optional[list[bytes]] = None) -> EpochTtl:
-    """Stage ``changes`` in ``store`` (loaded, nothing staged yet) with ``ttl``'s layout;
+    """Stage the changes ``table`` in ``store`` (loaded, nothing staged yet) with ``ttl``'s layout,
+    one record batch at a time (the store's overlay spills to local disk past its share of memory);
     ``where`` names the store in logs. The data keys expiry removes are appended to
     ``expired_keys`` if given (the JVM's views apply them)."""
     result = EpochTtl()
@@ -133,8 +151,9 @@ def stage_epoch(store: VersionedStore, ttl: StoreTtl, changes: Changes, now: int
                       "stamped with the current time (their TTL starts now)" if ttl.enabled
                       else "unstamped, expiry index dropped")
     if not ttl.enabled:
-        plain = changes.without_touches()
-        store.stage_changes(plain.keys, plain.values, plain.existed)
+        for changes in _chunks(table):
+            plain = changes.without_touches()
+            store.stage_changes(plain.keys, plain.values, plain.existed)
         return result
     assert ttl.config is not None
     kv = TtlKeyValue(store, NAMESPACE, ttl.config)
@@ -146,8 +165,9 @@ def stage_epoch(store: VersionedStore, ttl: StoreTtl, changes: Changes, now: int
             candidates.update(dict.fromkeys(kv.collect_expired(now, ttl.config.cleanup_size)))
         if background:
             candidates.update(dict.fromkeys(background))
-    priors = [PRIOR_STAMP_ABSENT if e == 0 else s for e, s in zip(changes.existed, changes.prior_stamps)]
-    kv.stage_raw_changes(changes.keys, changes.values, priors, now)
+    for changes in _chunks(table):
+        priors = [PRIOR_STAMP_ABSENT if e == 0 else s for e, s in zip(changes.existed, changes.prior_stamps)]
+        kv.stage_raw_changes(changes.keys, changes.values, priors, now)
     if candidates:
         result.expired = kv.expire(candidates, now, expired_keys)
     return result
@@ -165,11 +185,11 @@ def commit_epoch(store: VersionedStore, ttl: StoreTtl, table: pa.Table, now: int
     if not ttl.enabled and not is_stamped(store, NAMESPACE):
         op = table.column("op")
         if not table.num_rows or not pc.any(pc.equal(op, OP_TOUCH)).as_py():
-            writes = ArrowWrites.of(table.column("key"), _values(table), table.column("prior"))
+            writes = ArrowWrites.of(table.column("key"), _values_as_shipped(table), table.column("prior"))
             if writes is not None:
                 store.commit_writes(writes)
                 return EpochTtl()
-    epoch = stage_epoch(store, ttl, changes_of(table), now, background, where, expired_keys)
+    epoch = stage_epoch(store, ttl, table, now, background, where, expired_keys)
     store.commit()
     return epoch
 

@@ -48,8 +48,12 @@ SPARKSTATE_PROVIDER = "org.apache.spark.sql.execution.streaming.state.sparkstate
 SPARKSTATE_HASHMAP = SPARKSTATE_PROVIDER + "#hashmap"
 #: spark-state's provider on each of its backends, for tests parametrized by backend.
 SPARKSTATE_BACKENDS = [SPARKSTATE_PROVIDER, SPARKSTATE_HASHMAP]
+#: ... with ``+spill``: every store's pending writes spill to local disk past 100 bytes of heap (at
+#: nearly every write), so that every read path and the commit go through spilled runs.
+SPARKSTATE_SPILLING = [SPARKSTATE_PROVIDER + "#rocksdb+spill", SPARKSTATE_HASHMAP + "+spill"]
 PROVIDER_CLASS_CONF = "spark.sql.streaming.stateStore.providerClass"
 BACKEND_CONF = "spark.sql.streaming.stateStore.sparkState.backend"
+SPILL_THRESHOLD_CONF = "spark.sql.streaming.stateStore.sparkState.memory.spillThreshold"
 
 #: Modification time of batch file 0; batch i gets ``BASE_MTIME + i * MTIME_STEP``. Fixed (not
 #: "now") so that restarts and late additions keep the order; the file source's ``maxFileAge``
@@ -67,9 +71,14 @@ def short_name(provider_class: str) -> str:
 
 
 def split_provider(provider: str) -> tuple[str, dict[str, str]]:
-    """``(provider class, confs)`` of a provider id: ``<class>`` or ``<class>#<spark-state backend>``."""
+    """``(provider class, confs)`` of a provider id: ``<class>``, ``<class>#<spark-state backend>``
+    or ``<class>#<backend>+spill`` (see :data:`SPARKSTATE_SPILLING`)."""
     cls, _, backend = provider.partition("#")
-    return cls, ({BACKEND_CONF: backend} if backend else {})
+    backend, _, spill = backend.partition("+")
+    confs = {BACKEND_CONF: backend} if backend else {}
+    if spill:
+        confs[SPILL_THRESHOLD_CONF] = "100"
+    return cls, confs
 
 
 # --------------------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ pytestmark = pytest.mark.spark
 #: A refresh of the rocksdb view (a new export) every 3 epochs, a snapshot every 2 commits: both
 #: happen many times in each sequence.
 CHURN = {P + "rocksdb.viewLayers.maxEpochs": "3", P + "snapshotInterval": "2"}
+#: A store's pending writes spill to local disk past 1 KB of heap: every few writes.
+SPILL_EVERY_FEW_WRITES = {P + "memory.spillThreshold": "1k"}
 GROUPS = 4
 KEYS_PER_GROUP = 40
 
@@ -148,9 +150,13 @@ def _random_sequence(spark, root: str, confs: dict, prefix_cols: int, seed: int,
 @pytest.mark.parametrize("prefix_cols", [0, 1], ids=["plain-key", "prefix-key"])
 @pytest.mark.parametrize("backend", list(BACKENDS))
 def test_every_read_path_sees_exactly_its_version(spark, tmp_path, backend, prefix_cols):
+    """Seed 1 runs with a spill threshold of 1 KB: pending writes spill to local disk every few
+    writes, and every read path (point reads, multiGet, scans and prefix scans, evicting scans that
+    write while they iterate, the commit) must see them there."""
     for seed in range(2):
         root = str(tmp_path / f"state-{seed}-{uuid.uuid4().hex[:6]}")
-        _random_sequence(spark, root, {**BACKENDS[backend], **CHURN}, prefix_cols, seed, epochs=25)
+        confs = {**BACKENDS[backend], **CHURN, **(SPILL_EVERY_FEW_WRITES if seed == 1 else {})}
+        _random_sequence(spark, root, confs, prefix_cols, seed, epochs=25)
 
 
 @pytest.mark.parametrize("backend", list(BACKENDS))

@@ -249,7 +249,7 @@ def test_pending_writes_reach_the_changes_file_in_unsigned_key_order(spark, tmp_
     assert list(writes.hashes()) == [sparkstate.HashBytesMap.hash(k) for k in in_order]
 
     path = tmp_path / "changes.arrow"
-    assert buffer.writeArrow(spark._jvm.java.io.File(str(path)), None) == len(in_order)
+    assert buffer.writeArrow(spark._jvm.java.io.File(str(path))) == len(in_order)
     with pa.memory_map(str(path)) as source:
         table = pa.ipc.open_file(source).read_all()
     assert table.column("key").to_pylist() == in_order

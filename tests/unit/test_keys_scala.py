@@ -52,7 +52,7 @@ def test_key_codec_header_writes_the_key_group_then_the_hash() -> None:
     assert write_int and re.search(r"out\(at\)\s*=\s*\(v\s*>>>\s*24\)", write_int.group(0))
 
 
-@pytest.mark.parametrize("name", ["RocksViews.scala", "OpsBridge.scala"])
+@pytest.mark.parametrize("name", ["RocksResources.scala", "OpsBridge.scala"])
 def test_the_shim_skips_the_same_system_keyspace(name: str) -> None:
     source = _source(name)
     firsts = {int(b, 16) for b in re.findall(r"0x([0-9a-fA-F]{2})\.toByte", source)}

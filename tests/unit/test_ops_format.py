@@ -4,6 +4,7 @@ re-split against Spark's partitioning formula, and Spark's checkpoint files."""
 
 from __future__ import annotations
 
+import io
 import json
 import random
 import struct
@@ -54,11 +55,14 @@ def test_import_version_creates_a_store_at_a_version_as_a_tool_run(tmp_path):
         VersionedStore(str(tmp_path / "t"), config).import_version(0, [])
 
 
-def test_savepoint_state_file_round_trip_and_checks():
+def test_savepoint_state_file_round_trip_and_checks(tmp_path):
     entries = [(b"\x00\x01" + bytes([i]), b"v" * i) for i in range(10)] + [(b"\xff\x02\x00", b"ttl:1")]
-    data, rows, keys = F.encode_entries(iter(entries))
+    sink = io.BytesIO()
+    rows, keys = F.write_entries(sink, iter(entries))
+    data = sink.getvalue()
     assert (rows, keys) == (11, 10)
-    assert list(F.decode_entries(data, "f")) == entries
+    (tmp_path / "f.arrow").write_bytes(data)
+    assert list(F.read_entries(str(tmp_path / "f.arrow"), "f")) == entries
     entry = F.FileEntry("f", len(data), F.crc32(data), rows, keys)
     F.verify(data, entry, "/sp/f")
     with pytest.raises(SavepointError, match="/sp/f is 3 bytes"):
@@ -67,8 +71,10 @@ def test_savepoint_state_file_round_trip_and_checks():
     flipped[40] ^= 1
     with pytest.raises(SavepointError, match="/sp/f has CRC-32"):
         F.verify(bytes(flipped), entry, "/sp/f")
-    empty, rows, keys = F.encode_entries(iter(()))
-    assert (rows, keys) == (0, 0) and list(F.decode_entries(empty, "e")) == []
+    empty = io.BytesIO()
+    assert F.write_entries(empty, iter(())) == (0, 0)
+    (tmp_path / "e.arrow").write_bytes(empty.getvalue())
+    assert list(F.read_entries(str(tmp_path / "e.arrow"), "e")) == []
 
 
 def test_manifest_round_trip_and_refusals():

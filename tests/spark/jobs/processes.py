@@ -10,6 +10,16 @@ import subprocess
 def state_workers() -> list[int]:
     """pids of the spark-state Python workers descending from this process (driver JVM ->
     [executor JVMs ->] workers)."""
+    return _descendants("spark_state.provider.worker")
+
+
+def pyspark_workers() -> list[int]:
+    """pids of PySpark's Python workers (and their daemon) descending from this process: where
+    keyed functions run."""
+    return _descendants("pyspark.daemon")
+
+
+def _descendants(marker: str) -> list[int]:
     table = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True).stdout
     children: dict[int, list[tuple[int, str]]] = {}
     for line in table.splitlines():
@@ -19,9 +29,21 @@ def state_workers() -> list[int]:
     while stack:
         for pid, args in children.get(stack.pop(), []):
             stack.append(pid)
-            if "spark_state.provider.worker" in args:
+            if marker in args:
                 found.append(pid)
     return sorted(found)
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid`` (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def thread_nices(pid: int, prefix: str) -> list[int]:

@@ -1,67 +1,107 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
-import java.io.{File, FileOutputStream}
+import java.io.File
 import java.util.{Arrays => JArrays, Comparator}
 import java.util.concurrent.{ConcurrentHashMap, ConcurrentSkipListMap}
 
-import org.apache.arrow.vector.{BigIntVector, TinyIntVector, VarBinaryVector, VectorSchemaRoot}
-import org.apache.arrow.vector.ipc.ArrowFileWriter
-import org.apache.arrow.vector.types.pojo.{ArrowType, Field, FieldType, Schema}
-
-import org.apache.spark.sql.util.ArrowUtils
-
 /**
- * An epoch's uncommitted writes, kept in the JVM so that reads see them (read-your-writes) and
- * shipped to the Python worker in one Arrow IPC file at `commit()`.
+ * An epoch's uncommitted writes, kept so that reads see them (read-your-writes) and shipped to the
+ * Python worker as one Arrow IPC file at `commit()`, in bounded memory.
  *
- * Layout. `pending` hashes every written key ([[BytesKey]]: the key's bytes and their hash, computed
+ * Layout. `pending` hashes the newest writes ([[BytesKey]]: the key's bytes and their hash, computed
  * once): a read of a pending write -- every row of every operator asks -- is one hash lookup, and a
  * write is O(1). Key order (unsigned bytes, RocksDB's order) is needed only by scans merged with an
- * ordered view and at commit (the changes file and the [[CommitDelta]] are sorted), so it is built on
- * demand: the first ordered scan of an epoch creates `sorted`, a skip list every later write of the
- * epoch also updates; a commit without one sorts the keys once ([[sortedWrites]]). A skip list for
- * every write cost a third of a dropDuplicates task's time (its lookups compare byte arrays along
- * O(log n) levels). Iterators of both maps are weakly consistent: operators may put and remove while
- * they iterate (eviction does), as the contract requires. Writes are serialized on this object; reads
- * of `pending` take no lock.
+ * ordered view and at commit, so it is built on demand: the first ordered scan of an epoch creates
+ * `sorted`, a skip list every later write of the epoch also updates; a commit without one sorts the
+ * keys once ([[sortedWrites]]). A skip list for every write cost a third of a dropDuplicates task's
+ * time (its lookups compare byte arrays along O(log n) levels). Iterators of both maps are weakly
+ * consistent: operators may put and remove while they iterate (eviction does), as the contract
+ * requires. Writes are serialized on this object; reads of `pending` take no lock.
  *
  * It also remembers, for keys read from committed state this epoch, whether they existed and, with
  * TTL, the stamp of the value read; the changes file carries these as `prior` and `prior_stamp`, so
  * the engine keeps an exact key count and its expiry index without lookups (in a [[PriorMap]]: no
- * object per read; a view whose gets are cheap is asked at commit instead). With TTL
+ * object per read; a view whose gets are cheap answers instead: `priorOf`). With TTL
  * `OnReadAndWrite` it remembers the live keys read (touches), which the commit re-stamps.
+ *
+ * Memory. What the heap holds (writes, priors, touches: [[memoryBytes]]) is reserved from the
+ * executor's budget ([[MemoryBudget.Pending]]) as it grows. Past `limit`, or when the budget has no
+ * room, it is spilled: written, in key order and with each key's prior, as one run of [[SpillRuns]]
+ * (SST files ingested into a temporary RocksDB on local disk), and the heap starts empty again. A
+ * read then asks the heap, then the runs (newest first), then committed state; scans merge the runs
+ * in; the commit writes everything left into a last run and ships the runs' one ordered pass in
+ * record batches ([[ChangesFileWriter]]), so no step holds the epoch. A spill replaces the heap maps
+ * by new ones: scans already open keep iterating the old ones, which hold what the run holds.
+ *
+ * @param expectedWrites keys the store's previous epoch wrote: the maps are sized for it (up to `limit`)
+ * @param priorOf        what committed state holds for a key (a view whose gets are a hash lookup), or
+ *                       null: then reads remember it ([[notePrior]])
+ * @param limit          heap bytes past which the writes spill
+ * @param spillParent    the local directory spill runs go to (created at the first spill)
  */
-private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
+private[sparkstate] final class ChangeBuffer(
+    expectedWrites: Int,
+    priorOf: Array[Byte] => Long,
+    limit: Long,
+    spillParent: File) {
   import ChangeBuffer._
 
-  // Sized for the store's previous epoch (the provider remembers it): growing a hash map of 250k
-  // entries one doubling at a time cost a large dropDuplicates task as much as its lookups. Both
-  // maps allocate their table at the first write, so a store that is only read pays nothing.
-  private val pending = new ConcurrentHashMap[BytesKey, Array[Byte]](math.min(expectedWrites, MaxPresized))
+  /** A buffer with the executor's default spill threshold (tests drive one directly). */
+  def this(expectedWrites: Int) = this(expectedWrites, null, MemoryBudget.perStoreBytes, PythonWorker.baseDir)
+
+  // Sized for the store's previous epoch (the provider remembers it), within what `limit` can hold:
+  // growing a hash map of 250k entries one doubling at a time cost a large dropDuplicates task as much
+  // as its lookups. Both maps allocate their table at the first write, so a store only read pays nothing.
+  private val presized = math.max(0, math.min(expectedWrites.toLong, limit / PresizeBytesPerEntry).toInt)
+  @volatile private var pending = new ConcurrentHashMap[BytesKey, Array[Byte]](presized)
   /** The pending writes in key order, once an ordered scan asked for it this epoch (else null). */
   @volatile private var sorted: ConcurrentSkipListMap[Array[Byte], Array[Byte]] = _
   /** The pending writes sorted by key as of the last write, cached for the commit (null: stale). */
   private var orderedSnapshot: SortedWrites = _
-  private val priors = new PriorMap(math.min(expectedWrites, MaxPresized))
+  private val priors = new PriorMap(presized)
   /** OnReadAndWrite point reads of live keys: key -> the stored (stamped) value that was read. */
-  private val touched = new java.util.HashMap[BytesKey, Array[Byte]]()
-  @volatile private var bytes = 0L
+  private var touched = new java.util.HashMap[BytesKey, Array[Byte]]()
+  /** Heap bytes of `pending` and `touched` (the priors' are [[PriorMap.bytes]]). */
+  private var bytes = 0L
+  /** Bytes reserved from the executor's budget for what this buffer holds. */
+  private var reserved = 0L
+  @volatile private var spill: SpillRuns = _
+  private var spillRuns = 0
+  private var spilledBytes = 0L
+  private var peak = 0L
 
   /** The pending value, [[Tombstone]] for a pending delete, or null if the key is untouched. */
-  def lookup(key: Array[Byte]): Array[Byte] = pending.get(new BytesKey(key))
+  def lookup(key: Array[Byte]): Array[Byte] = {
+    val v = pending.get(new BytesKey(key))
+    val runs = spill
+    if (v != null || runs == null) v
+    else {
+      val entry = runs.get(key)
+      if (entry == null) null
+      else SpillRuns.op(entry) match {
+        case OpPut => SpillRuns.value(entry)
+        case OpDelete => Tombstone
+        case _ => null // a touch is a read, not a write: committed state answers
+      }
+    }
+  }
 
   /**
    * Remember what a read of committed state found for `key`: [[PriorAbsent]], [[PriorExists]] (a value
    * without TTL stamp), or the stamp (>= 0) of the value read.
    */
-  def notePrior(key: Array[Byte], prior: Long): Unit = priors.synchronized {
-    if (priors.size < MaxRememberedReads) priors.put(key, HashBytesMap.hash(key), prior)
+  def notePrior(key: Array[Byte], prior: Long): Unit = synchronized {
+    if (priors.size < MaxRememberedReads) {
+      priors.put(key, HashBytesMap.hash(key), prior)
+      reserve()
+    }
   }
 
   /** Record an OnReadAndWrite read of the live committed value `stored` (stamp included) of `key`. */
-  def touch(key: Array[Byte], stored: Array[Byte]): Unit = touched.synchronized {
+  def touch(key: Array[Byte], stored: Array[Byte]): Unit = synchronized {
     if (touched.size < MaxRememberedReads && touched.put(new BytesKey(key), stored) == null) {
       bytes += key.length + stored.length + EntryOverhead
+      reserve()
     }
   }
 
@@ -71,11 +111,26 @@ private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
     if (s != null) s.put(key, value)
     orderedSnapshot = null
     bytes += value.length + (if (old == null) key.length + EntryOverhead else -old.length)
+    reserve()
   }
 
   def remove(key: Array[Byte]): Unit = put(key, Tombstone)
 
-  def size: Int = pending.size
+  /** Keys this epoch wrote, as far as known: the heap's plus the entries spilled (a key spilled twice counts twice). */
+  def writes: Long = pending.size + (if (spill == null) 0L else spill.entries)
+
+  /** Whether part of the epoch was spilled to local disk. */
+  def spilled: Boolean = spill != null
+
+  /** Spill runs written this epoch, and their bytes on local disk (kept after [[clear]], for the metrics). */
+  def spillCount: Int = spillRuns
+  def spillBytes: Long = spilledBytes
+
+  /** Heap bytes this buffer holds now. */
+  def memoryBytes: Long = bytes + priors.bytes
+
+  /** The most heap bytes it held this epoch. */
+  def peakBytes: Long = math.max(peak, memoryBytes)
 
   /** The pending writes in key order (value, or [[Tombstone]] for a delete), cached until the next write. */
   def sortedWrites: SortedWrites = synchronized {
@@ -87,32 +142,37 @@ private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
   }
 
   /** OnReadAndWrite touches of keys not written this epoch: (key, stored value read, stamp included). */
-  def touchesNotWritten: IndexedSeq[(Array[Byte], Array[Byte])] = touched.synchronized {
+  def touchesNotWritten: IndexedSeq[(Array[Byte], Array[Byte])] = synchronized {
     val out = scala.collection.mutable.ArrayBuffer.empty[(Array[Byte], Array[Byte])]
     val it = touched.entrySet().iterator()
     while (it.hasNext) {
       val e = it.next()
       if (!pending.containsKey(e.getKey)) out += ((e.getKey.bytes, e.getValue))
     }
-    out.toIndexedSeq // indexed by writeArrow: not a List
+    out.toIndexedSeq // indexed by the callers: not a List
   }
 
-  def memoryBytes: Long = bytes
-
   /**
-   * Entries with `from <= key < until` (null bounds: open), for merging with a scan: in key order if
-   * `ordered` (the first such call of an epoch builds the skip list), else in hash order.
+   * Entries with `from <= key < until` (null bounds: open), for merging with a scan, deletes as
+   * [[Tombstone]]: in key order if `ordered` (the first such call of an epoch builds the skip list),
+   * else in hash order (the heap's writes, then the spilled writes the heap does not shadow).
    */
-  def range(from: Array[Byte], until: Array[Byte], ordered: Boolean)
-      : java.util.Iterator[java.util.Map.Entry[Array[Byte], Array[Byte]]] = {
-    if (!ordered) return unorderedRange(from, until)
-    val all = ensureSorted()
-    val view =
-      if (from == null && until == null) all
-      else if (until == null) all.tailMap(from, true)
-      else if (from == null) all.headMap(until, false)
-      else all.subMap(from, true, until, false)
-    view.entrySet().iterator()
+  def range(from: Array[Byte], until: Array[Byte], ordered: Boolean): java.util.Iterator[JEntry] = {
+    val heap = pending
+    val runs = spill
+    if (!ordered) {
+      val inHeap = unorderedRange(heap, from, until)
+      if (runs == null) inHeap else new ConcatIterator(inHeap, new SpilledWrites(runs.scan(from, until), heap))
+    } else {
+      val all = ensureSorted()
+      val view =
+        if (from == null && until == null) all
+        else if (until == null) all.tailMap(from, true)
+        else if (from == null) all.headMap(until, false)
+        else all.subMap(from, true, until, false)
+      val inHeap = view.entrySet().iterator()
+      if (runs == null) inHeap else new MergedWrites(inHeap, new SpilledWrites(runs.scan(from, until), null))
+    }
   }
 
   private def ensureSorted(): ConcurrentSkipListMap[Array[Byte], Array[Byte]] = synchronized {
@@ -128,11 +188,285 @@ private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
     sorted
   }
 
-  private def unorderedRange(from: Array[Byte], until: Array[Byte])
-      : java.util.Iterator[java.util.Map.Entry[Array[Byte], Array[Byte]]] =
-    new java.util.Iterator[java.util.Map.Entry[Array[Byte], Array[Byte]]] {
-      private val it = pending.entrySet().iterator()
-      private var nextEntry: java.util.Map.Entry[Array[Byte], Array[Byte]] = _
+  // ------------------------------------------------------------------------- memory and spills
+  /**
+   * Spill if the heap holds more than `limit`; else reserve what it holds from the executor's budget,
+   * and spill if the budget has no room (unless this buffer holds too little to be worth a run).
+   */
+  private def reserve(): Unit = {
+    val held = bytes + priors.bytes
+    if (held > limit) spillHeap()
+    else if (held > reserved) {
+      val want = held - reserved + ReserveStep
+      if (MemoryBudget.Pending.tryReserve(want)) reserved += want
+      else if (held >= MinSpillBytes) spillHeap()
+    }
+  }
+
+  /** Write the heap's writes and touches as one spill run, with their priors, and start the heap afresh. */
+  private def spillHeap(): Unit = {
+    peak = math.max(peak, memoryBytes)
+    val writes = sortedWrites
+    val touches = sortedTouches()
+    if (writes.size > 0 || touches.nonEmpty) {
+      if (spill == null) spill = new SpillRuns(spillParent)
+      spill.writeRun { run =>
+        var t = 0
+        def addTouch(): Unit = {
+          val (k, stored) = touches(t)
+          val p = spilledPriorOf(k, HashBytesMap.hash(k))
+          run.add(k, OpTouch, priorByte(p), priorStamp(p), stored, TtlView.StampBytes, stored.length - TtlView.StampBytes)
+          t += 1
+        }
+        var i = 0
+        while (i < writes.size) {
+          val k = writes.keys(i)
+          while (t < touches.length && UnsignedOrder.compare(touches(t)._1, k) < 0) addTouch()
+          val v = writes.values(i)
+          val p = spilledPriorOf(k, writes.hashes(i))
+          if (v eq Tombstone) run.add(k, OpDelete, priorByte(p), priorStamp(p), v, 0, 0)
+          else run.add(k, OpPut, priorByte(p), priorStamp(p), v, 0, v.length)
+          i += 1
+        }
+        while (t < touches.length) addTouch()
+      }
+      spillRuns = spill.count
+      spilledBytes = spill.fileBytes
+    }
+    // New maps (the writes' sized for as many as the heap held): scans already open keep iterating
+    // the old ones, which hold what the run holds.
+    pending = new ConcurrentHashMap[BytesKey, Array[Byte]](math.max(presized, pending.size))
+    sorted = null
+    orderedSnapshot = null
+    priors.clear()
+    touched = new java.util.HashMap[BytesKey, Array[Byte]]()
+    bytes = 0
+    MemoryBudget.Pending.release(reserved)
+    reserved = 0
+  }
+
+  private def sortedTouches(): IndexedSeq[(Array[Byte], Array[Byte])] =
+    touchesNotWritten.sortWith((a, b) => UnsignedOrder.compare(a._1, b._1) < 0)
+
+  /** What committed state holds for `key` as the epoch knows it ([[PriorMap.Missing]]: unknown). */
+  private def priorOfKey(key: Array[Byte], hash: Int): Long =
+    if (priorOf != null) priorOf(key) else priors.get(key, hash)
+
+  /**
+   * [[priorOfKey]] for a key being spilled: a key written again after an earlier run took it (its
+   * read was before that run, so the heap no longer remembers it) keeps the prior that run recorded.
+   */
+  private def spilledPriorOf(key: Array[Byte], hash: Int): Long = {
+    val p = priorOfKey(key, hash)
+    if (p != PriorMap.Missing || spill == null) p
+    else {
+      val entry = spill.get(key)
+      if (entry == null) p else priorFromFields(SpillRuns.prior(entry), SpillRuns.priorStamp(entry))
+    }
+  }
+
+  def clear(): Unit = synchronized {
+    pending = new ConcurrentHashMap[BytesKey, Array[Byte]]()
+    sorted = null
+    orderedSnapshot = null
+    priors.clear()
+    touched = new java.util.HashMap[BytesKey, Array[Byte]]()
+    bytes = 0
+    MemoryBudget.Pending.release(reserved)
+    reserved = 0
+    if (spill != null) {
+      spill.close()
+      spill = null
+    }
+  }
+
+  // ------------------------------------------------------------------------------- the commit
+  /**
+   * Write every pending change, and every touch of a key not written, as an Arrow IPC file (schema in
+   * `spark_state/provider/protocol.py`) in key order. Returns the number of rows. Without a spill the
+   * heap's writes are sorted once; with one, what the heap holds becomes the last run and the file is
+   * one ordered pass over the runs (the newest run's entry of a key wins).
+   */
+  def writeArrow(file: File): Int = synchronized {
+    val out = new ChangesFileWriter(file)
+    try {
+      if (spill != null) {
+        spillHeap()
+        val it = spill.scan(null, null)
+        try {
+          while (it.valid) {
+            val e = it.value
+            out.add(SpillRuns.op(e), it.key, e, SpillRuns.HeaderBytes, SpillRuns.valueLength(e),
+              SpillRuns.prior(e), SpillRuns.priorStamp(e))
+            it.next()
+          }
+        } finally it.close()
+      } else {
+        val writes = sortedWrites
+        val touches = sortedTouches()
+        var t = 0
+        def addTouch(): Unit = {
+          val (k, stored) = touches(t)
+          val p = priorOfKey(k, HashBytesMap.hash(k))
+          out.add(OpTouch, k, stored, TtlView.StampBytes, stored.length - TtlView.StampBytes, priorByte(p), priorStamp(p))
+          t += 1
+        }
+        var i = 0
+        while (i < writes.size) {
+          val k = writes.keys(i)
+          while (t < touches.length && UnsignedOrder.compare(touches(t)._1, k) < 0) addTouch()
+          val v = writes.values(i)
+          val p = priorOfKey(k, writes.hashes(i))
+          out.add(if (v eq Tombstone) OpDelete else OpPut, k, v, 0, v.length, priorByte(p), priorStamp(p))
+          i += 1
+        }
+        while (t < touches.length) addTouch()
+      }
+      out.finish()
+    } finally out.close()
+  }
+}
+
+/** `first`, then `second`; closing it closes both (see [[ChangeBuffer.closeRange]]). */
+private[sparkstate] final class ConcatIterator[T](first: java.util.Iterator[T], second: java.util.Iterator[T])
+    extends java.util.Iterator[T] with AutoCloseable {
+  override def hasNext: Boolean = first.hasNext || second.hasNext
+  override def next(): T = if (first.hasNext) first.next() else second.next()
+  override def close(): Unit = {
+    ChangeBuffer.closeRange(first)
+    ChangeBuffer.closeRange(second)
+  }
+}
+
+/**
+ * The writes of a spill scan as map entries (deletes as [[ChangeBuffer.Tombstone]]; touches, which are
+ * reads, skipped), in the scan's key order; keys `shadow` holds (the heap's newer writes) are skipped
+ * too when it is given. The scan is closed when exhausted.
+ */
+private[sparkstate] final class SpilledWrites(
+    scan: ViewScan, shadow: java.util.Map[BytesKey, Array[Byte]])
+    extends java.util.Iterator[ChangeBuffer.JEntry] with AutoCloseable {
+  private var nextEntry: ChangeBuffer.JEntry = _
+  advance()
+
+  private def advance(): Unit = {
+    nextEntry = null
+    while (nextEntry == null && scan.valid) {
+      val k = scan.key
+      val e = scan.value
+      scan.next()
+      val op = SpillRuns.op(e)
+      if (op != ChangeBuffer.OpTouch && (shadow == null || !shadow.containsKey(new BytesKey(k)))) {
+        val v = if (op == ChangeBuffer.OpDelete) ChangeBuffer.Tombstone else SpillRuns.value(e)
+        nextEntry = new java.util.AbstractMap.SimpleImmutableEntry(k, v)
+      }
+    }
+    if (nextEntry == null) scan.close()
+  }
+
+  override def hasNext: Boolean = nextEntry != null
+  override def next(): ChangeBuffer.JEntry = {
+    if (nextEntry == null) throw new NoSuchElementException("end of spilled writes")
+    val e = nextEntry
+    advance()
+    e
+  }
+  override def close(): Unit = {
+    nextEntry = null
+    scan.close()
+  }
+}
+
+/** Two iterators in ascending unsigned key order merged into one; on equal keys `newer`'s entry wins. */
+private[sparkstate] final class MergedWrites(
+    newer: java.util.Iterator[ChangeBuffer.JEntry], older: java.util.Iterator[ChangeBuffer.JEntry])
+    extends java.util.Iterator[ChangeBuffer.JEntry] with AutoCloseable {
+  private var a: ChangeBuffer.JEntry = if (newer.hasNext) newer.next() else null
+  private var b: ChangeBuffer.JEntry = if (older.hasNext) older.next() else null
+
+  override def hasNext: Boolean = a != null || b != null
+
+  override def next(): ChangeBuffer.JEntry = {
+    if (a == null && b == null) throw new NoSuchElementException("end of pending writes")
+    val order = if (a == null) 1 else if (b == null) -1 else JArrays.compareUnsigned(a.getKey, b.getKey)
+    if (order <= 0) {
+      val e = a
+      a = if (newer.hasNext) newer.next() else null
+      if (order == 0) b = if (older.hasNext) older.next() else null
+      e
+    } else {
+      val e = b
+      b = if (older.hasNext) older.next() else null
+      e
+    }
+  }
+
+  override def close(): Unit = {
+    a = null
+    b = null
+    ChangeBuffer.closeRange(newer)
+    ChangeBuffer.closeRange(older)
+  }
+}
+
+private[sparkstate] object ChangeBuffer {
+  type JEntry = java.util.Map.Entry[Array[Byte], Array[Byte]]
+
+  /** Marks a pending delete (compared by identity). */
+  val Tombstone: Array[Byte] = new Array[Byte](0)
+  val OpPut = 0
+  val OpDelete = 1
+  /** An OnReadAndWrite read: the worker rewrites the value read with a new stamp. */
+  val OpTouch = 2
+  /** `prior` when unknown. */
+  val PriorUnknown = -1
+  /** `prior_stamp` when the stamp is unknown. */
+  val StampUnknown = -1L
+  /** [[notePrior]]: the key is absent from committed state (also its `prior_stamp`). */
+  val PriorAbsent = -2L
+  /** [[notePrior]]: the key exists, its value has no stamp (a version without TTL). */
+  val PriorExists = -3L
+  val MaxRememberedReads = 1 << 21
+  /** Heap bytes a pending write takes besides its key and value (map node, key wrapper, array headers). */
+  private val EntryOverhead = 64
+  /** Heap bytes per entry a new buffer's maps are presized with: `limit` / this entries at most. */
+  private val PresizeBytesPerEntry = 160
+  /** Budget is reserved this many bytes ahead of what the heap holds. */
+  private val ReserveStep: Long = 1L << 20
+  /** Smallest heap worth a spill run when the executor's budget, not `limit`, ran out. */
+  private val MinSpillBytes: Long = 4L << 20
+
+  val UnsignedOrder: Comparator[Array[Byte]] = new Comparator[Array[Byte]] {
+    override def compare(a: Array[Byte], b: Array[Byte]): Int = JArrays.compareUnsigned(a, b)
+  }
+
+  /** Close what [[ChangeBuffer.range]] returned, if it holds a spill scan (a native iterator). */
+  def closeRange(it: java.util.Iterator[_]): Unit = it match {
+    case c: AutoCloseable => c.close()
+    case _ =>
+  }
+
+  /** The changes file's `prior` of what [[notePrior]] records (or [[PriorMap.Missing]]). */
+  def priorByte(p: Long): Int =
+    if (p == PriorMap.Missing) PriorUnknown else if (p == PriorAbsent) 0 else 1
+
+  /** The changes file's `prior_stamp` of what [[notePrior]] records (or [[PriorMap.Missing]]). */
+  def priorStamp(p: Long): Long =
+    if (p == PriorMap.Missing || p == PriorExists) StampUnknown else p
+
+  /** What [[notePrior]] records (or [[PriorMap.Missing]]) of a changes-file row's `prior` and `prior_stamp`. */
+  def priorFromFields(prior: Int, stamp: Long): Long =
+    if (prior == PriorUnknown) PriorMap.Missing
+    else if (prior == 0) PriorAbsent
+    else if (stamp == StampUnknown) PriorExists
+    else stamp
+
+  /** Pending entries of `map` with `from <= key < until` (null: open), in hash order. */
+  private def unorderedRange(map: java.util.Map[BytesKey, Array[Byte]], from: Array[Byte], until: Array[Byte])
+      : java.util.Iterator[JEntry] =
+    new java.util.Iterator[JEntry] {
+      private val it = map.entrySet().iterator()
+      private var nextEntry: JEntry = _
       advance()
       private def advance(): Unit = {
         nextEntry = null
@@ -143,277 +477,11 @@ private[sparkstate] final class ChangeBuffer(expectedWrites: Int = 0) {
         }
       }
       override def hasNext: Boolean = nextEntry != null
-      override def next(): java.util.Map.Entry[Array[Byte], Array[Byte]] = {
+      override def next(): JEntry = {
         if (nextEntry == null) throw new NoSuchElementException("end of pending writes")
         val e = nextEntry
         advance()
         e
       }
     }
-
-  def clear(): Unit = {
-    synchronized {
-      pending.clear()
-      sorted = null
-      orderedSnapshot = null
-    }
-    priors.synchronized(priors.clear())
-    touched.synchronized(touched.clear())
-    bytes = 0
-  }
-
-  /**
-   * Write every pending change, then every touch of a key not written, as an Arrow IPC file (schema in
-   * `spark_state/provider/protocol.py`). Returns the number of rows. `priorFromView`, when given, is
-   * what committed state holds for a key ([[PriorAbsent]], [[PriorExists]] or the stamp), asked of the
-   * loaded view at commit instead of remembered per read: a view whose gets are a hash lookup (the heap
-   * map) answers for every written key, so the engine needs no lookups for its key count.
-   */
-  def writeArrow(file: File, priorFromView: Array[Byte] => Long = null): Int = {
-    val writes = sortedWrites
-    val touches = touchesNotWritten
-    val nWrites = writes.size
-    val total = nWrites + touches.length
-    def keyAt(i: Int): Array[Byte] = if (i < nWrites) writes.keys(i) else touches(i - nWrites)._1
-    /** Bytes of row i's value column: the value, a touch's stored value without its TTL stamp, 0 for a delete. */
-    def valueLength(i: Int): Int =
-      if (i < nWrites) { val v = writes.values(i); if (v eq Tombstone) 0 else v.length }
-      else touches(i - nWrites)._2.length - TtlView.StampBytes
-    val allocator = ArrowUtils.rootAllocator.newChildAllocator("spark-state-commit", 0, Long.MaxValue)
-    val root = VectorSchemaRoot.create(ChangesSchema, allocator)
-    val out = new FileOutputStream(file)
-    try {
-      val writer = new ArrowFileWriter(root, null, out.getChannel)
-      writer.start()
-      val op = root.getVector("op").asInstanceOf[TinyIntVector]
-      val key = root.getVector("key").asInstanceOf[VarBinaryVector]
-      val value = root.getVector("value").asInstanceOf[VarBinaryVector]
-      val prior = root.getVector("prior").asInstanceOf[TinyIntVector]
-      val priorStamp = root.getVector("prior_stamp").asInstanceOf[BigIntVector]
-      /** `h`: the key's [[HashBytesMap.hash]] (writes carry it: the priors lookup does not hash again). */
-      def setPrior(n: Int, k: Array[Byte], h: Int): Unit = {
-        val p: Long = if (priorFromView != null) priorFromView(k) else priors.get(k, h)
-        if (p == PriorMap.Missing) {
-          prior.set(n, PriorUnknown)
-          priorStamp.set(n, StampUnknown)
-        } else if (p == PriorAbsent) {
-          prior.set(n, 0)
-          priorStamp.set(n, PriorAbsent)
-        } else {
-          prior.set(n, 1)
-          priorStamp.set(n, if (p == PriorExists) StampUnknown else p)
-        }
-      }
-      var start = 0
-      while (start < total) {
-        val end = math.min(total, start + BatchRows)
-        val rows = end - start
-        // Every vector sized exactly for this batch up front, so the unchecked setters never reallocate.
-        var keyBytes = 0L
-        var valueBytes = 0L
-        var i = start
-        while (i < end) {
-          keyBytes += keyAt(i).length
-          valueBytes += valueLength(i)
-          i += 1
-        }
-        op.allocateNew(rows)
-        prior.allocateNew(rows)
-        priorStamp.allocateNew(rows)
-        key.allocateNew(math.max(keyBytes, 1L), rows)
-        value.allocateNew(math.max(valueBytes, 1L), rows)
-        var n = 0
-        i = start
-        while (i < end) {
-          val k = keyAt(i)
-          key.set(n, k)
-          if (i < nWrites) {
-            val v = writes.values(i)
-            if (v eq Tombstone) {
-              op.set(n, OpDelete)
-              value.setNull(n)
-            } else {
-              op.set(n, OpPut)
-              value.set(n, v)
-            }
-            setPrior(n, k, writes.hashes(i))
-          } else {
-            val stored = touches(i - nWrites)._2
-            op.set(n, OpTouch)
-            value.set(n, stored, TtlView.StampBytes, stored.length - TtlView.StampBytes)
-            setPrior(n, k, HashBytesMap.hash(k))
-          }
-          n += 1
-          i += 1
-        }
-        root.setRowCount(rows)
-        writer.writeBatch()
-        root.clear()
-        start = end
-      }
-      writer.end()
-      writer.close()
-      total
-    } finally {
-      out.close()
-      root.close()
-      allocator.close()
-    }
-  }
-}
-
-private[sparkstate] object ChangeBuffer {
-  /** Marks a pending delete (compared by identity). */
-  val Tombstone: Array[Byte] = new Array[Byte](0)
-  val OpPut = 0
-  val OpDelete = 1
-  /** An OnReadAndWrite read: the worker rewrites the value read with a new stamp. */
-  val OpTouch = 2
-  val PriorUnknown = -1
-  /** `prior_stamp` when the stamp is unknown. */
-  val StampUnknown = -1L
-  /** [[notePrior]]: the key is absent from committed state (also its `prior_stamp`). */
-  val PriorAbsent = -2L
-  /** [[notePrior]]: the key exists, its value has no stamp (a version without TTL). */
-  val PriorExists = -3L
-  val BatchRows = 65536
-  val MaxRememberedReads = 1 << 21
-  /** Largest epoch a new buffer's maps are sized for up front (more grows them as before). */
-  val MaxPresized: Int = 1 << 21
-  private val EntryOverhead = 64
-
-  val UnsignedOrder: Comparator[Array[Byte]] = new Comparator[Array[Byte]] {
-    override def compare(a: Array[Byte], b: Array[Byte]): Int = JArrays.compareUnsigned(a, b)
-  }
-
-  val ChangesSchema: Schema = new Schema(java.util.Arrays.asList(
-    new Field("op", FieldType.notNullable(new ArrowType.Int(8, true)), null),
-    new Field("key", FieldType.notNullable(ArrowType.Binary.INSTANCE), null),
-    new Field("value", FieldType.nullable(ArrowType.Binary.INSTANCE), null),
-    new Field("prior", FieldType.notNullable(new ArrowType.Int(8, true)), null),
-    new Field("prior_stamp", FieldType.notNullable(new ArrowType.Int(64, true)), null)))
-}
-
-/**
- * A key of the pending writes: its bytes, and their hash ([[HashBytesMap.hash]]) computed once (or
- * given, when already known: `hash` must then be that hash). Equal iff the bytes are equal. The array
- * is not copied and must not change.
- */
-private[sparkstate] final class BytesKey(val bytes: Array[Byte], val hash: Int) {
-  def this(bytes: Array[Byte]) = this(bytes, HashBytesMap.hash(bytes))
-
-  override def hashCode: Int = hash
-
-  override def equals(other: Any): Boolean = other match {
-    case o: BytesKey => (o eq this) || (o.hashCode == hash && JArrays.equals(o.bytes, bytes))
-    case _ => false
-  }
-}
-
-/**
- * An epoch's pending writes in unsigned byte order of their keys, as parallel arrays: `keys(i)`, its
- * [[HashBytesMap.hash]] `hashes(i)` (carried from its [[BytesKey]]) and `values(i)` (the value, or
- * [[ChangeBuffer.Tombstone]]). Keys are distinct. Shared, never modified after construction.
- */
-private[sparkstate] final class SortedWrites(
-    val keys: Array[Array[Byte]], val hashes: Array[Int], val values: Array[Array[Byte]]) {
-  def size: Int = keys.length
-}
-
-private[sparkstate] object SortedWrites {
-  /** From a map already in key order (the skip list an ordered scan built). */
-  def fromOrdered(map: java.util.NavigableMap[Array[Byte], Array[Byte]]): SortedWrites = {
-    val keys = new scala.collection.mutable.ArrayBuffer[Array[Byte]](map.size)
-    val values = new scala.collection.mutable.ArrayBuffer[Array[Byte]](map.size)
-    val it = map.entrySet().iterator()
-    while (it.hasNext) {
-      val e = it.next()
-      keys += e.getKey
-      values += e.getValue
-    }
-    new SortedWrites(keys.toArray, keys.iterator.map(HashBytesMap.hash).toArray, values.toArray)
-  }
-
-  /**
-   * Sort the hashed pending writes. Stored keys start with their key group and a 32-bit hash, so their
-   * first 8 bytes (as an unsigned big-endian long, zero-padded) almost always decide the order alone.
-   * Each entry becomes one long: the high bits of that prefix, then its index in the low `bits` bits
-   * (enough for every index), sign bit flipped so that a primitive signed sort is the unsigned order.
-   * Entries whose kept prefix bits tie are then ordered by their whole keys. One `long[]` sort instead
-   * of sorting objects with a comparator: no per-entry allocation, no pointer chasing per comparison.
-   */
-  def sort(pending: java.util.Map[BytesKey, Array[Byte]]): SortedWrites = {
-    val capacity = pending.size
-    val keys0 = new Array[Array[Byte]](capacity)
-    val hashes0 = new Array[Int](capacity)
-    val values0 = new Array[Array[Byte]](capacity)
-    var n = 0
-    val it = pending.entrySet().iterator()
-    while (it.hasNext && n < capacity) {
-      val e = it.next()
-      keys0(n) = e.getKey.bytes
-      hashes0(n) = e.getKey.hash
-      values0(n) = e.getValue
-      n += 1
-    }
-    val bits = math.max(1, 32 - Integer.numberOfLeadingZeros(math.max(n - 1, 1)))
-    val indexMask = (1L << bits) - 1
-    val packed = new Array[Long](n)
-    var i = 0
-    while (i < n) {
-      packed(i) = (((prefix(keys0(i)) >>> bits) << bits) | i) ^ Long.MinValue
-      i += 1
-    }
-    JArrays.sort(packed)
-    val order = new Array[Int](n)
-    i = 0
-    while (i < n) {
-      order(i) = (packed(i) & indexMask).toInt
-      i += 1
-    }
-    // Runs of equal kept prefix bits: order them by the whole key.
-    var runStart = 0
-    while (runStart < n) {
-      val high = packed(runStart) & ~indexMask
-      var runEnd = runStart + 1
-      while (runEnd < n && (packed(runEnd) & ~indexMask) == high) runEnd += 1
-      if (runEnd - runStart > 1) sortRun(order, runStart, runEnd, keys0)
-      runStart = runEnd
-    }
-    val keys = new Array[Array[Byte]](n)
-    val hashes = new Array[Int](n)
-    val values = new Array[Array[Byte]](n)
-    i = 0
-    while (i < n) {
-      val j = order(i)
-      keys(i) = keys0(j)
-      hashes(i) = hashes0(j)
-      values(i) = values0(j)
-      i += 1
-    }
-    new SortedWrites(keys, hashes, values)
-  }
-
-  private def sortRun(order: Array[Int], from: Int, until: Int, keys: Array[Array[Byte]]): Unit = {
-    val run = JArrays.copyOfRange(order, from, until).map(Integer.valueOf)
-    JArrays.sort(run, new Comparator[Integer] {
-      override def compare(a: Integer, b: Integer): Int = JArrays.compareUnsigned(keys(a.intValue), keys(b.intValue))
-    })
-    var i = 0
-    while (i < run.length) {
-      order(from + i) = run(i).intValue
-      i += 1
-    }
-  }
-
-  /** The first 8 bytes of `key` as an unsigned big-endian long, zero-padded. */
-  private def prefix(key: Array[Byte]): Long = {
-    var p = 0L
-    var i = 0
-    while (i < 8) {
-      p = (p << 8) | (if (i < key.length) key(i) & 0xffL else 0L)
-      i += 1
-    }
-    p
-  }
 }

@@ -34,10 +34,13 @@ private[sparkstate] final class CommitDelta(
 }
 
 private[sparkstate] object CommitDelta {
-  /** The delta of a commit, or None when the views must reload (`"apply": "reload"`, or no `view` at all). */
+  /**
+   * The delta of a commit, or None when the views must reload: `"apply": "reload"` or no `view` at all,
+   * or an epoch that spilled to local disk (rebuilding it would hold the whole epoch in the heap).
+   */
   def fromCommit(buffer: ChangeBuffer, reply: JsonNode): Option[CommitDelta] = {
     val view = reply.get("view")
-    val mode = if (view == null) "reload" else Json.text(view, "apply")
+    val mode = if (view == null || buffer.spilled) "reload" else Json.text(view, "apply")
     mode match {
       case "buffer" => Some(build(buffer, stampMs = -1L, expired = Array.empty))
       case "stamped" =>

@@ -66,6 +66,11 @@ private[sparkstate] final class HeapViews(options: ViewOptions, describe: => Str
     val delta = CommitDelta.fromCommit(buffer, reply)
     if ((state eq current) && view.version == state.top && delta.isDefined && state.readers == 1) {
       state.apply(delta.get, newId)
+    } else if ((state eq current) && delta.isEmpty) {
+      // The change cannot be rebuilt here (a spilled epoch, a TTL migration): the next load ships the
+      // new version. Forget this one now, so its memory goes when its readers end instead of after
+      // the next version is loaded beside it.
+      replace(null)
     } else if ((state eq current) && state.readers > 1) {
       // Another reader holds this state and must keep seeing its version. The next load of the new
       // version finds it missing (idOf) and the worker ships it into a new map.
@@ -81,7 +86,6 @@ private[sparkstate] final class HeapViews(options: ViewOptions, describe: => Str
 
   def memoryBytes: Long = synchronized { if (current == null) 0L else current.bytes }
 
-  def reportsWorkerMemory: Boolean = false
 
   def close(): Unit = synchronized(replace(null))
 

@@ -28,6 +28,10 @@ private[sparkstate] final class PriorMap(expected: Int) {
 
   def size: Int = n
 
+  /** Heap bytes of the arrays held (the slab and the tables, allocated or not yet grown into). */
+  def bytes: Long =
+    if (table == null) 0L else table.length * 8L + starts.length * 4L + priors.length * 8L + slab.length
+
   /** Remember `prior` for `key`, whose [[HashBytesMap.hash]] is `hash`; a key seen again gets the new prior. */
   def put(key: Array[Byte], hash: Int, prior: Long): Unit = {
     if (table == null) allocate(math.max(expected, MinEntries))
@@ -59,6 +63,7 @@ private[sparkstate] final class PriorMap(expected: Int) {
     if (i < 0) Missing else priors(i)
   }
 
+  /** Forget every entry (the arrays are allocated again, at the first size, by the next put). */
   def clear(): Unit = {
     table = null
     starts = null

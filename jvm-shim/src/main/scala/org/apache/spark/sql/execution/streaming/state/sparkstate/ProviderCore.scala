@@ -47,6 +47,12 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
    * that same object, as 4.1+ upgrades it, see [[openForWrite]]).
    */
   @volatile private var lastOpened: (Long, SparkStateStore) = (-1L, null)
+  private var spillThresholdConf: Option[Long] = None
+  /**
+   * Heap bytes of one epoch's pending writes past which they spill to local disk: the conf, else the
+   * store's fair share of the executor's memory budget ([[MemoryBudget.perStoreBytes]]).
+   */
+  private[sparkstate] lazy val spillThreshold: Long = spillThresholdConf.getOrElse(MemoryBudget.perStoreBytes)
   /** The worker this store is pinned to (chosen lazily: the pool size needs SparkEnv). */
   private lazy val slot: Int = java.lang.Math.floorMod(storeId.partitionId, PythonWorker.slots)
 
@@ -81,6 +87,7 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
         layerBytes = conf(confs, ViewOptions.LayerBytesConf).map(bytes(ViewOptions.LayerBytesConf, _))
           .getOrElse(ViewOptions.DefaultLayerBytes)),
       describe)
+    this.spillThresholdConf = conf(confs, SpillThresholdConf).map(bytes(SpillThresholdConf, _))
     if (this.views.isInstanceOf[HeapViews]) {
       HeapBudget.configure(conf(confs, ViewOptions.HeapMaxBytesConf).map(bytes(ViewOptions.HeapMaxBytesConf, _)))
     }
@@ -149,13 +156,12 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
   }
 
   /** Ship a store's buffered writes to the worker as one Arrow file and commit them. */
-  private[sparkstate] def commitChanges(store: StoreCore, buffer: ChangeBuffer, nowMs: Long,
-                                        priorFromView: Array[Byte] => Long): JsonNode = {
+  private[sparkstate] def commitChanges(store: StoreCore, buffer: ChangeBuffer, nowMs: Long): JsonNode = {
     val next = store.version + 1
     val file = new File(PythonWorker.baseDir, s"changes-$instanceId-$next-${UUID.randomUUID()}.arrow")
     try {
-      lastEpochWrites = buffer.size
-      buffer.writeArrow(file, priorFromView)
+      lastEpochWrites = math.min(buffer.writes, Int.MaxValue.toLong).toInt
+      buffer.writeArrow(file)
       PythonWorker.call(slot, s"committing version $next of $checkpointUrl") {
         _.commit(instanceId, checkpointUrl, optionsJsonForTask, store.version, file.getPath, nowMs)
       }
@@ -217,6 +223,8 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
 
 object ProviderCore {
   val ConfPrefix = "spark.sql.streaming.stateStore.sparkState."
+  /** Per store: heap bytes of an epoch's pending writes before they spill (default: [[MemoryBudget.perStoreBytes]]). */
+  val SpillThresholdConf = "memory.spillThreshold"
   /** `StreamExecution.RUN_ID_KEY`: set in the hadoopConf that providers of a running query get. */
   val RunIdConf = "sql.streaming.runId"
 
@@ -232,10 +240,15 @@ object ProviderCore {
   val ViewExportsMetric = StateStoreCustomSumMetric("sparkStateViewExports",
     "spark-state: loads for which the worker exported (rocksdb) or shipped (hashmap) the version to the JVM")
 
+  val SpillsMetric = StateStoreCustomSumMetric("sparkStateSpills",
+    "spark-state: runs of pending writes spilled to local disk (an epoch larger than its share of the memory budget)")
+  val SpilledBytesMetric = StateStoreCustomSumMetric("sparkStateSpilledBytes",
+    "spark-state: bytes of pending writes spilled to local disk")
+
   val CustomMetrics: Seq[StateStoreCustomMetric] = Seq(
     CommitTimeMetric, LoadTimeMetric, ChangelogBytesMetric, SnapshotBytesMetric,
     SnapshotFilesUploadedMetric, SnapshotFilesReusedMetric, RestoresMetric, TtlExpiredMetric, TtlMigratedMetric,
-    ViewExportsMetric)
+    ViewExportsMetric, SpillsMetric, SpilledBytesMetric)
 
   /** Hadoop S3A settings reused as checkpoint storage options, so credentials are configured once. */
   private val S3aOptions = Seq(
@@ -273,6 +286,8 @@ object ProviderCore {
     root.put("minVersionsToRetain", storeConfs.minVersionsToRetain)
     root.put("minDeltasForSnapshot", storeConfs.minDeltasForSnapshot)
     root.put("localDir", new File(PythonWorker.baseDir, "stores").getAbsolutePath)
+    // The worker's part of the executor's memory budget: its RocksDB and its pending writes.
+    root.put("memoryShareBytes", MemoryBudget.workerShare)
     Json.write(root)
   }
 

@@ -3,7 +3,7 @@ package org.apache.spark.sql.execution.streaming.state.sparkstate
 import java.util.{Arrays => JArrays}
 
 import com.fasterxml.jackson.databind.JsonNode
-import org.rocksdb.{BlockBasedTableConfig, BloomFilter, InfoLogLevel, Logger, LRUCache, Options, ReadOptions, RocksDB, RocksIterator, Slice}
+import org.rocksdb.{Options, ReadOptions, RocksDB, RocksIterator}
 
 import org.apache.spark.internal.Logging
 
@@ -26,6 +26,8 @@ import org.apache.spark.internal.Logging
  */
 private[sparkstate] final class RocksViews(options: ViewOptions, describe: => String) extends StoreViews with Logging {
   private var chain: Chain = _
+  /** Budget reserved for the layers of `chain`. */
+  private var reservedBytes = 0L
 
   def request(version: Long): ViewRequest = synchronized {
     if (version == 0) ViewRequest("", refresh = false) // the empty state: nothing to export
@@ -55,20 +57,28 @@ private[sparkstate] final class RocksViews(options: ViewOptions, describe: => St
     // Only a commit on the newest version held extends the chain. Anything else (a retry of an older
     // version, a change the JVM cannot rebuild) leaves it: the next load names the commit id held for
     // the version it needs, and the worker exports whatever the JVM lacks.
+    // A layer is heap the executor's budget must have room for ([[MemoryBudget.Pending]]); without it
+    // the chain stays as it is, and the next load exports the new version.
     if (chain != null && chain.top == view.version && chain.idOf(view.version) == view.chain.idOf(view.version)) {
       CommitDelta.fromCommit(buffer, reply).foreach { delta =>
-        chain = chain.plus(new Layer(view.version + 1, Json.text(reply, "commitId"), delta))
+        val layer = new Layer(view.version + 1, Json.text(reply, "commitId"), delta)
+        if (MemoryBudget.Pending.tryReserve(layer.bytes)) {
+          reservedBytes += layer.bytes
+          chain = chain.plus(layer)
+        }
       }
     }
   }
 
   def memoryBytes: Long = synchronized { if (chain == null) 0L else chain.layerBytes }
 
-  def reportsWorkerMemory: Boolean = true
 
   def close(): Unit = synchronized(replace(null))
 
   private def replace(next: Chain): Unit = {
+    // Every replacement starts without layers: what the old chain's layers reserved goes back.
+    MemoryBudget.Pending.release(reservedBytes)
+    reservedBytes = 0
     if (chain != null && chain.base != null && (next == null || (next.base ne chain.base))) chain.base.close()
     if (next != null && next.base != null && chain != null && chain.top > next.top) {
       logInfo(s"$describe: read view replaced by version ${next.top} (was ${chain.top})")
@@ -263,12 +273,11 @@ private[sparkstate] final class MergingScan(sources: Array[ViewScan]) extends Vi
  * while readers use the base, because closing a RocksDB under a reader crashes the JVM.
  */
 private[sparkstate] final class RocksBase(val path: String) {
-  import RocksBase._
 
   private val options = new Options()
     .setMaxOpenFiles(-1)
-    .setTableFormatConfig(tableConfig)
-    .setLogger(silentLogger) // no LOG file inside the exported directory
+    .setTableFormatConfig(RocksResources.tableConfig())
+    .setLogger(RocksResources.silentLogger) // no LOG file inside the exported directory
   private val db: RocksDB = RocksDB.openReadOnly(options, path)
   private var users = 0
   private var closeRequested = false
@@ -282,7 +291,7 @@ private[sparkstate] final class RocksBase(val path: String) {
    * those never reach an operator or the state reader, at no per-entry cost.
    */
   def scan(from: Array[Byte], until: Array[Byte]): ViewScan = {
-    val readOptions = new ReadOptions().setFillCache(false).setIterateUpperBound(systemKeyspaceStart)
+    val readOptions = new ReadOptions().setFillCache(false).setIterateUpperBound(RocksResources.systemKeyspaceStart)
     val it: RocksIterator = db.newIterator(readOptions)
     if (from == null) it.seekToFirst() else it.seek(from)
     new ViewScan {
@@ -333,23 +342,4 @@ private[sparkstate] final class RocksBase(val path: String) {
     db.close()
     options.close()
   }
-}
-
-private[sparkstate] object RocksBase {
-  RocksDB.loadLibrary()
-
-  /** One block cache for every view of this JVM, so memory does not grow with partitions. */
-  private lazy val sharedCache = new LRUCache(64L * 1024 * 1024)
-
-  /** First key of the system keyspace; shared by every iterator's read options, never closed. */
-  private lazy val systemKeyspaceStart = new Slice(Array(0xff.toByte))
-
-  // Logger(Options): the constructor every line's RocksDB JNI has (8.3 for Spark 3.5 lacks Logger(InfoLogLevel)).
-  private lazy val silentLogger: Logger = new Logger(new Options().setInfoLogLevel(InfoLogLevel.ERROR_LEVEL)) {
-    override protected def log(level: InfoLogLevel, message: String): Unit = ()
-  }
-
-  private def tableConfig: BlockBasedTableConfig = new BlockBasedTableConfig()
-    .setBlockCache(sharedCache)
-    .setFilterPolicy(new BloomFilter(10, false))
 }

@@ -107,8 +107,6 @@ private[sparkstate] trait StoreViews {
   /** JVM heap bytes held for this store (all versions). */
   def memoryBytes: Long
 
-  /** Whether the worker's memory figures (RocksDB memtables, table readers) belong in this store's metrics. */
-  def reportsWorkerMemory: Boolean
 
   def close(): Unit
 }

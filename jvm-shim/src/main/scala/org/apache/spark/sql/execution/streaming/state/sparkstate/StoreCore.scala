@@ -52,9 +52,11 @@ private[sparkstate] abstract class StoreCore(parts: StoreParts) {
   private val loadMs = parts.loadMs
   private val ttl = parts.ttl
 
-  private val buffer = new ChangeBuffer(provider.lastEpochWrites)
-  /** Committed state's answer per key is asked of the view at commit, not remembered per read. */
+  /** Committed state's answer per key is asked of the view when written out, not remembered per read. */
   private val priorsFromView = db.cheapGets
+  private val buffer = new ChangeBuffer(provider.lastEpochWrites,
+    if (priorsFromView) (k: Array[Byte]) => committedPrior(k) else null,
+    provider.spillThreshold, PythonWorker.baseDir)
   /** Scans not yet exhausted: their native iterators must close before the database can. */
   private val openScans = scala.collection.mutable.ArrayBuffer.empty[MergedScan]
   private var status: Status = Updating
@@ -130,7 +132,7 @@ private[sparkstate] abstract class StoreCore(parts: StoreParts) {
     val started = System.nanoTime()
     try {
       provider.views.checkWrite(buffer) // nothing is durable yet: fail now rather than after the commit
-      commitReply = provider.commitChanges(this, buffer, ttl.nowMs, if (priorsFromView) committedPrior else null)
+      commitReply = provider.commitChanges(this, buffer, ttl.nowMs)
       closeScans()
       // While this store still holds its view: a heap view may then apply the commit in place.
       provider.views.committed(db, buffer, commitReply)
@@ -151,7 +153,7 @@ private[sparkstate] abstract class StoreCore(parts: StoreParts) {
     newVersion
   }
 
-  /** What the loaded version holds for `key`, as [[ChangeBuffer.notePrior]] records it. */
+  /** What the loaded version holds for `key`, as [[ChangeBuffer.notePrior]] records it (with a view whose gets are cheap). */
   private def committedPrior(key: Array[Byte]): Long = {
     val v = db.get(key)
     if (v == null) ChangeBuffer.PriorAbsent
@@ -206,9 +208,14 @@ private[sparkstate] abstract class StoreCore(parts: StoreParts) {
       ProviderCore.TtlExpiredMetric -> Json.long(commitReply, "ttl", "expired"),
       ProviderCore.TtlMigratedMetric -> Json.long(commitReply, "ttl", "migrated"),
       ProviderCore.ViewExportsMetric ->
-        (if (Json.text(loadReply, "viewPath").nonEmpty || Json.text(loadReply, "heapPath").nonEmpty) 1L else 0L))
-    val worker = if (provider.views.reportsWorkerMemory) Json.long(reply, "memoryBytes") else 0L
-    StateStoreMetrics(Json.long(reply, "numKeys"), worker + db.memoryBytes + buffer.memoryBytes, custom)
+        (if (Json.text(loadReply, "viewPath").nonEmpty || Json.text(loadReply, "heapPath").nonEmpty) 1L else 0L),
+      ProviderCore.SpillsMetric -> buffer.spillCount,
+      ProviderCore.SpilledBytesMetric -> buffer.spillBytes)
+    // This store's share of its worker's RocksDB memory (both backends keep the worker's store in
+    // RocksDB; see provider/service.py), what the JVM's view of the version holds (rocksdb: its
+    // layers; hashmap: the state), and the most this epoch's pending writes held in the heap.
+    StateStoreMetrics(Json.long(reply, "numKeys"), Json.long(reply, "memoryBytes") + db.memoryBytes + buffer.peakBytes,
+      custom)
   }
 
   private def checkUpdating(op: String): Unit = {
@@ -324,5 +331,6 @@ private[sparkstate] final class MergedScan(
   def close(): Unit = if (!closed) {
     closed = true
     it.close()
+    ChangeBuffer.closeRange(pending) // a spill scan is a native iterator
   }
 }

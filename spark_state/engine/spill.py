@@ -1,0 +1,118 @@
+"""The part of one epoch's pending writes that outgrew its memory share, on local disk.
+
+When the :class:`~spark_state.engine.overlay.WriteOverlay` passes its limit it writes its entries,
+sorted, as one run: an SST file ingested into a private RocksDB (rocksdict) in a temporary
+directory, and starts empty again. A later run wins over an earlier one for the same key
+(ingestion gives each file a newer sequence number); the overlay's dict wins over every run.
+The database answers point reads (bloom filters), ordered scans (its iterator merges the runs)
+and the commit's passes; it is deleted with the epoch. The JVM shim's ``SpillRuns.scala`` is the
+same idea for the provider's pending writes.
+
+Entry layout (the value stored under the written key)::
+
+    [op u8][prior u8][value bytes]
+
+``op`` is :data:`OP_PUT` or :data:`OP_DELETE` (no value bytes); ``prior`` says whether the key
+existed in committed state as far as the epoch's reads found out: 1, 0, or :data:`PRIOR_UNKNOWN`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from typing import Iterable, Iterator, Optional, cast
+
+import rocksdict
+
+OP_PUT = 0
+OP_DELETE = 1
+PRIOR_UNKNOWN = 255
+HEADER_BYTES = 2
+
+
+def encode(value: Optional[bytes], prior: int) -> bytes:
+    """The entry of a write (``None``: a delete) whose key's prior existence is ``prior``."""
+    if value is None:
+        return bytes((OP_DELETE, prior))
+    return bytes((OP_PUT, prior)) + value
+
+
+def decode_value(entry: bytes) -> Optional[bytes]:
+    """The written value of an entry, ``None`` for a delete."""
+    return None if entry[0] == OP_DELETE else entry[HEADER_BYTES:]
+
+
+class SpillRuns:
+    """Sorted runs of one epoch's writes in a private RocksDB under ``parent`` (see the module docstring).
+
+    ``cache`` is the block cache to read through (index and filter blocks are charged to it, so the
+    memory of a large spill does not grow with its size); None gives the runs a small one of their own.
+    """
+
+    def __init__(self, parent: str, cache: Optional[rocksdict.Cache] = None) -> None:
+        self.directory = os.path.join(parent, f"spill-{uuid.uuid4().hex[:12]}")
+        os.makedirs(self.directory)
+        options = rocksdict.Options(raw_mode=True)
+        options.create_if_missing(True)
+        table = rocksdict.BlockBasedOptions()
+        table.set_block_cache(cache if cache is not None else rocksdict.Cache(8 << 20))
+        table.set_bloom_filter(10, False)
+        table.set_cache_index_and_filter_blocks(True)
+        table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+        options.set_block_based_table_factory(table)
+        options.set_compression_type(rocksdict.DBCompressionType.none())  # read once or twice, then deleted
+        # Runs overlap (keys are hashed): let compaction merge them, and never stall an ingestion.
+        options.set_level_zero_file_num_compaction_trigger(8)
+        options.set_level_zero_slowdown_writes_trigger(1 << 20)
+        options.set_level_zero_stop_writes_trigger(1 << 20)
+        self._options = options
+        self._db: Optional[rocksdict.Rdict] = rocksdict.Rdict(os.path.join(self.directory, "db"), options)
+        self._ingest = rocksdict.IngestExternalFileOptions()
+        self._ingest.set_move_files(True)
+        self._ingest.set_allow_global_seqno(True)
+        #: runs written, and entries written (a key in two runs counts twice)
+        self.runs = 0
+        self.entries = 0
+        self.file_bytes = 0
+
+    def write_run(self, entries: Iterable[tuple[bytes, bytes]]) -> None:
+        """Write one run of ``(key, entry)`` in strictly ascending key order; an empty one writes nothing."""
+        path = os.path.join(self.directory, f"run-{self.runs}.sst")
+        writer = rocksdict.SstFileWriter(options=self._options)
+        writer.open(path)
+        n = 0
+        for key, entry in entries:
+            writer[key] = entry
+            n += 1
+        if not n:
+            return  # an SST writer cannot finish an empty file; nothing was written
+        writer.finish()
+        self.file_bytes += os.path.getsize(path)
+        self._require_open().ingest_external_file([path], self._ingest)
+        self.runs += 1
+        self.entries += n
+
+    def get(self, key: bytes) -> Optional[bytes]:
+        """The entry of ``key``, or None."""
+        return self._require_open().get(key)
+
+    def items(self, start: Optional[bytes] = None, end: Optional[bytes] = None) -> Iterator[tuple[bytes, bytes]]:
+        """``(key, entry)`` with ``start <= key < end`` (None: open), ascending. The iterator holds a
+        RocksDB snapshot: runs written meanwhile are not seen."""
+        read_options = rocksdict.ReadOptions()
+        if end is not None:
+            read_options.set_iterate_upper_bound(end)
+        snapshot = self._require_open().snapshot()
+        return cast("Iterator[tuple[bytes, bytes]]", iter(snapshot.items(from_key=start, read_opt=read_options)))
+
+    def _require_open(self) -> rocksdict.Rdict:
+        if self._db is None:
+            raise RuntimeError("the spill runs are closed")
+        return self._db
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        shutil.rmtree(self.directory, ignore_errors=True)
