@@ -92,7 +92,7 @@ def generate(workdir: str, first: int, updates: int) -> dict:
         path = os.path.join(workdir, f"update-{first}-{u}.parquet")
         if not os.path.exists(path):
             n = min(ROWS_PER_GROUP, first)
-            write_keys(path, lambda _: rng.choice(first, size=n, replace=False).astype(np.int64), 1,
+            write_keys(path, lambda _, n=n: rng.choice(first, size=n, replace=False).astype(np.int64), 1,
                        1_700_000_000 + 10 * (u + 1))
         out["updates"].append(path)
     return out
@@ -159,12 +159,15 @@ def run_worker(spec: dict) -> None:
                     continue
                 seen = p.batchId
                 ops = p.stateOperators or []
-                line = {"batch": p.batchId, "input_rows": p.numInputRows, "trigger_ms": p.durationMs["triggerExecution"],
+                line = {"batch": p.batchId, "input_rows": p.numInputRows,
+                        "trigger_ms": p.durationMs["triggerExecution"],
                         "since_start_ms": round((time.monotonic() - started) * 1000),
                         "state_rows": sum(op.numRowsTotal for op in ops),
                         "memory_used_bytes": sum(op.memoryUsedBytes for op in ops),
+                        "duration_ms": dict(p.durationMs or {}),
+                        "commit_ms": sum(op.commitTimeMs for op in ops),
                         "custom": {k: sum(dict(op.customMetrics or {}).get(k, 0) for op in ops)
-                                   for k in ("sparkStateSpills", "sparkStateSpilledBytes")},
+                                   for k in {k for op in ops for k in dict(op.customMetrics or {})}},
                         "heap_peak_bytes": peaks["heap"], "old_after_gc_peak_bytes": peaks["old_after_gc"]}
                 if spec["suite"] == "keyed":
                     line.update(keyed_figures(p))
@@ -210,8 +213,10 @@ def keyed_figures(progress) -> dict:
 
 
 def watch_rss(pid: int, stop: threading.Event, peaks: dict) -> None:
-    """Peak RSS of the run's JVM and of its Python workers (provider workers, or PySpark's workers for
-    keyed functions), sampled every 0.25 s."""
+    """Peak RSS of the run's JVM and of one of its Python workers (provider workers, or PySpark's
+    workers for keyed functions), sampled every 0.25 s; for workers also the peak of their anonymous
+    RSS (``RssAnon``: without the pages of files they map, such as a commit's changes file, which the
+    kernel drops when it needs the memory)."""
     while not stop.is_set():
         try:
             for child in psutil.Process(pid).children(recursive=True):
@@ -225,9 +230,22 @@ def watch_rss(pid: int, stop: threading.Event, peaks: dict) -> None:
                     or "pyspark/daemon" in cmd or "pyspark.worker" in cmd else None
                 if kind:
                     peaks[kind] = max(peaks.get(kind, 0), rss)
+                if kind == "workers":
+                    peaks["workers_anon"] = max(peaks.get("workers_anon", 0), _anon_rss(child.pid))
         except psutil.Error:
             return
         stop.wait(0.25)
+
+
+def _anon_rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def launch(spec: dict, cap_s: float) -> tuple[list[dict], dict]:
@@ -288,19 +306,22 @@ def run_provider(name: str, args, workdir: str, inputs: dict[int, dict], confs: 
         first = batches[0] if batches else None
         keyed = first.get("keyed", {}) if first else {}
         entry = {"seconds": first["trigger_ms"] / 1000 if first else None,
-                 "state_rows": (keyed.get("rows_total") if suite == "keyed" else first["state_rows"]) if first else None,
+                 "state_rows": ((keyed.get("rows_total") if suite == "keyed" else first["state_rows"])
+                                if first else None),
                  # keyed functions report their stores' figures in their observation, not in stateOperators
                  "memory_used_mb": ((keyed.get("state_bytes", 0) if suite == "keyed" else first["memory_used_bytes"])
                                     / MB) if first else None,
                  "heap_peak_mb": first["heap_peak_bytes"] / MB if first else None,
                  "live_set_mb": max((b["old_after_gc_peak_bytes"] for b in batches), default=0) / MB,
                  "jvm_rss_mb": rss.get("jvm", 0) / MB, "worker_rss_mb": rss.get("workers", 0) / MB,
+                 "worker_anon_mb": rss.get("workers_anon", 0) / MB,
                  "spills": first["custom"].get("sparkStateSpills") if first else None,
                  "error": errors[0][:400] if errors else None}
         out["first"][n] = entry
         print(f"  {tag}: first batch {entry['seconds'] or float('nan'):.1f} s, heap peak "
               f"{entry['heap_peak_mb'] or 0:.0f} MB, live set {entry['live_set_mb']:.0f} MB, JVM RSS "
-              f"{entry['jvm_rss_mb']:.0f} MB, workers' RSS {entry['worker_rss_mb']:.0f} MB, memoryUsedBytes "
+              f"{entry['jvm_rss_mb']:.0f} MB, a worker's RSS {entry['worker_rss_mb']:.0f} MB (anonymous "
+              f"{entry['worker_anon_mb']:.0f} MB), memoryUsedBytes "
               f"{entry['memory_used_mb'] or 0:.0f} MB ({time.monotonic() - t:.0f} s in all)"
               + (f"; stopped: {entry['error']}" if entry["error"] else ""), flush=True)
         if updates and len(batches) > 1:
@@ -341,10 +362,12 @@ def run_timers(args, workdir: str, n: int) -> dict:
     batches = [b for b in lines if "batch" in b]
     fired = [b.get("keyed", {}).get("timers_fired", 0) for b in batches]
     out = {"batches": len(batches), "seconds": [b["trigger_ms"] / 1000 for b in batches], "timers_fired": fired,
-           "worker_rss_mb": rss.get("workers", 0) / MB, "jvm_rss_mb": rss.get("jvm", 0) / MB,
+           "worker_rss_mb": rss.get("workers", 0) / MB, "worker_anon_mb": rss.get("workers_anon", 0) / MB,
+           "jvm_rss_mb": rss.get("jvm", 0) / MB,
            "error": next((b["error"] for b in lines if "error" in b), None)}
-    print(f"  timers: {n:,} registered, batches {out['seconds']} s, fired per batch {fired}, workers' RSS "
-          f"{out['worker_rss_mb']:.0f} MB" + (f"; stopped: {out['error'][:300]}" if out["error"] else ""), flush=True)
+    print(f"  timers: {n:,} registered, batches {out['seconds']} s, fired per batch {fired}, a worker's RSS "
+          f"{out['worker_rss_mb']:.0f} MB (anonymous {out['worker_anon_mb']:.0f} MB)"
+          + (f"; stopped: {out['error'][:300]}" if out["error"] else ""), flush=True)
     return out
 
 
@@ -393,15 +416,16 @@ def main(argv=None) -> int:
 
 def report(results: dict, sizes: list[int]) -> None:
     runs = results["runs"]
-    print(f"\n{'run':<20}{'keys':>12}{'batch s':>9}{'heap MB':>9}{'live MB':>9}{'JVM RSS':>9}{'workers':>9}"
-          f"{'memUsed':>9}")
+    print(f"\n{'run':<20}{'keys':>12}{'batch s':>9}{'heap MB':>9}{'live MB':>9}{'JVM RSS':>9}{'worker':>9}"
+          f"{'anon':>9}{'memUsed':>9}")
     for name, r in runs.items():
         for n, e in sorted(r.get("first", {}).items()):
             if e["seconds"] is None:
                 print(f"{name:<20}{n:>12,}  stopped: {e['error']}")
                 continue
             print(f"{name:<20}{n:>12,}{e['seconds']:>9.1f}{e['heap_peak_mb']:>9.0f}{e['live_set_mb']:>9.0f}"
-                  f"{e['jvm_rss_mb']:>9.0f}{e['worker_rss_mb']:>9.0f}{e['memory_used_mb']:>9.0f}")
+                  f"{e['jvm_rss_mb']:>9.0f}{e['worker_rss_mb']:>9.0f}{e['worker_anon_mb']:>9.0f}"
+                  f"{e['memory_used_mb']:>9.0f}")
     ours, base = runs.get("sparkstate", {}), runs.get("rocksdb", {})
     for n in sizes:
         a, b = ours.get("first", {}).get(n, {}), base.get("first", {}).get(n, {})

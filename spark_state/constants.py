@@ -49,6 +49,9 @@ DEFAULT_BACKEND = BACKEND_ROCKSDB
 #: Commits between two snapshots. Restore cost is one snapshot plus at most this many
 #: changelogs; Spark's RocksDB provider uses 10 for its changelog checkpointing too.
 DEFAULT_SNAPSHOT_INTERVAL = 10
+#: A snapshot is also due once the changelogs a restore would replay pass this many bytes (a large
+#: epoch, e.g. the first batch after an outage): restores then replay at most about this much.
+SNAPSHOT_REPLAY_BYTES = 64 << 20
 #: Versions kept restorable; Spark's ``spark.sql.streaming.minBatchesToRetain`` default.
 DEFAULT_RETAINED_VERSIONS = 100
 #: Process-wide RocksDB block cache (shared by every store of the process).

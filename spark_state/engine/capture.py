@@ -28,6 +28,7 @@ import shutil
 import logging
 from typing import Callable, Optional
 
+from .. import constants as C
 from ..backends import KVBackend
 from ..checkpoint import layout
 from ..checkpoint.background import BackgroundSnapshots, Capture
@@ -97,12 +98,14 @@ def repoint_manifest(storage: CheckpointStorage, manifest: Manifest, ref: Snapsh
 
 def snapshot_due(interval: int, loaded: Optional[Manifest], background: Optional[BackgroundSnapshots]) -> bool:
     """Whether the commit on the version of manifest ``loaded`` snapshots: its chain (rebased on
-    the newest background snapshot) reaches ``interval`` (0: never), and no upload is in flight
-    (one at a time; a later commit takes the snapshot)."""
+    the newest background snapshot) reaches ``interval`` (0: never) or holds changelogs of more than
+    ``constants.SNAPSHOT_REPLAY_BYTES`` (so that a restore never replays much more than that, after
+    an epoch of millions of keys too), and no upload is in flight (one at a time; a later commit
+    takes the snapshot)."""
     chain = loaded.replay if loaded else ()
     if background is not None:
         chain = background.rebase(loaded.base_snapshot if loaded else None, chain)[1]
-    due = bool(interval) and len(chain) + 1 >= interval
+    due = bool(interval) and (len(chain) + 1 >= interval or sum(ref.size for ref in chain) >= C.SNAPSHOT_REPLAY_BYTES)
     if due and background is not None and background.in_flight:
         due = False
     return due

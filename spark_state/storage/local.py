@@ -115,39 +115,33 @@ def atomic_local_write(target: str, fill: Callable[[BinaryIO], object], *, overw
         raise
 
 
-class _SourceFailed(Exception):
-    """Carries a failure of the *source* of a copy through the local writer's error mapping."""
-
-    def __init__(self, exc: BaseException) -> None:
-        super().__init__(str(exc))
-        self.exc = exc
-
-
 def atomic_local_copy(read: Callable[[int], bytes], target: str, *, store: str, source: str) -> None:
     """Stream ``read(n)`` chunks into the local file ``target`` with :func:`atomic_local_write`.
 
     Failures of the local disk (``target``'s side) become a LocalDiskError of the working
     directory naming ``store``, ``target`` and the cause (a SparkStateError, so a retrying
     caller never retries them and never mistakes them for a missing checkpoint file);
-    failures of ``read`` (the checkpoint side) propagate unchanged, so the caller can map or
-    retry them.
+    failures of ``read`` (the checkpoint side) propagate unchanged, their cause chain
+    included (a storage's retry policy reads the S3 error code there), so the caller can map
+    or retry them.
     """
+    source_failures: list[BaseException] = []
+
     def fill(dst: BinaryIO) -> None:
         while True:
             try:
                 chunk = read(_COPY_CHUNK)
-            except Exception as exc:
-                raise _SourceFailed(exc) from exc
+            except BaseException as exc:
+                source_failures.append(exc)
+                raise
             if not chunk:
                 return
             dst.write(chunk)
 
     try:
         atomic_local_write(target, fill)
-    except _SourceFailed as failed:
-        raise failed.exc from None
     except OSError as exc:
-        if isinstance(exc, SparkStateError):
+        if isinstance(exc, SparkStateError) or any(exc is failure for failure in source_failures):
             raise
         raise local_disk_error(exc, store=store, path=target, doing=f"downloading {source}") from exc
 

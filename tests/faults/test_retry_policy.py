@@ -151,3 +151,23 @@ def test_local_disk_errors_name_store_path_cause_and_fix(tmp_path) -> None:
     for part in ("s3://b/s/0", str(tmp_path / "store-1"), "committing version 3", "No space left on device",
                  "free space", "spark.sql.streaming.stateStore.sparkState.localDir"):
         assert part in message
+
+
+def test_a_download_cut_by_throttling_stays_transient(tmp_path) -> None:
+    """A read failing mid-copy reaches the retry loop with its S3 error code (the copy's own
+    error mapping must not cut the cause chain: SlowDown on a changelog download is retried)."""
+    from spark_state.storage.local import atomic_local_copy
+
+    reads = iter([b"first chunk"])
+
+    def read(_size: int) -> bytes:
+        for chunk in reads:
+            return chunk
+        raise _s3fs_style(_client_error("SlowDown", 503), OSError)
+
+    target = tmp_path / "copy"
+    with pytest.raises(OSError) as caught:
+        atomic_local_copy(read, str(target), store="s3://b/s", source="s3://b/s/changelogs/7.arrow")
+    assert not isinstance(caught.value, LocalDiskError)
+    assert is_transient(caught.value)
+    assert not target.exists()

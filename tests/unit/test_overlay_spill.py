@@ -135,3 +135,26 @@ def test_a_large_changelog_goes_through_local_disk_and_reads_back(tmp_path, monk
         assert spooled and ref.size == len(data) > 64 * 1024 and ref.crc32 == crc32_bytes(data)
         assert len(list(changelog.decode(data, ref.path, 1))) == 20_000
         assert not [f for _, _, files in os.walk(tmp_path / "local") for f in files if f.startswith("spool-")]
+
+
+def test_a_large_epoch_makes_the_next_commit_snapshot(tmp_path, monkeypatch):
+    """A restore replays at most about constants.SNAPSHOT_REPLAY_BYTES of changelogs: once the
+    chain since the last snapshot passes it (here lowered to 64 KB), the next commit snapshots,
+    long before the interval (100 commits) would."""
+    from spark_state import constants as C
+
+    monkeypatch.setattr(C, "SNAPSHOT_REPLAY_BYTES", 64 * 1024)
+    config = EngineConfig(local_dir=str(tmp_path / "local"), snapshot_interval=100)
+    with VersionedStore(str(tmp_path / "ckpt"), config) as store:
+        store.load(0)
+        store.put(b"small", b"1")
+        store.commit()
+        assert not store.last_commit.snapshot_taken
+        for i in range(5000):  # a changelog of ~100 KB
+            store.put(b"k%06d" % i, b"value-%012d" % i)
+        store.commit()
+        assert not store.last_commit.snapshot_taken  # the chain it was decided on was small
+        store.put(b"after", b"1")
+        store.commit()
+        assert store.last_commit.snapshot_taken
+        assert not store.manifest.replay  # restores start from this snapshot

@@ -5,9 +5,8 @@ import org.rocksdb.{BlockBasedTableConfig, BloomFilter, InfoLogLevel, LRUCache, 
 /**
  * What every RocksDB handle of this JVM shares: the native library, one block cache sized by the
  * executor's memory budget ([[MemoryBudget.jvmNativeShare]]; read views and spill runs both draw on
- * it, index and filter blocks included, so their memory does not grow with the number of stores or
- * the size of the data), a logger that writes no LOG file, and the bound that ends every scan
- * before the engine's system keyspace.
+ * it, so their memory does not grow with the number of stores), a logger that writes no LOG file,
+ * and the bound that ends every scan before the engine's system keyspace.
  */
 private[sparkstate] object RocksResources {
   RocksDB.loadLibrary()
@@ -24,15 +23,18 @@ private[sparkstate] object RocksResources {
   }
 
   /**
-   * Block-based tables read through [[blockCache]] with bloom filters. Index and filter blocks are
-   * charged to the cache too: held per open file instead, they grow with the data (a filter costs
-   * about 1.25 bytes per key: 37 MB for a state of 30M keys).
+   * Block-based tables read through [[blockCache]] with bloom filters. `cacheIndexAndFilters`: index
+   * and filter blocks are charged to the cache too (spill runs: temporary, and their size follows the
+   * epoch's) instead of being held by each open file (read views). Views keep them out of the cache:
+   * in a cache smaller than the state's filters (about 1.25 bytes per key), whole filter blocks were
+   * evicted by data blocks and read again for every lookup, and a batch of 1M reads over a 10M-key
+   * state took 100 s instead of 10 (measured, `bench/large_state_bench.py`).
    */
-  def tableConfig(): BlockBasedTableConfig = new BlockBasedTableConfig()
+  def tableConfig(cacheIndexAndFilters: Boolean): BlockBasedTableConfig = new BlockBasedTableConfig()
     .setBlockCache(blockCache)
     .setFilterPolicy(new BloomFilter(10, false))
-    .setCacheIndexAndFilterBlocks(true)
-    .setPinL0FilterAndIndexBlocksInCache(true)
+    .setCacheIndexAndFilterBlocks(cacheIndexAndFilters)
+    .setPinL0FilterAndIndexBlocksInCache(cacheIndexAndFilters)
 
   /** Bytes the shared block cache holds now. */
   def cacheUsage: Long = blockCache.getUsage
