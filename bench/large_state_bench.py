@@ -193,8 +193,12 @@ def keyed_query(df, spec: dict):
     import spark_state
     from pyspark.sql import functions as F
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, here)
     import large_state_fns as fns
+
+    # PySpark's workers unpickle the functions by module name: ship the module to them.
+    df.sparkSession.sparkContext.addPyFile(os.path.join(here, "large_state_fns.py"))
 
     if spec.get("timers"):
         events = df.withColumn("ts", F.timestamp_seconds(F.col("k") % 1000)).withWatermark("ts", "1 second")

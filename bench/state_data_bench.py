@@ -9,9 +9,9 @@ The state is a real query's: ``keyed_process`` keeps a running count per key (va
   the same ``local[2]`` session that ran the query; best of ``--reads``);
 * **bootstrap**: ``SavepointWriter`` from the same input read as a batch DataFrame: the keyed count's
   state (keys/s; the streaming query above is the alternative, reading the history as a stream),
-  and an aggregation's state (``groupBy("k").count()``, Spark's operator on spark-state's provider, in
-  ``--files`` batches) against the same aggregation on Spark's RocksDB provider, over the same files one
-  batch each (``--no-bootstrap`` skips both);
+  and an aggregation's state (``groupBy("k").count()``, Spark's operator on spark-state's provider, the
+  whole history in one micro-batch) against the same one-batch aggregation on Spark's RocksDB
+  provider over the same files (``--no-bootstrap`` skips both);
 
 * **cold**: ``spark_state.processor.lookup(checkpoint, "count", key)``, a new reader per lookup,
   as ``spark-state get`` does: it loads the one partition store that holds the key (its snapshot
@@ -107,9 +107,8 @@ def bootstrap(spark, input_dir: str, work: str, parallelism: int, keys: int) -> 
     assert result.keyed["Counts"]["rows"] == keys, result
     t = time.perf_counter()
     print(json.dumps({"keyed_bootstrap_seconds": round(keyed_s, 1)}), flush=True)
-    files = len(os.listdir(input_dir))
     result = SavepointWriter(spark, progress=False).with_spark_operators(
-        history, lambda s: s.groupBy("k").count(), batches=files).write(os.path.join(work, "aggregation"), sources=1)
+        history, lambda s: s.groupBy("k").count()).write(os.path.join(work, "aggregation"), sources=1)
     aggregation_s = time.perf_counter() - t
     assert result.operators[0]["keys"] == keys, result
     # Spark's RocksDB provider, the same one-batch aggregation over the history files
@@ -117,7 +116,7 @@ def bootstrap(spark, input_dir: str, work: str, parallelism: int, keys: int) -> 
                    "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
     try:
         t = time.perf_counter()
-        (spark.readStream.schema(history.schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
+        (spark.readStream.schema(history.schema).parquet(input_dir)
          .groupBy("k").count().writeStream
          .format("noop").outputMode("update").option("checkpointLocation", os.path.join(work, "spark-rocksdb"))
          .trigger(availableNow=True).start().awaitTermination())

@@ -85,7 +85,11 @@ class RocksDBBackend(KVBackend):
     def __init__(self, directory: str, resources: SharedRocksDBResources, wal: bool,
                  compaction_nice: int = C.DEFAULT_COMPACTION_NICE) -> None:
         self._directory = directory
-        self._db = rocksdict.Rdict(directory, _options(resources))
+        options = _options(resources)
+        # The default column family named with our options: rocksdict opens an existing database
+        # (a restored snapshot) with the column families of its OPTIONS file otherwise, that is
+        # with a private 8 MB block cache and no bloom filters instead of ours.
+        self._db = rocksdict.Rdict(directory, options, column_families={"default": options})
         # Opening may have started more pool threads: they get the priority too.
         lower_compaction_priority(compaction_nice)
         self._write_options = rocksdict.WriteOptions()

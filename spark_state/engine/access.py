@@ -86,6 +86,11 @@ class EpochAccess:
     def memory_bytes(self) -> int:
         return self._loaded_backend().memory_bytes()
 
+    def pending_peak_bytes(self) -> int:
+        """The most the last finished epoch's pending writes held in memory (estimated; past the
+        spill threshold they went to local disk)."""
+        return self._overlay.last_peak_bytes
+
     # ------------------------------------------------------------------ writes
     def put(self, key: bytes, value: bytes) -> None:
         if type(key) is not bytes or type(value) is not bytes:

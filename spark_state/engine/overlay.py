@@ -44,7 +44,7 @@ _MIN_CHECK_STEP = 4096
 
 class WriteOverlay:
     __slots__ = ("_changes", "_sorted", "_prior", "_limit", "_spill_parent", "_cache", "_spill", "_next_check",
-                 "_max_prior", "_min_step")
+                 "_max_prior", "_min_step", "_peak_bytes", "last_peak_bytes")
 
     #: Bound on remembered read results, so read-heavy epochs cannot grow it without limit.
     MAX_REMEMBERED_READS = 1 << 20
@@ -67,6 +67,10 @@ class WriteOverlay:
         self._next_check = self._min_step
         self._max_prior = self.MAX_REMEMBERED_READS if limit_bytes is None else \
             max(self._min_step, min(self.MAX_REMEMBERED_READS, limit_bytes // (2 * ENTRY_OVERHEAD)))
+        #: the largest estimate (:meth:`estimated_bytes`) seen at a memory check of the current epoch,
+        #: and that of the epoch the last :meth:`clear` ended
+        self._peak_bytes = 0
+        self.last_peak_bytes = 0
 
     def __len__(self) -> int:
         """Writes in the dict plus entries spilled (a key spilled twice counts twice): 0 iff nothing is pending."""
@@ -147,6 +151,9 @@ class WriteOverlay:
         return known + (count_existing(unknown) if unknown else 0)
 
     def clear(self) -> None:
+        # The epoch's last writes came after its last memory check: count them in.
+        self.last_peak_bytes = max(self._peak_bytes, self.estimated_bytes() if self._changes else 0)
+        self._peak_bytes = 0
         self._changes = {}
         self._sorted = None
         self._prior = {}
@@ -186,6 +193,7 @@ class WriteOverlay:
         assert self._limit is not None
         held = self.estimated_bytes()
         entries = len(self._changes)
+        self._peak_bytes = max(self._peak_bytes, held)
         if held >= self._limit:
             self.spill_all()
             held, entries = 0, 0

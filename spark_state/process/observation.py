@@ -22,7 +22,8 @@ rows_total                  rows in state after the batch: one per value, map en
                             element, and one per pending timer (timers are entries of their key
                             group, :mod:`spark_state.keys.timers`); system records excluded
 rows_updated                rows written or deleted by the batch
-state_bytes                 bytes the state takes in the tasks' backends (memory/disk estimate)
+state_bytes                 memory the tasks' state holds: their stores' share of RocksDB memory
+                            (hashmap: the state), plus the peak of the epoch's pending writes
 checkpoint_bytes_written    bytes the batch's commits wrote to checkpoint storage
 commit_ms                   time spent in the commits (ms)
 timers_fired                timers fired (both domains; null when the input is read plainly)

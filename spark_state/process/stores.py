@@ -32,6 +32,8 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 
 import pyarrow as pa
 
+from .. import constants as C
+from ..backends.rocksdb_resources import current_resources
 from ..checkpoint.runs import RunContext
 from ..config import EngineConfig
 from ..storage import CheckpointStorage
@@ -76,6 +78,10 @@ class _StoreCache:
                 evicted.append(self._entries.popitem(last=False)[1])
         for e in evicted:
             e.store.close()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
 
     def clear(self) -> None:
         with self._lock:
@@ -143,10 +149,25 @@ def store_observation(ps: PartitionStore, batch_id: int) -> dict[str, Any]:
         "batch": batch_id,
         "rows_total": store.num_keys(),
         "rows_updated": commit.num_updates + commit.num_deletes,
-        "state_bytes": store.memory_bytes(),
+        "state_bytes": state_memory_bytes(store),
         "checkpoint_bytes_written": commit.changelog_bytes + commit.snapshot_bytes_uploaded,
         "commit_ms": commit.duration_ms,
     }
+
+
+def state_memory_bytes(store: VersionedStore) -> int:
+    """The memory a task's state holds, counted as the provider counts ``memoryUsedBytes``: on
+    ``rocksdb`` the store's share of this process's RocksDB memory (the shared block cache's usage,
+    memtables and index and filter blocks included, split evenly between the process's open
+    stores, so that the shares add up to what RocksDB holds), on ``hashmap`` its state's estimate;
+    plus the most its last epoch's pending writes held. Called after the commit, when the store is
+    among the cached ones."""
+    resources = current_resources()
+    if store.config.backend == C.BACKEND_ROCKSDB and resources is not None:
+        held = resources.usage_bytes() // max(1, len(CACHE))
+    else:
+        held = store.memory_bytes()
+    return held + store.pending_peak_bytes()
 
 
 def acquire(

@@ -155,11 +155,12 @@ class SavepointWriter:
         its source, so that its operators (and their ids) are the same. ``output_mode`` as the
         restored query writes.
 
-        ``batches``: the run reads the history in this many micro-batches (default one). spark-state's
-        provider keeps a batch's writes in the JVM until the batch commits, so a history of millions
-        of keys needs either the heap for them or more batches. Splitting changes nothing for
-        aggregations and deduplication without a watermark; with one, rows of a later batch that are
-        older than the watermark are late, as they would be in a stream."""
+        ``batches``: the run reads the history in this many micro-batches (default one). One batch
+        of any size runs in bounded memory (a batch's pending writes spill to local disk past the
+        executor's memory budget: docs/memory.md), so splitting is never needed for memory; it makes
+        the history arrive as a stream would. That changes nothing for aggregations and
+        deduplication without a watermark; with one, rows of a later batch that are older than the
+        watermark are late, as they would be in a stream."""
         if history.isStreaming:
             raise BootstrapError("the history is a streaming DataFrame; a bootstrap reads a batch DataFrame")
         if self._operators is not None:

@@ -34,3 +34,25 @@ def test_a_new_size_resizes_the_shared_budget():
     assert again is resources
     assert (again.block_cache_mb, again.write_buffer_mb) == (128, 32)
     assert again.write_buffer_manager.get_buffer_size() == 32 * 1024 * 1024
+
+
+def _figures(table_properties: str) -> dict[str, str]:
+    return dict(part.strip().split("=", 1) for part in table_properties.split(";") if "=" in part)
+
+
+def test_a_reopened_database_keeps_the_shared_cache_and_bloom_filters(tmp_path):
+    """A restored snapshot is an existing database directory: it must be opened with the shared
+    block cache and write bloom filters like a new one (rocksdb would otherwise take the column
+    family options of the directory's OPTIONS file: a private 8 MB cache, no filters)."""
+    cfg = EngineConfig(backend="rocksdb", block_cache_mb=48, write_buffer_mb=16, local_dir=str(tmp_path / "l"))
+    factory = backend_factory("rocksdb", cfg)
+    directory = str(tmp_path / "db")
+    for generation in (b"a", b"b"):  # new, then reopened
+        backend = factory.open_snapshot(directory)
+        backend.apply((generation + b"%07d" % n, b"v" * 16) for n in range(20_000))
+        db = backend._db  # type: ignore[attr-defined]
+        db.flush()
+        assert db.property_int_value("rocksdb.block-cache-capacity") == 48 * 1024 * 1024
+        figures = _figures(db.property_value("rocksdb.aggregated-table-properties"))
+        assert figures["# entries for filter"] == figures["# entries"] != "0"
+        backend.close()

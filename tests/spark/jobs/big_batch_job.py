@@ -110,8 +110,9 @@ def main(workdir: str, mode: str, keys: int, confs: dict[str, str]) -> None:
                         for p in progress]
     result["memory_used_bytes"] = [sum(op.memoryUsedBytes for op in p.stateOperators or []) for p in progress]
     if mode == "keyed":
-        result["state_rows"] = [dict(p.observedMetrics)["spark_state.RunningCount"]["figures"]["rows_total"]
-                                for p in progress]
+        figures = [dict(p.observedMetrics)["spark_state.RunningCount"]["figures"] for p in progress]
+        result["state_rows"] = [f["rows_total"] for f in figures]
+        result["memory_used_bytes"] = [f["state_bytes"] for f in figures]
     if os.path.isdir(out_dir):
         out = spark.read.parquet(out_dir)
         result["batches"] = sorted(r["batch"] for r in out.select("batch").distinct().collect())

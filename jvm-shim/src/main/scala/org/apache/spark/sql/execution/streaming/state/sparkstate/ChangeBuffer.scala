@@ -211,24 +211,9 @@ private[sparkstate] final class ChangeBuffer(
     if (writes.size > 0 || touches.nonEmpty) {
       if (spill == null) spill = new SpillRuns(spillParent)
       spill.writeRun { run =>
-        var t = 0
-        def addTouch(): Unit = {
-          val (k, stored) = touches(t)
-          val p = spilledPriorOf(k, HashBytesMap.hash(k))
-          run.add(k, OpTouch, priorByte(p), priorStamp(p), stored, TtlView.StampBytes, stored.length - TtlView.StampBytes)
-          t += 1
+        foreachHeapEntry(writes, touches, spilledPriorOf) { (k, op, bytes, offset, length, p) =>
+          run.add(k, op, priorByte(p), priorStamp(p), bytes, offset, length)
         }
-        var i = 0
-        while (i < writes.size) {
-          val k = writes.keys(i)
-          while (t < touches.length && UnsignedOrder.compare(touches(t)._1, k) < 0) addTouch()
-          val v = writes.values(i)
-          val p = spilledPriorOf(k, writes.hashes(i))
-          if (v eq Tombstone) run.add(k, OpDelete, priorByte(p), priorStamp(p), v, 0, 0)
-          else run.add(k, OpPut, priorByte(p), priorStamp(p), v, 0, v.length)
-          i += 1
-        }
-        while (t < touches.length) addTouch()
       }
       spillRuns = spill.count
       spilledBytes = spill.fileBytes
@@ -243,6 +228,31 @@ private[sparkstate] final class ChangeBuffer(
     bytes = 0
     MemoryBudget.Pending.release(reserved)
     reserved = 0
+  }
+
+  /**
+   * The heap's `writes` and TTL `touches` merged in key order, each with its prior (`priorOf(key, hash)`):
+   * `emit(key, op, bytes, offset, length, prior)`, where a put's bytes are its value, a delete's are
+   * empty and a touch's are its stored value after the stamp.
+   */
+  private def foreachHeapEntry(writes: SortedWrites, touches: IndexedSeq[(Array[Byte], Array[Byte])],
+                               priorOf: (Array[Byte], Int) => Long)(
+      emit: (Array[Byte], Int, Array[Byte], Int, Int, Long) => Unit): Unit = {
+    var t = 0
+    def emitTouch(): Unit = {
+      val (k, stored) = touches(t)
+      emit(k, OpTouch, stored, TtlView.StampBytes, stored.length - TtlView.StampBytes, priorOf(k, HashBytesMap.hash(k)))
+      t += 1
+    }
+    var i = 0
+    while (i < writes.size) {
+      val k = writes.keys(i)
+      while (t < touches.length && UnsignedOrder.compare(touches(t)._1, k) < 0) emitTouch()
+      val v = writes.values(i)
+      emit(k, if (v eq Tombstone) OpDelete else OpPut, v, 0, v.length, priorOf(k, writes.hashes(i)))
+      i += 1
+    }
+    while (t < touches.length) emitTouch()
   }
 
   private def sortedTouches(): IndexedSeq[(Array[Byte], Array[Byte])] =
@@ -302,25 +312,9 @@ private[sparkstate] final class ChangeBuffer(
           }
         } finally it.close()
       } else {
-        val writes = sortedWrites
-        val touches = sortedTouches()
-        var t = 0
-        def addTouch(): Unit = {
-          val (k, stored) = touches(t)
-          val p = priorOfKey(k, HashBytesMap.hash(k))
-          out.add(OpTouch, k, stored, TtlView.StampBytes, stored.length - TtlView.StampBytes, priorByte(p), priorStamp(p))
-          t += 1
+        foreachHeapEntry(sortedWrites, sortedTouches(), priorOfKey) { (k, op, bytes, offset, length, p) =>
+          out.add(op, k, bytes, offset, length, priorByte(p), priorStamp(p))
         }
-        var i = 0
-        while (i < writes.size) {
-          val k = writes.keys(i)
-          while (t < touches.length && UnsignedOrder.compare(touches(t)._1, k) < 0) addTouch()
-          val v = writes.values(i)
-          val p = priorOfKey(k, writes.hashes(i))
-          out.add(if (v eq Tombstone) OpDelete else OpPut, k, v, 0, v.length, priorByte(p), priorStamp(p))
-          i += 1
-        }
-        while (t < touches.length) addTouch()
       }
       out.finish()
     } finally out.close()

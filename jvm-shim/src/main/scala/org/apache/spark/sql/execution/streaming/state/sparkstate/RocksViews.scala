@@ -3,7 +3,7 @@ package org.apache.spark.sql.execution.streaming.state.sparkstate
 import java.util.{Arrays => JArrays}
 
 import com.fasterxml.jackson.databind.JsonNode
-import org.rocksdb.{Options, ReadOptions, RocksDB, RocksIterator}
+import org.rocksdb.{Options, ReadOptions, RocksDB}
 
 import org.apache.spark.internal.Logging
 
@@ -290,37 +290,9 @@ private[sparkstate] final class RocksBase(val path: String) {
    * the engine's system keyspace (keys from 0xFF on: the TTL expiry index and format markers), so
    * those never reach an operator or the state reader, at no per-entry cost.
    */
-  def scan(from: Array[Byte], until: Array[Byte]): ViewScan = {
-    val readOptions = new ReadOptions().setFillCache(false).setIterateUpperBound(RocksResources.systemKeyspaceStart)
-    val it: RocksIterator = db.newIterator(readOptions)
-    if (from == null) it.seekToFirst() else it.seek(from)
-    new ViewScan {
-      private var open = true
-      private var k: Array[Byte] = _
-      private var v: Array[Byte] = _
-      load()
-      private def load(): Unit = {
-        if (open && it.isValid) {
-          k = it.key()
-          if (until != null && JArrays.compareUnsigned(k, until) >= 0) close() else v = it.value()
-        } else close()
-      }
-      def valid: Boolean = open
-      def key: Array[Byte] = k
-      def value: Array[Byte] = v
-      def next(): Unit = if (open) {
-        it.next()
-        load()
-      }
-      def close(): Unit = if (open) {
-        open = false
-        k = null
-        v = null
-        it.close()
-        readOptions.close()
-      }
-    }
-  }
+  def scan(from: Array[Byte], until: Array[Byte]): ViewScan =
+    RocksScan(db, new ReadOptions().setFillCache(false).setIterateUpperBound(RocksResources.systemKeyspaceStart),
+      from, until)
 
   def acquire(): Unit = synchronized {
     if (closed) throw new SparkStateException(s"spark-state: the read view $path is closed")

@@ -88,37 +88,8 @@ private[sparkstate] final class SpillRuns(parent: File) {
   def get(key: Array[Byte]): Array[Byte] = db.get(key)
 
   /** Entries with `from <= key < until` (null: unbounded), ascending: `while (s.valid) { s.key; s.value; s.next() }`. */
-  def scan(from: Array[Byte], until: Array[Byte]): ViewScan = {
-    val readOptions = new ReadOptions().setFillCache(false)
-    val it = db.newIterator(readOptions)
-    if (from == null) it.seekToFirst() else it.seek(from)
-    new ViewScan {
-      private var open = true
-      private var k: Array[Byte] = _
-      private var v: Array[Byte] = _
-      load()
-      private def load(): Unit = {
-        if (open && it.isValid) {
-          k = it.key()
-          if (until != null && JArrays.compareUnsigned(k, until) >= 0) close() else v = it.value()
-        } else close()
-      }
-      def valid: Boolean = open
-      def key: Array[Byte] = k
-      def value: Array[Byte] = v
-      def next(): Unit = if (open) {
-        it.next()
-        load()
-      }
-      def close(): Unit = if (open) {
-        open = false
-        k = null
-        v = null
-        it.close()
-        readOptions.close()
-      }
-    }
-  }
+  def scan(from: Array[Byte], until: Array[Byte]): ViewScan =
+    RocksScan(db, new ReadOptions().setFillCache(false), from, until)
 
   def close(): Unit = if (!closed) {
     closed = true
