@@ -15,7 +15,8 @@ executor's Spark conf), by default :data:`DEFAULT_FRACTION` of the executor's me
 
 A process's part (3 or 4) is divided by :func:`process_settings` into its RocksDB block cache
 (:data:`CACHE_SHARE`, memtables charged to it up to :data:`WRITE_BUFFER_SHARE`) and the pending
-writes of the store a task is writing (the rest), past which they spill.
+writes of the store a task is writing (the rest, at least :data:`MIN_SPILL_THRESHOLD`), past which
+they spill.
 
 Why a quarter of the executor's memory: the rest of the heap is Spark's own (its unified memory,
 60% of it by default, and user objects), and the three native parts live outside the heap, in
@@ -53,6 +54,11 @@ WRITE_BUFFER_SHARE = 0.25
 PENDING_SHARE = 1 - CACHE_SHARE
 #: Pending writes of a store spill past this when no budget applies (the engine API).
 DEFAULT_SPILL_THRESHOLD = 64 << 20
+#: The smallest spill threshold a process's part gives. Below it ordinary batches spill: on a 1 GB
+#: executor with two slots a keyed function's part gives 16 MB, which 100k writes and reads of one
+#: task pass (the overlay counts 120 bytes per dict entry beside its key and value), and writing
+#: and reading back their runs cost a quarter of such a batch's time.
+MIN_SPILL_THRESHOLD = 32 << 20
 #: The engine options a process's part sets (names relative to the conf prefix).
 SPILL_THRESHOLD_OPTION = "memory.spillThreshold"
 BLOCK_CACHE_OPTION = "rocksdb.blockCacheSizeMB"
@@ -134,7 +140,7 @@ def process_settings(share_bytes: int) -> ProcessSettings:
     mb = 1 << 20
     cache = max(4, int(share_bytes * CACHE_SHARE) // mb)
     write_buffer = max(2, min(cache, int(share_bytes * WRITE_BUFFER_SHARE) // mb))
-    return ProcessSettings(cache, write_buffer, max(1 << 20, int(share_bytes * PENDING_SHARE)))
+    return ProcessSettings(cache, write_buffer, max(MIN_SPILL_THRESHOLD, int(share_bytes * PENDING_SHARE)))
 
 
 def with_process_defaults(options: Mapping[str, str], share_bytes: Optional[int]) -> dict[str, str]:
