@@ -16,6 +16,9 @@ driver: that heap holds the executor's state memory). For each provider, one fre
    workers' directories) are deleted, and a new process runs one more batch of 1M updates on the
    checkpoint: the time from the query's start to its first committed batch.
 
+``--query dedup`` runs ``dropDuplicates(["k"])`` (append mode) instead of the count: no aggregation
+buffers of Spark's in the heap beside the state, so the heap shows the state store's own use.
+
 Providers: ``sparkstate`` (this project's provider, ``backend=rocksdb``), ``sparkstate-hashmap``
 (``backend=hashmap``: all state in the JVM heap, so at these sizes it stops with its
 ``heap.maxBytes`` error, which is what it is meant to do), ``rocksdb`` (Spark's
@@ -143,10 +146,13 @@ def run_worker(spec: dict) -> None:
     df = spark.readStream.schema("k bigint").option("maxFilesPerTrigger", 1).parquet(spec["input_dir"])
     if spec["suite"] == "keyed":
         query = keyed_query(df, spec)
+    elif spec.get("query") == "dedup":
+        query = df.dropDuplicates(["k"])
     else:
         query = df.groupBy("k").count()
     started = time.monotonic()
-    writer = (query.writeStream.format("noop").outputMode("update")
+    mode = "append" if spec.get("query") == "dedup" else "update"
+    writer = (query.writeStream.format("noop").outputMode(mode)
               .option("checkpointLocation", spec["checkpoint"]).trigger(availableNow=True))
     q = writer.start()
     threading.Thread(target=sample, daemon=True).start()
@@ -302,7 +308,7 @@ def run_provider(name: str, args, workdir: str, inputs: dict[int, dict], confs: 
         stage(input_dir, first_files + updates)
         spec = {"provider": name, "suite": suite, "input_dir": input_dir, "driver_memory": args.driver_memory,
                 "checkpoint": os.path.join(run_dir, "ckpt"), "local_dir": os.path.join(run_dir, "local"),
-                "result": os.path.join(run_dir, "result.jsonl"), "confs": confs}
+                "result": os.path.join(run_dir, "result.jsonl"), "confs": confs, "query": args.query}
         t = time.monotonic()
         lines, rss = launch(spec, args.cap_s)
         batches = [b for b in lines if "batch" in b]
@@ -381,6 +387,8 @@ def main(argv=None) -> int:
     parser.add_argument("--providers", default="sparkstate,rocksdb")
     parser.add_argument("--first-batches", default="1000000,10000000,30000000")
     parser.add_argument("--updates", type=int, default=5)
+    parser.add_argument("--query", choices=("count", "dedup"), default="count",
+                        help="provider suite: groupBy(k).count() in update mode, or dropDuplicates([k]) in append mode")
     parser.add_argument("--timers", type=int, default=1_000_000, help="keyed suite: timers due in one batch (0: none)")
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--cap-s", type=float, default=1800, help="longest one process may take")

@@ -23,18 +23,17 @@ private[sparkstate] object RocksResources {
   }
 
   /**
-   * Block-based tables read through [[blockCache]] with bloom filters. `cacheIndexAndFilters`: index
-   * and filter blocks are charged to the cache too (spill runs: temporary, and their size follows the
-   * epoch's) instead of being held by each open file (read views). Views keep them out of the cache:
-   * in a cache smaller than the state's filters (about 1.25 bytes per key), whole filter blocks were
-   * evicted by data blocks and read again for every lookup, and a batch of 1M reads over a 10M-key
-   * state took 100 s instead of 10 (measured, `bench/large_state_bench.py`).
+   * Block-based tables whose data blocks are read through [[blockCache]], with bloom filters. Index
+   * and filter blocks are held by each open file, not charged to the cache: in a cache smaller than
+   * the filters (about 1.25 bytes per key), whole filter blocks of a few megabytes were evicted by
+   * data blocks and read again for every lookup. Measured (`bench/large_state_bench.py`): a batch of
+   * 1M reads over a 10M-key read view took 100 s instead of 10; a `dropDuplicates` batch of 30M new
+   * keys, whose every read asks the spill runs, ran for minutes instead of one.
    */
-  def tableConfig(cacheIndexAndFilters: Boolean): BlockBasedTableConfig = new BlockBasedTableConfig()
+  def tableConfig: BlockBasedTableConfig = new BlockBasedTableConfig()
     .setBlockCache(blockCache)
     .setFilterPolicy(new BloomFilter(10, false))
-    .setCacheIndexAndFilterBlocks(cacheIndexAndFilters)
-    .setPinL0FilterAndIndexBlocksInCache(cacheIndexAndFilters)
+    .setCacheIndexAndFilterBlocks(false)
 
   /** Bytes the shared block cache holds now. */
   def cacheUsage: Long = blockCache.getUsage

@@ -276,7 +276,7 @@ private[sparkstate] final class RocksBase(val path: String) {
 
   private val options = new Options()
     .setMaxOpenFiles(-1)
-    .setTableFormatConfig(RocksResources.tableConfig(cacheIndexAndFilters = false))
+    .setTableFormatConfig(RocksResources.tableConfig)
     .setLogger(RocksResources.silentLogger) // no LOG file inside the exported directory
   private val db: RocksDB = RocksDB.openReadOnly(options, path)
   private var users = 0

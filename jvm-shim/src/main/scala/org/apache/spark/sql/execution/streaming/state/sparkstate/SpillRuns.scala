@@ -33,7 +33,7 @@ private[sparkstate] final class SpillRuns(parent: File) {
   private val dir = new File(parent, s"spill-${UUID.randomUUID()}")
   private val options = new Options()
     .setCreateIfMissing(true)
-    .setTableFormatConfig(RocksResources.tableConfig(cacheIndexAndFilters = true))
+    .setTableFormatConfig(RocksResources.tableConfig)
     .setLogger(RocksResources.silentLogger)
     .setCompressionType(CompressionType.NO_COMPRESSION) // read once or twice, then deleted
     // Runs overlap (keys are hashed), so each lands in L0: let compaction merge them in the background,
