@@ -220,7 +220,12 @@ private[sparkstate] final class ChangeBuffer(
     }
     // New maps (the writes' sized for as many as the heap held): scans already open keep iterating
     // the old ones, which hold what the run holds.
-    pending = new ConcurrentHashMap[BytesKey, Array[Byte]](math.max(presized, pending.size))
+    emptyHeap(math.max(presized, pending.size))
+  }
+
+  /** Starts the heap's writes, touches and priors afresh (`capacity`: the new writes map's) and gives back its reservation. */
+  private def emptyHeap(capacity: Int): Unit = {
+    pending = new ConcurrentHashMap[BytesKey, Array[Byte]](capacity)
     sorted = null
     orderedSnapshot = null
     priors.clear()
@@ -276,14 +281,7 @@ private[sparkstate] final class ChangeBuffer(
   }
 
   def clear(): Unit = synchronized {
-    pending = new ConcurrentHashMap[BytesKey, Array[Byte]]()
-    sorted = null
-    orderedSnapshot = null
-    priors.clear()
-    touched = new java.util.HashMap[BytesKey, Array[Byte]]()
-    bytes = 0
-    MemoryBudget.Pending.release(reserved)
-    reserved = 0
+    emptyHeap(16) // ConcurrentHashMap's default capacity
     if (spill != null) {
       spill.close()
       spill = null
