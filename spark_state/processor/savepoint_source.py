@@ -22,8 +22,9 @@ from ..ops.state_files import read_state_entries
 from ..ops.state_io import reader_config
 from ..process.plan import KEYED
 from ..storage import open_storage
-from .errors import KeyMismatchError, UnknownStateError
+from .errors import KeyMismatchError
 from .keys import KeyColumns
+from .source import choose_function
 
 
 def is_savepoint(path: str, storage_options: Optional[Mapping[str, str]] = None) -> bool:
@@ -49,20 +50,8 @@ class SavepointSource:
         :raises KeyMismatchError: the savepoint does not record the function's key columns."""
         storage = open_storage(path, dict(storage_options or {}))
         manifest = read_manifest(storage)
-        keyed = [p for p in manifest.process if p.kind == KEYED]
-        names = ", ".join(p.name for p in keyed) or "none"
-        if function is not None:
-            chosen = [p for p in keyed if p.name == function]
-            if not chosen:
-                raise UnknownStateError(f"the savepoint {storage.url} has no keyed function named {function!r} "
-                                        f"(keyed functions: {names})")
-        elif len(keyed) != 1:
-            raise UnknownStateError(
-                f"the savepoint {storage.url} has no keyed function state" if not keyed else
-                f"the savepoint {storage.url} has several keyed functions ({names}): name one with function=")
-        else:
-            chosen = keyed
-        entry = chosen[0]
+        entry = choose_function([p for p in manifest.process if p.kind == KEYED], function,
+                                f"the savepoint {storage.url}")
         if not entry.key:
             raise KeyMismatchError(
                 f"the savepoint {storage.url} does not record the key columns of {entry.name!r} (it was taken by an "
