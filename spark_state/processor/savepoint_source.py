@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping, Optional
 
 from ..engine.store import VersionedStore
-from ..keys import keyed as K
-from ..keys import system as syskeys
 from ..ops import savepoint_format as F
 from ..ops.restore import read_manifest
 from ..ops.state_files import read_state_entries
@@ -87,16 +85,3 @@ class SavepointSource:
             store.close()
             raise
         return store
-
-
-def entry_of_state(key: bytes, name: bytes) -> bool:
-    """Whether ``key`` is an entry of keyed state ``name`` (UTF-8): its data entries, its schema
-    record, its TTL marker and TTL index entries (the namespace of a keyed state's TTL is its
-    name; layouts in :mod:`spark_state.keys.keyed` and :mod:`spark_state.keys.system`)."""
-    if key[:1] == syskeys.SYSTEM_PREFIX:
-        if key[1:2] in (syskeys.TTL_INDEX_TAG, syskeys.TTL_MARKER_TAG, syskeys.KEYED_SCHEMA_TAG):
-            return syskeys.name_of_named_key(key) == name
-        return False
-    if key[0] >= 0x80:  # operator state of keyed functions (0xFE)
-        return False
-    return K.state_name_of(key) == name
