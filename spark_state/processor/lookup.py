@@ -46,8 +46,8 @@ from ..partitioning.keygroups import compute_operator_index_for_key_group
 from ..process import location as L
 from ..state.schema import StateSchema
 from .codecs import StateCodec
-from .records import keyed_records, state_codec
-from .errors import StateDataError, UnknownStateError
+from .records import find_state_record, keyed_records, state_codec
+from .errors import StateDataError
 from .savepoint_source import SavepointSource, is_savepoint
 from .source import KeyedSource
 
@@ -259,15 +259,9 @@ class StateLookup:
         """The state's kind from another partition store's record (a partition none of whose
         keys held the state has none). Loads the other partitions: a rare path (a typo, or a
         state few keys hold)."""
-        known: set[str] = set()
-        for partition in range(self._parallelism(layout)):
-            records = keyed_records(self._store(layout, partition, version))
-            if state in records:
-                return records[state].kind
-            known.update(records)
-        raise UnknownStateError(
-            f"function {self.function!r} has no keyed state {state!r} "
-            f"(states: {', '.join(sorted(known)) if known else 'none yet'})")
+        stores = (keyed_records(self._store(layout, partition, version))
+                  for partition in range(self._parallelism(layout)))
+        return find_state_record(stores, state, self.function).kind
 
     def close(self) -> None:
         """Close the loaded stores and delete their local copies."""
