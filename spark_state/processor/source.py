@@ -5,6 +5,9 @@ query's checkpoint (Spark's commit log says which batches are committed), the fu
 location (found by the operations tools' rules, :mod:`spark_state.ops.process_locations`), and
 what ``_operator.json`` records -- key columns (:class:`~.keys.KeyColumns`) and max parallelism.
 Batch ``b``'s state is batch version ``b + 1`` of the location.
+
+:func:`choose_function` is the one chooser of "which function" for every reader, of a
+checkpoint (:func:`choose`) and of a savepoint (:class:`~.savepoint_source.SavepointSource`).
 """
 
 from __future__ import annotations
