@@ -112,13 +112,15 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "default root, in the directory the query was started from)")
 
     p = _command(sub, "get", "print one key's value in one keyed state of a query, from its last committed batch "
-                             "(reads only the partition store that holds the key; safe on a running query)", _get)
-    p.add_argument("checkpoint", help="the query's checkpointLocation")
+                             "or a savepoint (reads only the partition store that holds the key; safe on a running "
+                             "query)", _get)
+    p.add_argument("path", help="the query's checkpointLocation, or a savepoint directory")
     p.add_argument("state", help="the keyed state's name (its descriptor's name)")
     p.add_argument("key", help="the key: its value as text for one key column (42, alice, 2024-01-31, 0x00ff for "
                                "binary), or a JSON array of the key columns' values ('[\"eu\", 42]')")
     p.add_argument("--function", metavar="NAME", help="the keyed function's name (needed when the query has several)")
-    p.add_argument("--batch", type=int, help="the committed batch to read (default: the latest)")
+    p.add_argument("--batch", type=int, help="the committed batch to read (default: the latest; a savepoint's: its "
+                                             "batch)")
     p.add_argument("--allow-pickle", action="store_true",
                    help="decode pickled values (unpickling runs whatever the stored bytes say: trusted storage only)")
     _process_options(p)
@@ -321,7 +323,7 @@ def _move_state(args):
 def _get(args):
     from .processor import StateLookup
 
-    with StateLookup(args.checkpoint, function=args.function, allow_pickle=args.allow_pickle,
+    with StateLookup(args.path, function=args.function, allow_pickle=args.allow_pickle,
                      **_common(args)) as states:
         r = states.lookup(args.state, states.key_columns.parse(args.key), batch=args.batch)
     d = r.to_dict()

@@ -24,13 +24,13 @@ query by it (see :mod:`.restore`).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from ..storage import CheckpointStorage, open_storage
 from ..process import location as L
+from ..process.errors import StateLocationError
 from .errors import ProcessStateNotFoundError, UnsupportedCheckpointError
 from .storage_walk import list_subdirs
 
@@ -111,16 +111,22 @@ def locations_under(root: str, query_id: str, storage_options: Mapping[str, str]
             for name in sorted(os.listdir(base)) if os.path.isfile(os.path.join(base, name, L.META_FILE))}
 
 
-def where_looked(checkpoint: CheckpointStorage, query_id: str, root: Optional[str]) -> str:
-    """For messages: where :func:`find_process_locations` looked without ``explicit``."""
+def where_looked(checkpoint: CheckpointStorage, query_id: str, root: Optional[str],
+                 explicit: Optional[Mapping[str, str]] = None) -> str:
+    """For messages: the places :func:`find_process_locations` searched for this query -- the
+    locations named (``explicit``), the root given, beside the checkpoint, and the former default
+    root only where it holds a directory of this query (elsewhere it was not searched for it)."""
     places = [f"beside the checkpoint ({beside_checkpoint(checkpoint).url}/<name>)"]
+    if explicit:
+        places.insert(0, f"the locations named ({', '.join(f'{n}={u}' for n, u in sorted(explicit.items()))})")
     if root:
-        places.insert(0, f"under the process root {root} ({os.path.join(_local_path(root), query_id)}/<name>)")
+        places.insert(len(places) - 1,
+                      f"under the process root {root} ({os.path.join(_local_path(root), query_id)}/<name>)")
     elif root is None:
-        default = default_process_root()
-        places.append(f"under the former default root {default} ({os.path.join(default, query_id)}/<name>"
-                      + (")" if os.path.isdir(default) else ", which does not exist here)"))
-    return " and ".join(places)
+        former = os.path.join(default_process_root(), query_id)
+        if os.path.isdir(former):
+            places.append(f"under the former default root ({former}/<name>)")
+    return ", ".join(places[:-1]) + " and " + places[-1] if len(places) > 1 else places[0]
 
 
 def _nothing_under(root: str, query_id: str) -> ProcessStateNotFoundError:
@@ -141,12 +147,9 @@ def _local_path(url: str) -> str:
 
 
 def _location(name: str, url: str, root: Optional[str], options: Mapping[str, str], placement: str) -> ProcessLocation:
-    storage = open_storage(url, dict(options))
     try:
-        meta = json.loads(storage.read_bytes(L.META_FILE))
-    except Exception as exc:
-        raise UnsupportedCheckpointError(
-            f"{storage.full_url(L.META_FILE)} cannot be read ({exc}): is {url} the state location of "
-            f"the process operator {name!r}?") from None
+        meta = L.read_meta(open_storage(url, dict(options)))
+    except StateLocationError as exc:
+        raise UnsupportedCheckpointError(f"the process operator {name!r}: {exc}") from None
     return ProcessLocation(name, url, str(meta.get("kind")), meta.get("max_parallelism"), root, dict(options),
                            placement)

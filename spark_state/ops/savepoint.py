@@ -27,7 +27,6 @@ savepoints are the same canonical format (this is how ``migrate`` imports them).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from ..errors import CheckpointFileMissingError, VersionNotFoundError
 from ..process import location as L
+from ..process.errors import StateLocationError
 from ..process.clock import time_files
 from ..storage import CheckpointStorage, LocalStorage, open_storage
 from . import savepoint_format as F
@@ -248,8 +248,8 @@ def take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root:
 def _key_record(storage: CheckpointStorage) -> Optional[dict]:
     """The key columns ``_operator.json`` records (None: operator state, or not recorded yet)."""
     try:
-        key = json.loads(storage.read_bytes(L.META_FILE)).get("key")
-    except (CheckpointFileMissingError, FileNotFoundError, ValueError):
+        key = L.read_meta(storage).get("key")
+    except StateLocationError:
         return None
     return dict(key) if isinstance(key, dict) else None
 

@@ -74,7 +74,7 @@ from typing import Mapping, Optional
 from .. import constants as C
 from ..checkpoint.retention import list_copies
 from ..checkpoint.runs import RunContext, RunRegistry
-from ..errors import SparkStateError
+from ..errors import CheckpointFileMissingError, SparkStateError
 from ..storage import CheckpointStorage, open_storage
 from .errors import MaxParallelismMismatchError, StateLocationError
 
@@ -217,6 +217,25 @@ def _has_state(url: str, spec: LocationSpec) -> bool:
         return storage_for(url, spec.storage_options).exists(META_FILE)
     except SparkStateError:
         return False
+
+
+def read_meta(storage: CheckpointStorage) -> dict:
+    """What the state location ``storage`` records in ``_operator.json`` (a JSON object: ``format``,
+    ``kind``, ``max_parallelism`` and, for keyed functions, ``key``), for the tools that read it
+    outside a query. The one reader of that file besides :func:`verify_location`.
+
+    :raises StateLocationError: the file is missing, or not a JSON object (the message names it
+        and asks whether ``storage`` is a state location at all).
+    """
+    try:
+        meta = json.loads(storage.read_bytes(META_FILE))
+        if not isinstance(meta, dict):
+            raise ValueError(f"a JSON object expected, got {type(meta).__name__}")
+    except (CheckpointFileMissingError, FileNotFoundError, ValueError) as exc:
+        raise StateLocationError(
+            f"{storage.full_url(META_FILE)} cannot be read ({exc}): is {storage.url} the state location of a "
+            "keyed_process/checkpointed_process operator?") from None
+    return meta
 
 
 def verify_location(storage: CheckpointStorage, kind: str, max_parallelism: Optional[int],

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 import pyarrow as pa
 
 from ..engine.store import VersionedStore
+from ..keys.entries import is_entry_of_state
 from ..ops import savepoint_format as F
 from ..ops.state_files import read_unlisted_entries, write_state_file
 from ..process.clock import maxima_dir
@@ -39,7 +40,7 @@ from ..process.plan import ProcessPlan
 from ..process.stores import CACHE, PartitionStore
 from ..state.regroup import owned_key_groups
 from ..storage import CheckpointStorage, open_storage
-from .savepoint_source import SavepointSource, entry_of_state
+from .savepoint_source import SavepointSource
 
 #: What each bootstrap task returns (one row).
 RESULT_SCHEMA = pa.schema([
@@ -93,7 +94,7 @@ class BaseEntries:
             storage = open_storage(self.chained_url, dict(self.chained_options))
             found = read_unlisted_entries(storage, F.process_file(self.source.function, partition), scratch_dir)
         replaced = self.replaced
-        return ((k, v) for k, v in found if not any(entry_of_state(k, name) for name in replaced))
+        return ((k, v) for k, v in found if not any(is_entry_of_state(k, name) for name in replaced))
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,11 @@ class StateCodec:
         return user
 
     def value_of(self, base_len: int, entries: Iterable[tuple[bytes, bytes]], now_ms: int) -> tuple[bool, Any]:
-        """``(found, value)`` from the entries under one base key (of ``base_len`` bytes), in key order."""
+        """``(found, value)`` from the entries under one base key (of ``base_len`` bytes), in key order.
+
+        Not found is always ``(False, None)``: a list or map state without a live element (a
+        list's counter alone, or every element expired) is not found, as the function sees no
+        value there (its ``get()`` gives an empty list or map, never a stored empty one)."""
         kind = self.record.kind
         if kind in SINGLE_VALUE_KINDS:
             for key, raw in entries:
@@ -100,7 +104,7 @@ class StateCodec:
         if kind == "list":
             elements = [self._live(raw, now_ms) for key, raw in entries if len(key) > base_len]
             values = [self._value.deserialize(e) for e in elements if e is not None]
-            return bool(values), values
+            return (True, values) if values else (False, None)
         if kind == "map":
             assert self._map_key is not None
             out = {}
@@ -108,5 +112,5 @@ class StateCodec:
                 user = self._live(raw, now_ms)
                 if user is not None and len(key) > base_len:
                     out[self._map_key.deserialize(key[base_len:])] = self._value.deserialize(user)
-            return bool(out), out
+            return (True, out) if out else (False, None)
         raise UnreadableStateError(f"state {self.state!r} is of kind {kind!r}, which this release cannot read")

@@ -47,11 +47,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
-from ..keys import keyed as K
+from ..keys import entries
 from ..keys import system as syskeys
 from ..keys import provider as provider_keys
-from ..keys import timers as TK
-from ..keys.keygroup_prefix import KEY_GROUP_KEYSPACE_END
+from ..keys.entries import owner_of
 from ..keys.unsafe_row import UnsafeRowReader
 from ..ops.checkpoint_reader import OperatorInfo
 from ..ops.process_locations import ProcessLocation, find_process_locations
@@ -234,14 +233,13 @@ class _Erasure:
 def _owner(key: bytes) -> tuple[str, Optional[bytes]]:
     """``(what the entry is, the key bytes it belongs to)``: a keyed state's name, timers or the
     TTL index; ``None`` for entries no key owns (operator state, schema records, TTL markers)."""
-    if key[:1] < KEY_GROUP_KEYSPACE_END:
-        if K.state_name_of(key) == TK.TIMER_STATE_NAME:
-            return TIMERS, TK.split_timer_key(key)[3]
-        _, name, key_bytes, _ = K.split_entry(key)
-        return name.decode("utf-8", "replace"), key_bytes
-    if key[:len(syskeys.TTL_INDEX_TAG) + 1] == syskeys.SYSTEM_PREFIX + syskeys.TTL_INDEX_TAG:
-        data_key = syskeys.data_key_of_index_key(key)
-        if data_key[:1] < KEY_GROUP_KEYSPACE_END and K.state_name_of(data_key) != TK.TIMER_STATE_NAME:
-            return TTL_INDEX, K.split_entry(data_key)[2]
+    owner = owner_of(key)
+    if owner.kind == entries.STATE:
+        assert owner.state is not None
+        return owner.state.decode("utf-8", "replace"), owner.key
+    if owner.kind == entries.TIMERS:
+        return TIMERS, owner.key
+    if owner.kind == entries.TTL_INDEX and owner.key is not None:
+        return TTL_INDEX, owner.key
     return "", None
 

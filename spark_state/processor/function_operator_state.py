@@ -26,7 +26,7 @@ from ..engine.store import VersionedStore, prefix_upper_bound
 from ..keys.operator import INDEX, KEYED_OPERATOR_PREFIX, MODE_BROADCAST, modes_range, split_key, state_prefix
 from ..keys.system import operator_record_key
 from ..ops.checkpoint_reader import SparkCheckpoint
-from ..ops.process_locations import find_process_locations, where_looked
+from ..ops.process_locations import find_process_locations
 from ..ops.state_io import process_layout
 from ..process.plan import KEYED
 from ..spark.compat import arrow_schema
@@ -34,6 +34,7 @@ from ..state.schema import StateSchema
 from .codecs import serializer_of
 from .errors import UnknownStateError
 from .read import BATCH_ROWS, Partitions, spark_type
+from .source import choose
 
 __all__ = ["read_function_operator_state"]
 
@@ -50,14 +51,7 @@ def read_function_operator_state(spark: SparkSession, checkpoint: str, state: st
     ckpt = SparkCheckpoint(checkpoint, dict(storage_options or {}))
     found = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, dict(process_locations or {}),
                                    dict(storage_options or {}))
-    names = ", ".join(loc.name for loc in found) or "none"
-    chosen = [loc for loc in found if function is None or loc.name == function]
-    if len(chosen) != 1:
-        raise UnknownStateError(
-            f"the query of {ckpt.url} has functions {names} (looked "
-            f"{where_looked(ckpt.storage, ckpt.query_id(), process_root)}): "
-            + (f"none is named {function!r}" if function is not None else "name one with function="))
-    loc = chosen[0]
+    loc = choose(found, function, ckpt, process_root, process_locations, kind="function")
     version = ckpt.committed_batch(batch) + 1
     parts = Partitions(loc.url, dict(loc.storage_options), process_layout(loc.storage(), version), version,
                        loc.max_parallelism or 1, ())

@@ -80,9 +80,20 @@ class KeyColumns:
                     f"the key {key!r} lacks the key column(s) {missing}; key columns: {self.describe()}")
             return tuple(key[c] for c in self.columns)
         if len(self.columns) == 1:
-            return (key[0] if isinstance(key, (tuple, list)) and len(key) == 1 else key,)
-        if not isinstance(key, (tuple, list)) or len(key) != len(self.columns):
-            raise KeyMismatchError(f"the key {key!r} must have {len(self.columns)} values ({self.describe()})")
+            if not isinstance(key, (tuple, list)):
+                return (key,)
+            if len(key) == 1:
+                return (key[0],)
+            raise KeyMismatchError(
+                f"one key value expected for the key column {self.describe()}, got {len(key)} values: {key!r}")
+        if not isinstance(key, (tuple, list)):
+            raise KeyMismatchError(
+                f"{len(self.columns)} key values expected for the key columns ({self.describe()}), got one "
+                f"value: {key!r} (give a tuple, or a dict by column name)")
+        if len(key) != len(self.columns):
+            raise KeyMismatchError(
+                f"{len(self.columns)} key values expected for the key columns ({self.describe()}), got "
+                f"{len(key)}: {key!r}")
         return tuple(key)
 
     def encode(self, values: Sequence[Any]) -> bytes:

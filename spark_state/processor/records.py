@@ -1,19 +1,23 @@
 """What one loaded partition store records about its keyed states: their schema records (in the
-store's system keyspace, :mod:`spark_state.state.schema`) and their TTL format markers.
+store's system keyspace, :mod:`spark_state.state.schema`) and their TTL format markers; and the
+search for one state's record over a function's partition stores.
 
 A partition store records the states its keys have held; a partition none of whose keys ever
-had a state has no record of it.
+had a state has no record of it, so a state's record is searched in one store after another
+(:func:`find_state_record`), stopping at the first that has it.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from contextlib import AbstractContextManager
+from typing import Callable, Iterable, Iterator, Mapping, Optional
 
 from ..engine.store import VersionedStore
 from ..keys import system as syskeys
 from ..state.schema import StateSchema
 from ..ttl.kv import is_stamped
 from .codecs import StateCodec
+from .errors import UnknownStateError
 
 
 def keyed_records(store: VersionedStore) -> dict[str, StateSchema]:
@@ -38,3 +42,27 @@ def state_codec(store: VersionedStore, state: str, allow_pickle: bool) -> Option
     if record is None:
         return None
     return StateCodec(state, record, is_stamped(store, state.encode("utf-8")), allow_pickle)
+
+
+def each_store_records(open_store: Callable[[int], AbstractContextManager[VersionedStore]],
+                       partitions: int) -> Iterator[dict[str, StateSchema]]:
+    """The keyed states' records of partition stores ``0..partitions-1``, one store at a time
+    (``open_store(i)`` loads partition ``i``'s store; it is closed before the next is loaded)."""
+    for partition in range(partitions):
+        with open_store(partition) as store:
+            records = keyed_records(store)
+        yield records
+
+
+def find_state_record(records: Iterable[Mapping[str, StateSchema]], state: str, function: str) -> StateSchema:
+    """``state``'s schema record from the first of the partition stores' ``records`` that has
+    one (lazily: the stores after it are not read).
+
+    :raises UnknownStateError: no store records it (the message lists the states they record)."""
+    seen: set[str] = set()
+    for found in records:
+        if state in found:
+            return found[state]
+        seen.update(found)
+    raise UnknownStateError(
+        f"function {function!r} has no keyed state {state!r} (states: {', '.join(sorted(seen)) or 'none yet'})")

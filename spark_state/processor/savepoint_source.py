@@ -14,16 +14,15 @@ from dataclasses import dataclass
 from typing import Iterator, Mapping, Optional
 
 from ..engine.store import VersionedStore
-from ..keys import keyed as K
-from ..keys import system as syskeys
 from ..ops import savepoint_format as F
 from ..ops.restore import read_manifest
 from ..ops.state_files import read_state_entries
 from ..ops.state_io import reader_config
 from ..process.plan import KEYED
 from ..storage import open_storage
-from .errors import KeyMismatchError, UnknownStateError
+from .errors import KeyMismatchError
 from .keys import KeyColumns
+from .source import choose_function
 
 
 def is_savepoint(path: str, storage_options: Optional[Mapping[str, str]] = None) -> bool:
@@ -49,20 +48,8 @@ class SavepointSource:
         :raises KeyMismatchError: the savepoint does not record the function's key columns."""
         storage = open_storage(path, dict(storage_options or {}))
         manifest = read_manifest(storage)
-        keyed = [p for p in manifest.process if p.kind == KEYED]
-        names = ", ".join(p.name for p in keyed) or "none"
-        if function is not None:
-            chosen = [p for p in keyed if p.name == function]
-            if not chosen:
-                raise UnknownStateError(f"the savepoint {storage.url} has no keyed function named {function!r} "
-                                        f"(keyed functions: {names})")
-        elif len(keyed) != 1:
-            raise UnknownStateError(
-                f"the savepoint {storage.url} has no keyed function state" if not keyed else
-                f"the savepoint {storage.url} has several keyed functions ({names}): name one with function=")
-        else:
-            chosen = keyed
-        entry = chosen[0]
+        entry = choose_function([p for p in manifest.process if p.kind == KEYED], function,
+                                f"the savepoint {storage.url}")
         if not entry.key:
             raise KeyMismatchError(
                 f"the savepoint {storage.url} does not record the key columns of {entry.name!r} (it was taken by an "
@@ -98,16 +85,3 @@ class SavepointSource:
             store.close()
             raise
         return store
-
-
-def entry_of_state(key: bytes, name: bytes) -> bool:
-    """Whether ``key`` is an entry of keyed state ``name`` (UTF-8): its data entries, its schema
-    record, its TTL marker and TTL index entries (the namespace of a keyed state's TTL is its
-    name; layouts in :mod:`spark_state.keys.keyed` and :mod:`spark_state.keys.system`)."""
-    if key[:1] == syskeys.SYSTEM_PREFIX:
-        if key[1:2] in (syskeys.TTL_INDEX_TAG, syskeys.TTL_MARKER_TAG, syskeys.KEYED_SCHEMA_TAG):
-            return syskeys.name_of_named_key(key) == name
-        return False
-    if key[0] >= 0x80:  # operator state of keyed functions (0xFE)
-        return False
-    return K.state_name_of(key) == name

@@ -5,12 +5,14 @@ query's checkpoint (Spark's commit log says which batches are committed), the fu
 location (found by the operations tools' rules, :mod:`spark_state.ops.process_locations`), and
 what ``_operator.json`` records -- key columns (:class:`~.keys.KeyColumns`) and max parallelism.
 Batch ``b``'s state is batch version ``b + 1`` of the location.
+
+:func:`choose_function` is the one chooser of "which function" for every reader, of a
+checkpoint (:func:`choose`) and of a savepoint (:class:`~.savepoint_source.SavepointSource`).
 """
 
 from __future__ import annotations
 
-import json
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Protocol, Sequence, TypeVar
 
 from ..ops.checkpoint_reader import SparkCheckpoint
 from ..ops.process_locations import ProcessLocation, find_process_locations, where_looked
@@ -29,7 +31,7 @@ class KeyedSource:
         self.location = location
         self.storage_options = dict(location.storage_options)
         self.storage: CheckpointStorage = location.storage()
-        meta = json.loads(self.storage.read_bytes(L.META_FILE))
+        meta = L.read_meta(self.storage)
         self.key_columns = KeyColumns.from_record(meta, self.storage.full_url(L.META_FILE))
         self.max_parallelism = int(location.max_parallelism or meta["max_parallelism"])
 
@@ -40,7 +42,7 @@ class KeyedSource:
         """The keyed function ``function`` of the query of ``checkpoint`` (optional when it has one)."""
         ckpt = SparkCheckpoint(checkpoint, dict(storage_options or {}))
         keyed = keyed_locations(ckpt, storage_options, process_root, process_locations)
-        return cls(ckpt, choose(keyed, function, ckpt, process_root))
+        return cls(ckpt, choose(keyed, function, ckpt, process_root, process_locations))
 
     @property
     def function(self) -> str:
@@ -59,27 +61,51 @@ def keyed_locations(ckpt: SparkCheckpoint, storage_options: Optional[Mapping[str
     return [loc for loc in found if loc.kind == KEYED]
 
 
-def choose(keyed: list[ProcessLocation], function: Optional[str], ckpt: SparkCheckpoint,
-           process_root: Optional[str]) -> ProcessLocation:
-    """The location of ``function`` among ``keyed``; without ``function``, the only one.
+class Named(Protocol):
+    """A function's entry in a checkpoint (:class:`ProcessLocation`) or a savepoint's manifest."""
 
-    :raises UnknownStateError: no such function, none at all, or several and none named."""
-    names = [loc.name for loc in keyed]
+    @property
+    def name(self) -> str: ...
+
+
+N = TypeVar("N", bound=Named)
+
+
+def choose_function(functions: Sequence[N], function: Optional[str], where: str, *, looked: Optional[str] = None,
+                    kind: str = "keyed function") -> N:
+    """The entry of ``function`` among ``functions``; without ``function``, the only one. The one
+    chooser of every reader of a checkpoint or a savepoint, so their errors read alike.
+
+    Args:
+        functions: the functions found (each with a ``name``).
+        function: the name asked for (``function=``, ``--function``), or None.
+        where: what was searched, for messages (``the query of <checkpoint>``, ``the savepoint <url>``).
+        looked: where the search looked (:func:`~spark_state.ops.process_locations.where_looked`), if
+            it looked in several places.
+        kind: what the functions are, for messages (``keyed function``, ``function``).
+
+    :raises UnknownStateError: no such function, none at all, or several and none named.
+    """
+    names = ", ".join(f.name for f in functions) or "none"
+    at = f"; looked {looked}" if looked else ""
     if function is not None:
-        for loc in keyed:
-            if loc.name == function:
-                return loc
+        for entry in functions:
+            if entry.name == function:
+                return entry
+        raise UnknownStateError(f"{where} has no {kind} named {function!r} ({kind}s found: {names}{at})")
+    if len(functions) == 1:
+        return functions[0]
+    if not functions:
         raise UnknownStateError(
-            f"the query of {ckpt.url} has no keyed function named {function!r} "
-            f"(keyed functions found: {', '.join(names) or 'none'}; looked "
-            f"{where_looked(ckpt.storage, ckpt.query_id(), process_root)})")
-    if len(keyed) == 1:
-        return keyed[0]
-    if not keyed:
-        raise UnknownStateError(
-            f"the query of {ckpt.url} has no keyed function state (looked "
-            f"{where_looked(ckpt.storage, ckpt.query_id(), process_root)}); a function given "
-            "state_location= is found with process_locations={name: url} (--process-location NAME=URL)")
-    raise UnknownStateError(
-        f"the query of {ckpt.url} has several keyed functions ({', '.join(names)}): name one "
-        "with function= (--function NAME)")
+            f"{where} has no {kind} state" + (f" (looked {looked}); a function given state_location= is found "
+                                              "with process_locations={name: url} (--process-location NAME=URL)"
+                                              if looked else ""))
+    raise UnknownStateError(f"{where} has several {kind}s ({names}): name one with function= (--function NAME)")
+
+
+def choose(keyed: list[ProcessLocation], function: Optional[str], ckpt: SparkCheckpoint,
+           process_root: Optional[str], process_locations: Optional[Mapping[str, str]] = None,
+           kind: str = "keyed function") -> ProcessLocation:
+    """:func:`choose_function` over the state locations found for the query of ``ckpt``."""
+    return choose_function(keyed, function, f"the query of {ckpt.url}", kind=kind,
+                           looked=where_looked(ckpt.storage, ckpt.query_id(), process_root, process_locations))

@@ -118,11 +118,9 @@ def test_savepoint_demands_process_state_it_cannot_find(spark, tmp_path):
     out = subprocess.run([sys.executable, "-m", "spark_state", "savepoint", str(ck), str(tmp_path / "sp"), "--json"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)  # no ./spark-state here
     assert out.returncode == 1, out.stderr
-    default = tmp_path / "spark-state"
     message = (f"the savepoint of batch 1 of {ck} would hold no state: the checkpoint has no stateful operator of "
                f"Spark's, and no keyed_process/checkpointed_process state of query {query_id} was found beside the "
-               f"checkpoint ({ck}/spark-state/<name>) and under the former default root {default} "
-               f"({default}/{query_id}/<name>, which does not exist here). Spark's checkpoint does not record those "
+               f"checkpoint ({ck}/spark-state/<name>). Spark's checkpoint does not record those "
                "operators or where their state lives: if the query runs one with state_root= (or the conf "
                "spark.sql.streaming.stateStore.sparkState.process.root), point at its state with --process-root DIR "
                f"(the state is at DIR/{query_id}/<name>); with state_location=, with --process-location NAME=URL; a "
