@@ -50,6 +50,7 @@ from ..process.routing import add_routing_columns
 from ..state import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
                      ValueStateDescriptor)
 from ..state.descriptors import StateDescriptor
+from ..state.type_strings import spark_type_of as _spark_type_of
 from ..storage import open_storage
 from .bootstrap_task import RESULT_DDL, BaseEntries, bootstrap_partition
 from .errors import KeyMismatchError, StateDataError
@@ -245,13 +246,6 @@ def _expected_type(descriptor: StateDescriptor, kind: str) -> Optional[T.DataTyp
         key = _spark_type_of(getattr(descriptor, "key_serializer", None))
         return T.MapType(key, value, True) if key is not None else None
     return value
-
-
-def _spark_type_of(serializer: Any) -> Optional[T.DataType]:
-    from ..state.serializers import parse_type_string
-
-    text = getattr(serializer, "type_string", None)
-    return parse_type_string(text) if isinstance(text, str) else None
 
 
 def _canonical(data_type: T.DataType) -> str:
