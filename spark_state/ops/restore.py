@@ -48,7 +48,8 @@ from .errors import SavepointError, TargetExistsError
 from .process_locations import CHECKPOINT, FORMER_DEFAULT, beside_checkpoint
 from .progress import Progress
 from .rescale import SINGLE_PARTITION_OPERATORS, Split, write_split
-from .state_files import read_state_batches, read_state_entries, read_verified
+from .savepoint_manifest import read_manifest, read_verified
+from .state_files import read_state_batches, read_state_entries
 from .state_io import new_tool_run_id, write_process_layout
 from ..process import location as L
 
@@ -70,20 +71,6 @@ class RestoreResult:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def read_manifest(savepoint: CheckpointStorage) -> F.SavepointManifest:
-    """The savepoint's manifest, checked against its own file list (see
-    :meth:`~.savepoint_format.SavepointManifest.check_batch`); a missing one means a partial
-    (interrupted) savepoint."""
-    if not savepoint.exists(F.MANIFEST):
-        hint = "it holds files but no manifest: a savepoint that was interrupted" if savepoint.list_dir(F.SPARK_DIR) \
-            or savepoint.list_dir(F.STATE_DIR) else "the directory holds no savepoint"
-        raise SavepointError(f"{savepoint.full_url(F.MANIFEST)} is missing: {hint}. Take a new savepoint")
-    where = savepoint.full_url(F.MANIFEST)
-    manifest = F.SavepointManifest.from_json(savepoint.read_bytes(F.MANIFEST), where)
-    manifest.check_batch(where)
-    return manifest
 
 
 def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int] = None, backend: str = "rocksdb",

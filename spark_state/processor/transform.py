@@ -39,7 +39,7 @@ from pyspark.sql import types as T
 from ..config import EngineConfig
 from ..ops import savepoint_format as F
 from ..ops.progress import Progress
-from ..ops.restore import read_manifest
+from ..ops.savepoint_manifest import read_manifest
 from ..ops.savepoint import check_empty_target
 from ..ops.state_files import copy_verified
 from ..process.functions import KeyedProcessFunction
