@@ -4,7 +4,7 @@ The new checkpoint restarts the unchanged query right after the savepoint's batc
 
 * state: version ``N + 1`` of every store, written by a tool run (:mod:`.state_io`); at
   another partition count the provider's rows are re-split by their stored Spark hash
-  (:mod:`.rescale`), so each row lands where Spark's ``HashPartitioning`` sends its key;
+  (:mod:`.resplit`), so each row lands where Spark's ``HashPartitioning`` sends its key;
 * Spark's files, written after the state: source logs, operator metadata (with the new
   ``numPartitions``), schema files, the offset log up to ``N`` (with the new
   ``spark.sql.shuffle.partitions`` and the target provider class), the commit log up to
@@ -47,7 +47,7 @@ from .checkpoint_reader import (PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, SP
 from .errors import SavepointError, TargetExistsError
 from .process_locations import CHECKPOINT, FORMER_DEFAULT, beside_checkpoint
 from .progress import Progress
-from .rescale import SINGLE_PARTITION_OPERATORS, Split, write_split
+from .resplit import SINGLE_PARTITION_OPERATORS, Split, write_split
 from .savepoint_manifest import read_manifest, read_verified
 from .state_files import read_state_batches, read_state_entries
 from .state_io import new_tool_run_id, write_process_layout

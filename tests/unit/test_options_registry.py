@@ -115,7 +115,7 @@ def test_a_python_api_conf_is_no_engine_error():
 
 def test_environment_variables_match_their_readers():
     from spark_state.spark import spark_jars
-    from spark_state.ops.rescale import CRASH_AFTER_STORES_ENV
+    from spark_state.ops.resplit import CRASH_AFTER_STORES_ENV
     from spark_state.testing.crashpoints import ENV_VAR
 
     names = {v.name for v in O.ENV_VARS}
