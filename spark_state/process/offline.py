@@ -2,7 +2,9 @@
 state location, with no Spark streaming; give back what it wrote.
 
 This is the one entry of the keyed runtime for work that is not a micro-batch -- a bootstrap of
-keyed state from a DataFrame, a transform of a savepoint (:mod:`spark_state.processor`). It
+keyed state from a DataFrame, a transform of a savepoint (:mod:`spark_state.processor`). On the
+driver, :func:`plan_offline` gives the plan and routes the rows as ``keyed_process`` does (its
+own plan builder); in each task of a batch job over the routed rows, :func:`run_keyed_offline`
 runs the same keyed loop (:mod:`.keyed_loop`) as a streaming task, as batch 0:
 
 1. the partition's store (layout ``(parallelism, 0)``, batch version 0) is opened under the
@@ -22,23 +24,42 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import pyarrow as pa
+from pyspark.sql import DataFrame
 
 from ..engine.store import VersionedStore
 from ..state.regroup import owned_key_groups
 from ..storage import CheckpointStorage
+from .api import plan_keyed
 from .clock import maxima_dir
+from .event_time import EventTime
 from .keyed_loop import LoopTask, keyed_loop
 from .location import Layout
-from .plan import ProcessPlan
+from .options import ProcessOptions
+from .plan import Phases, ProcessPlan
 from .stores import PartitionStore
 
-__all__ = ["OfflineRun", "run_keyed_offline"]
+__all__ = ["OfflineRun", "plan_offline", "run_keyed_offline"]
 
 #: An offline run is the first batch of its location.
 _BATCH = 0
+
+
+def plan_offline(df: DataFrame, keys: Sequence[str], key_fields: Sequence[Any], function: Any,
+                 options: ProcessOptions, event_time: Optional[str] = None) -> tuple[ProcessPlan, DataFrame]:
+    """The plan of an offline run of keyed ``function`` over ``df`` (driver side), and ``df``
+    routed for it exactly as :func:`~.api.keyed_process` routes a streaming query's rows (one
+    :func:`~.api.plan_keyed` for both): partition ``i`` of the routed DataFrame is the input of
+    :func:`run_keyed_offline` for partition ``i``.
+
+    The plan has the bootstrap phase: the time phase runs without firing, and timers of both
+    domains may be registered for the query that restores the state. ``event_time``: the column
+    of each row's event time (read by side, the batch's event-time maxima recorded)."""
+    time = EventTime(event_time, 0) if event_time else None
+    return plan_keyed(df, keys, key_fields, function, options, Phases(event_time=time is not None, bootstrap=True),
+                      time, None)
 
 
 @dataclass

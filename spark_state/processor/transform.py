@@ -43,10 +43,9 @@ from ..ops.savepoint_manifest import read_manifest
 from ..ops.savepoint import check_empty_target
 from ..ops.state_files import copy_verified
 from ..process.functions import KeyedProcessFunction
+from ..process.offline import plan_offline
 from ..process.options import ProcessOptions
-from ..process.plan import KEYED, Phases, ProcessPlan
 from ..process.location import LocationSpec
-from ..process.routing import add_routing_columns
 from ..state import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
                      ValueStateDescriptor)
 from ..state.descriptors import StateDescriptor
@@ -191,8 +190,7 @@ class SavepointTransform:
         rows = r.rows.select(*keys, "value")
         opts = ProcessOptions(function_name=f"{name}.{r.descriptor.name}", location=LocationSpec(None, None, name),
                               engine=_engine(), parallelism=n, output_schema=T.StructType([]), max_parallelism=max_p)
-        plan = ProcessPlan(KEYED, StateWriter(r.descriptor, r.kind), opts, tuple(key_columns.fields), (),
-                           Phases(bootstrap=True))
+        plan, routed = plan_offline(rows, keys, key_columns.fields, StateWriter(r.descriptor, r.kind), opts)
 
         def run(batches):
             return bootstrap_partition(plan, name, url, options, batches, base)
@@ -200,7 +198,7 @@ class SavepointTransform:
         bar = Progress(f"transform of {name}.{r.descriptor.name}", unit="partitions", total=n, enabled=self._progress)
         found: dict[int, F.FileEntry] = {}
         try:
-            for row in add_routing_columns(rows, keys, n, max_p).mapInArrow(run, RESULT_DDL).toLocalIterator():
+            for row in routed.mapInArrow(run, RESULT_DDL).toLocalIterator():
                 found[row.partition] = F.FileEntry(row.path, row.size, row.crc32, row.rows, row.keys)
                 bar.update(1)
         finally:
