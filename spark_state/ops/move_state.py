@@ -8,8 +8,9 @@ checkpoint holds no state of the operator). :func:`move_state` moves every opera
 of the query from there (or from ``<process_root>/<query id>/<name>``) beside the checkpoint,
 one operator at a time:
 
-1. refuse a running query (:func:`~.rescale.check_stopped`: a batch with offsets but no
-   commit; and a store holding a version past the last committed batch's) and any
+1. refuse a running query (:func:`~.rewrite.check_stopped`: a batch with offsets but no
+   commit; and :func:`~.rewrite.check_live_stores`: a store holding a version past the last
+   committed batch's) and any
    operator whose destination already holds state (``_operator.json``), before anything is
    written;
 2. copy every file (streaming), ``_operator.json`` last: the runtime takes a location for
@@ -33,16 +34,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..checkpoint.retention import list_copies, needed_files, read_manifest
+from ..checkpoint.retention import needed_files, read_manifest
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..process import location as L
 from ..storage import CheckpointStorage, open_storage
 from .checkpoint_reader import SparkCheckpoint
-from .errors import MoveVerificationError, ProcessStateNotFoundError, QueryRunningError, TargetExistsError
+from .errors import MoveVerificationError, ProcessStateNotFoundError, TargetExistsError
 from .process_locations import (FORMER_DEFAULT, ProcessLocation, beside_checkpoint, default_process_root,
                                 locations_under)
 from .progress import Progress
-from .rescale import check_stopped
+from .rewrite import check_live_stores, check_stopped
 from .state_io import process_layout
 from .storage_walk import copy_file, remove_empty_dirs, walk_files
 
@@ -78,9 +79,9 @@ def move_state(checkpoint: str, *, process_root: Optional[str] = None,
     last = ckpt.last_committed()
     check_stopped(ckpt, -1 if last is None else last, resume_marker=False, operation="move the state",
                   force_option=False)
+    check_live_stores(ckpt, [], 0, sources.values(), last, force_option=False)
     beside = beside_checkpoint(ckpt.storage)
     for loc in sources.values():
-        _check_not_committing(loc.storage(), last, ckpt.url)
         if beside.exists(f"{loc.name}/{L.META_FILE}"):
             raise TargetExistsError(
                 f"{beside.full_url(loc.name)} already holds state of {loc.name!r}: the query uses it, not the state at "
@@ -95,18 +96,6 @@ def move_state(checkpoint: str, *, process_root: Optional[str] = None,
     remove_empty_dirs(open_storage(os.path.join(root, query_id)))  # <root>/<query id>, when nothing is left
     result.seconds = round(time.perf_counter() - started, 3)
     return result
-
-
-def _check_not_committing(source: CheckpointStorage, last: Optional[int], where: str) -> None:
-    """A store holding a batch version past the last committed batch's: a batch being committed."""
-    committed = 0 if last is None else last + 1
-    for lay in L.list_layouts(source):
-        for i in range(lay.parallelism):
-            newer = [v + lay.base for v in list_copies(source.child(lay.store_path(i))) if v + lay.base > committed]
-            if newer:
-                raise QueryRunningError(
-                    f"{source.full_url(lay.store_path(i))} holds batch version {max(newer)}, past the last committed "
-                    f"batch's ({committed}): a query is committing a batch on {where}. Stop it first")
 
 
 def _move(loc: ProcessLocation, target: CheckpointStorage, last: Optional[int], bar: Progress) -> dict[str, Any]:

@@ -4,7 +4,7 @@ The new checkpoint restarts the unchanged query right after the savepoint's batc
 
 * state: version ``N + 1`` of every store, written by a tool run (:mod:`.state_io`); at
   another partition count the provider's rows are re-split by their stored Spark hash
-  (:mod:`.rescale`), so each row lands where Spark's ``HashPartitioning`` sends its key;
+  (:mod:`.resplit`), so each row lands where Spark's ``HashPartitioning`` sends its key;
 * Spark's files, written after the state: source logs, operator metadata (with the new
   ``numPartitions``), schema files, the offset log up to ``N`` (with the new
   ``spark.sql.shuffle.partitions`` and the target provider class), the commit log up to
@@ -47,8 +47,9 @@ from .checkpoint_reader import (PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, SP
 from .errors import SavepointError, TargetExistsError
 from .process_locations import CHECKPOINT, FORMER_DEFAULT, beside_checkpoint
 from .progress import Progress
-from .rescale import SINGLE_PARTITION_OPERATORS, Split, write_split
-from .state_files import read_state_batches, read_state_entries, read_verified
+from .resplit import SINGLE_PARTITION_OPERATORS, Split, write_split
+from .savepoint_manifest import read_manifest, read_verified
+from .state_files import read_state_batches, read_state_entries
 from .state_io import new_tool_run_id, write_process_layout
 from ..process import location as L
 
@@ -70,20 +71,6 @@ class RestoreResult:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def read_manifest(savepoint: CheckpointStorage) -> F.SavepointManifest:
-    """The savepoint's manifest, checked against its own file list (see
-    :meth:`~.savepoint_format.SavepointManifest.check_batch`); a missing one means a partial
-    (interrupted) savepoint."""
-    if not savepoint.exists(F.MANIFEST):
-        hint = "it holds files but no manifest: a savepoint that was interrupted" if savepoint.list_dir(F.SPARK_DIR) \
-            or savepoint.list_dir(F.STATE_DIR) else "the directory holds no savepoint"
-        raise SavepointError(f"{savepoint.full_url(F.MANIFEST)} is missing: {hint}. Take a new savepoint")
-    where = savepoint.full_url(F.MANIFEST)
-    manifest = F.SavepointManifest.from_json(savepoint.read_bytes(F.MANIFEST), where)
-    manifest.check_batch(where)
-    return manifest
 
 
 def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int] = None, backend: str = "rocksdb",

@@ -16,7 +16,7 @@ is never held whole, neither as bytes nor as a list of entries:
   closed. Nothing of a file is used before its check passed.
 * **Copying** (:func:`copy_verified`): a state file goes through the checked local file and
   ``upload_file``; Spark's small files (logs, metadata, clock files) are copied as bytes
-  (:func:`read_verified`).
+  (:func:`.savepoint_manifest.read_verified`).
 
 Errors are the savepoint's: a file the manifest does not list, a missing file, one of another
 size or CRC-32, or not a readable Arrow file each raise
@@ -37,7 +37,7 @@ from ..storage import CheckpointStorage
 from ..storage.local_copy import local_file
 from ..storage.spool import SpooledUpload
 from . import savepoint_format as F
-from .errors import SavepointError
+from .savepoint_manifest import listed_file as _listed, read_verified
 
 
 # ------------------------------------------------------------------------------ writing
@@ -57,15 +57,6 @@ def write_state_file(storage: CheckpointStorage, path: str, entries: Iterable[tu
 
 
 # ------------------------------------------------------------------------------ reading
-def read_verified(savepoint: CheckpointStorage, manifest: F.SavepointManifest, path: str) -> bytes:
-    """The whole content of a *small* savepoint file (Spark's logs and metadata, clock files),
-    checked against the manifest. State files are read with :func:`read_state_batches`."""
-    entry, where = _listed(savepoint, manifest, path)
-    data = savepoint.read_bytes(path)
-    F.verify(data, entry, where)
-    return data
-
-
 @contextlib.contextmanager
 def verified_file(savepoint: CheckpointStorage, manifest: F.SavepointManifest, path: str,
                   scratch_dir: Optional[str] = None) -> Iterator[str]:
@@ -122,15 +113,6 @@ def copy_verified(savepoint: CheckpointStorage, manifest: F.SavepointManifest, p
 
 
 # ------------------------------------------------------------------------------ helpers
-def _listed(savepoint: CheckpointStorage, manifest: F.SavepointManifest, path: str) -> tuple[F.FileEntry, str]:
-    """The manifest entry of ``path`` and the file's URL, once the file is known to exist."""
-    entry = manifest.file(path)
-    where = savepoint.full_url(path)
-    if not savepoint.exists(path):
-        raise SavepointError(f"{where} is missing: the savepoint is incomplete or damaged; take a new one")
-    return entry, where
-
-
 def _owning(stack: contextlib.ExitStack, batches: Iterator[pa.RecordBatch]) -> Generator[pa.RecordBatch, None, None]:
     """``batches``, then ``stack`` closed (the local copy deleted) when they end or this
     iterator is closed. One never started leaves its copy to the temporary directory's own

@@ -25,6 +25,7 @@ before a round-robin repartition so that retries see the same split) and runs
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Mapping, Optional, Sequence, Union
 
@@ -33,7 +34,7 @@ from pyspark.sql.types import StructType
 
 from ..state import MapStateDescriptor
 from .errors import ProcessDefinitionError
-from .event_time import event_time_of
+from .event_time import EventTime, event_time_of
 from .functions import (
     CheckpointedFunction,
     KeyedBroadcastProcessFunction,
@@ -117,17 +118,30 @@ def keyed_process(
     _no_heartbeat(idle_heartbeat)
     event_time = event_time_of(df, "keyed_process")
     phases = _phases(function, event_time=event_time is not None)
-    n, max_p = options.parallelism, _max_p(options)
     ticks = tick_stream(df, options.location.name, timers=phases.timers)
-    if not phases.any:
-        # the plain input: nothing to pay for time
-        plan = ProcessPlan(KEYED, function, options, tuple(key_fields))
-        kg, route = key_group_and_route(keys, n, max_p)
+    plan, routed = plan_keyed(df, keys, key_fields, function, options, phases, event_time, ticks)
+    return _keyed(routed, plan)
+
+
+def plan_keyed(df: DataFrame, keys: Sequence[str], key_fields: Sequence[Any], function: Any, options: ProcessOptions,
+               phases: Phases, event_time: Optional[EventTime],
+               ticks: Optional[DataFrame]) -> tuple[ProcessPlan, DataFrame]:
+    """The plan of a one-input keyed function over ``df``, and ``df`` routed for it: the one place
+    it is built, for :func:`keyed_process` and for offline runs (:mod:`.offline`).
+
+    The plain input (no sides: a key's rows in one call, nothing paid for time) unless an input
+    declares event time or a phase other than the bootstrap's needs the rows by side (then one
+    tagged side, :mod:`.inputs`). ``ticks``: the tick stream unioned into the input (None in a
+    batch job)."""
+    n, max_p = options.parallelism, _max_p(options)
+    if event_time is None and not dataclasses.replace(phases, bootstrap=False).any:
+        plan = ProcessPlan(KEYED, function, options, tuple(key_fields), (), phases)
+        kg, route = key_group_and_route(list(keys), n, max_p)
         tagged = df.withColumn(KEY_GROUP_COLUMN, kg).withColumn(ROUTE_COLUMN, route)
-        return _keyed(repartition_routed(with_tick_source(tagged, ticks), n), plan)
+        return plan, repartition_routed(tagged if ticks is None else with_tick_source(tagged, ticks), n)
     side = InputSide(LEFT, tuple(df.columns), tuple(df.columns), tuple(keys), event_time)
     plan = ProcessPlan(KEYED, function, options, tuple(key_fields), (side,), phases)
-    return _keyed(union_inputs([(side, df)], n, max_p, ticks), plan)
+    return plan, union_inputs([(side, df)], n, max_p, ticks)
 
 
 def keyed_co_process(

@@ -27,6 +27,7 @@ Spark's retry of the task starts again from version ``B``: state is exactly-once
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, Callable, Iterator, Optional
 
@@ -35,6 +36,7 @@ import pyarrow as pa
 from ..partitioning.keygroups import KeyGroupRange
 from ..state import KeyedStateBackend
 from ..state.key_context import KeyContext
+from ..storage import CheckpointStorage
 from .arrow_io import OutputWriter
 from .errors import misrouted_row
 from .functions import KeyedContext, defines
@@ -48,7 +50,20 @@ from .observation import ObservationWriter
 from .stores import PartitionStore, store_observation, task_output
 
 
-def keyed_loop(plan: ProcessPlan, task: Any, ps: PartitionStore, own: KeyGroupRange,
+@dataclass
+class LoopTask:
+    """What the keyed loop and its phases read of a task: the batch, the partition, and the state
+    location (URL and storage) whose clock and event-time files the time phase reads and writes.
+    A streaming task (:mod:`.runner`) adds its query run; an offline run (:mod:`.offline`) is
+    batch 0 of a scratch location."""
+
+    batch_id: int
+    partition: int
+    url: str
+    storage: CheckpointStorage
+
+
+def keyed_loop(plan: ProcessPlan, task: LoopTask, ps: PartitionStore, own: KeyGroupRange,
                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """The keyed loop over ``batches`` (see the module docstring); ``ps`` is the partition's
     store at the batch's version, ``own`` the key groups the partition owns."""

@@ -23,7 +23,7 @@ version ``B`` in checkpoint storage: state is exactly-once under retries.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
 import pyarrow as pa
 
@@ -37,7 +37,7 @@ from .errors import NotInStreamingQueryError, StateLocationError
 from .functions import OperatorContext
 from .gc_pacing import paced
 from .keyed_input import BatchLayout
-from .keyed_loop import keyed_loop
+from .keyed_loop import LoopTask, keyed_loop
 from .location import (
     BATCH_ID_PROPERTY,
     CHECKPOINT_ROOT_PROPERTY,
@@ -58,11 +58,9 @@ from .stores import PartitionStore, acquire, store_observation, task_output
 
 
 @dataclass
-class _Task:
-    batch_id: int
-    partition: int
-    url: str
-    storage: Any
+class _Task(LoopTask):
+    """A streaming task: its batch, partition and state location, and the query run it works for."""
+
     runs: RunContext
 
 

@@ -107,13 +107,17 @@ class PartitionStore:
     origin: str
     batch_version: int
     _storage: CheckpointStorage
+    #: keep the committed store in the worker's cache for the next batch (a streaming task); an
+    #: offline run (:mod:`.offline`) keeps it itself, and closes it
+    cached: bool = True
 
     def commit(self) -> int:
-        """Commit batch version ``batch_version + 1``; keep the store for the next batch."""
+        """Commit batch version ``batch_version + 1``; keep the store for the next batch (``cached``)."""
         s = self.store.commit()
         manifest = self.store.manifest
         assert manifest is not None
-        CACHE.put(self.url, self.partition, _Cached(self.store, self.layout, manifest.rank))
+        if self.cached:
+            CACHE.put(self.url, self.partition, _Cached(self.store, self.layout, manifest.rank))
         return self.layout.base + s
 
     def discard(self) -> None:

@@ -62,12 +62,10 @@ from ..ops.progress import Progress
 from ..ops.savepoint import check_empty_target, take, write_file
 from ..process.api import key_columns
 from ..process.clock import clock_path, maxima_dir
-from ..process.event_time import EventTime
 from ..process.functions import KeyedProcessFunction
-from ..process.inputs import LEFT, InputSide, union_inputs
+from ..process.offline import plan_offline
 from ..process.options import process_options
-from ..process.routing import add_routing_columns
-from ..process.plan import KEYED, Phases, ProcessPlan
+from ..process.plan import KEYED
 from ..storage import CheckpointStorage, open_storage
 from .bootstrap_task import RESULT_DDL, OutputDropped, bootstrap_partition
 from .errors import BootstrapError
@@ -265,15 +263,9 @@ class SavepointWriter:
         assert opts.max_parallelism is not None
         n, name, url = opts.parallelism, entry.name, target.url
         function = OutputDropped(entry.function)
-        if entry.event_time:  # read by side: each row's event time on the context, the maxima recorded
-            side = InputSide(LEFT, tuple(history.columns), tuple(history.columns), tuple(keys),
-                             EventTime(entry.event_time, 0))
-            plan = ProcessPlan(KEYED, function, opts, tuple(key_fields), (side,),
-                               Phases(event_time=True, bootstrap=True))
-            routed = union_inputs([(side, history)], n, opts.max_parallelism, None)
-        else:  # the plain input: a key's rows in one call
-            plan = ProcessPlan(KEYED, function, opts, tuple(key_fields), (), Phases(bootstrap=True))
-            routed = add_routing_columns(history, keys, n, opts.max_parallelism)
+        # with event time read by side (each row's event time on the context, the maxima recorded),
+        # else the plain input (a key's rows in one call)
+        plan, routed = plan_offline(history, keys, key_fields, function, opts, entry.event_time)
 
         def run(batches):
             return bootstrap_partition(plan, name, url, options, batches)

@@ -9,9 +9,9 @@ The task
    (the state never lives there longer than the task) -- or, for a transform
    (:mod:`.transform`), a store holding the savepoint partition's entries without those of the
    states it replaces (:class:`BaseEntries`);
-2. runs the keyed loop (:mod:`spark_state.process.keyed_loop`) over its rows with a plan whose
-   time phase registers timers for the restoring query and fires none; the function's output
-   is dropped;
+2. runs the keyed loop over its rows through the keyed runtime's offline entry
+   (:func:`spark_state.process.offline.run_keyed_offline`), with a plan whose time phase
+   registers timers for the restoring query and fires none; the function's output is dropped;
 3. writes the committed store's entries, in key order, as the savepoint's state file
    ``process/<name>/<partition>.arrow`` with the savepoint's own writer, in bounded memory
    (:func:`spark_state.ops.state_files.write_state_file`), and returns
@@ -28,18 +28,13 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import pyarrow as pa
 
-from ..engine.store import VersionedStore
 from ..keys.entries import is_entry_of_state
 from ..ops import savepoint_format as F
 from ..ops.state_files import read_unlisted_entries, write_state_file
-from ..process.clock import maxima_dir
 from ..process.functions import KeyedProcessFunction
-from ..process.keyed_loop import keyed_loop
-from ..process.location import Layout
+from ..process.offline import run_keyed_offline
 from ..process.plan import ProcessPlan
-from ..process.stores import CACHE, PartitionStore
-from ..state.regroup import owned_key_groups
-from ..storage import CheckpointStorage, open_storage
+from ..storage import open_storage
 from .savepoint_source import SavepointSource
 
 #: What each bootstrap task returns (one row).
@@ -97,17 +92,6 @@ class BaseEntries:
         return ((k, v) for k, v in found if not any(is_entry_of_state(k, name) for name in replaced))
 
 
-@dataclass(frozen=True)
-class _Task:
-    """What the keyed loop and its time phase read from a task (as :class:`~spark_state.process.runner._Task`)."""
-
-    batch_id: int
-    partition: int
-    url: str
-    storage: CheckpointStorage
-    runs: Optional[Any] = None
-
-
 def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepoint_options: Mapping[str, str],
                         batches: Iterator[pa.RecordBatch],
                         base: Optional[BaseEntries] = None) -> Iterator[pa.RecordBatch]:
@@ -116,51 +100,22 @@ def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepo
 
     tc = TaskContext.get()
     partition = tc.partitionId() if tc is not None else 0
-    assert plan.max_parallelism is not None
     work = tempfile.mkdtemp(prefix="spark-state-bootstrap-")
     # Local copies of state files read and the spool of the one written: beside the store, not in it.
     scratch = tempfile.mkdtemp(prefix="spark-state-bootstrap-scratch-")
-    store: Optional[VersionedStore] = None
     try:
-        storage = open_storage(work)
-        layout = Layout(plan.parallelism, 0)
-        store = VersionedStore(storage.child(layout.store_path(partition)), plan.engine)
-        if base is None:
-            store.load(0)
-        else:
-            store.import_version(1, base.entries(partition, scratch))
-        ps = PartitionStore(storage.url, partition, layout, store, "new", 0, storage)
-        counted = _Counted(batches)
-        task = _Task(0, partition, storage.url, storage)
-        for _ in keyed_loop(plan, task, ps, owned_key_groups(plan.max_parallelism, plan.parallelism, partition),
-                            iter(counted)):
-            pass  # output rows are dropped; the observation row too
-        CACHE.take(storage.url, plan.parallelism, partition)  # the loop's commit cached it: the store is ours
-        # The savepoint's one state-file writer (bounded memory; a large file spools to the
-        # task's own temporary directory).
-        written = write_state_file(open_storage(savepoint_url, dict(savepoint_options)),
-                                   F.process_file(name, partition), store.iterate(), scratch_dir=scratch)
-        maxima = storage.list_dir(maxima_dir(0))
+        start = None if base is None else base.entries(partition, scratch)
+        with run_keyed_offline(plan, partition, open_storage(work), batches, start) as run:
+            # The savepoint's one state-file writer (bounded memory; a large file spools to the
+            # task's own temporary directory).
+            written = write_state_file(open_storage(savepoint_url, dict(savepoint_options)),
+                                       F.process_file(name, partition), run.entries(), scratch_dir=scratch)
+            maxima = run.maxima()
         yield pa.record_batch([pa.array([partition], pa.int32()), pa.array([written.path]),
                                pa.array([written.size], pa.int64()), pa.array([written.crc32], pa.int64()),
                                pa.array([written.rows], pa.int64()), pa.array([written.keys], pa.int64()),
-                               pa.array([counted.rows], pa.int64()),
+                               pa.array([run.input_rows], pa.int64()),
                                pa.array([maxima], pa.list_(pa.string()))], schema=RESULT_SCHEMA)
     finally:
-        if store is not None:
-            store.close()
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-class _Counted:
-    """The task's input, counting its rows."""
-
-    def __init__(self, batches: Iterator[pa.RecordBatch]) -> None:
-        self._batches = batches
-        self.rows = 0
-
-    def __iter__(self) -> Iterator[pa.RecordBatch]:
-        for batch in self._batches:
-            self.rows += batch.num_rows
-            yield batch

@@ -12,7 +12,7 @@ map state entries, timers, and the TTL expiry index entries that name them (key 
 :mod:`spark_state.keys`). Operator state is not keyed and stays; schema records and TTL markers
 stay.
 
-How: as an in-place rescale to the same partition count (:mod:`spark_state.ops.rescale`).
+How: as an in-place rewrite at the same partition count (:mod:`spark_state.ops.rewrite`).
 From the last committed batch ``N`` it writes ``offsets/N+1`` (the same source offsets: a batch
 that reads no new input), then state version ``N+2``: every keyed function's state of batch
 ``N`` without the erased keys' entries, in a new layout of the same parallelism, and a copy of
@@ -53,8 +53,8 @@ from ..keys import provider as provider_keys
 from ..keys.entries import owner_of
 from ..keys.unsafe_row import UnsafeRowReader
 from ..ops.checkpoint_reader import OperatorInfo
-from ..ops.process_locations import ProcessLocation, find_process_locations
-from ..ops.rescale import prepare_rewrite, rewrite_as_new_batch
+from ..ops.process_locations import ProcessLocation
+from ..ops.rewrite import prepare_rewrite, rewrite_as_new_batch
 from ..ops.state_io import process_entries, reader_config, store_entries
 from ..process import location as L
 from ..process.plan import KEYED
@@ -117,10 +117,9 @@ def erase_keys(checkpoint: str, keys: Iterable[Any], *, function: Optional[str] 
     wanted = list(keys)
     if not wanted:
         raise ValueError("give at least one key to erase")
-    rewrite = prepare_rewrite(checkpoint, dict(storage_options or {}), force, "erase keys")
-    ckpt, last = rewrite.ckpt, rewrite.last
-    processes = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, dict(process_locations or {}),
-                                       dict(storage_options or {}))
+    rewrite = prepare_rewrite(checkpoint, dict(storage_options or {}), force, "erase keys", process_root=process_root,
+                              process_locations=dict(process_locations or {}))
+    ckpt, last, processes = rewrite.ckpt, rewrite.last, rewrite.processes
     keyed = [loc for loc in processes if loc.kind == KEYED]
     if function is not None or (not keyed and not operator_key):  # names what there is: an unknown function, none
         keyed = [choose(keyed, function, ckpt, process_root)]
@@ -141,7 +140,7 @@ def erase_keys(checkpoint: str, keys: Iterable[Any], *, function: Optional[str] 
         erasure = stores.get((op.id, store))
         return erasure.kept(entries) if erasure is not None else entries
 
-    rewrite_as_new_batch(rewrite, rewrite.partitions, processes, progress, entries_of, store_entries_of)
+    rewrite_as_new_batch(rewrite, rewrite.partitions, progress, entries_of, store_entries_of)
     operators: dict[str, dict[str, dict[str, int]]] = {}
     for op in rewrite.operators:
         for info in op.stores:

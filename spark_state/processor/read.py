@@ -51,7 +51,7 @@ from ..process import location as L
 from ..process.keycodec import key_decoder
 from ..spark.compat import arrow_schema
 from ..state.schema import StateSchema
-from ..state.serializers import parse_type_string
+from ..state.type_strings import spark_type_of
 from ..storage import CheckpointStorage, open_storage
 from .codecs import SINGLE_VALUE_KINDS
 from .records import keyed_records, state_codec
@@ -233,11 +233,14 @@ def state_schema(key_fields: tuple[T.StructField, ...], state: str, record: Stat
 
 
 def spark_type(snapshot: dict, state: str) -> T.DataType:
-    if snapshot.get("codec") != "spark":
+    """The Spark type of a state's values from its serializer snapshot (:func:`spark_type_of`),
+    or :class:`UnreadableStateError` when they have none."""
+    value = spark_type_of(snapshot)
+    if value is None:
         raise UnreadableStateError(
             f"state {state!r} is serialized by {snapshot.get('class') or snapshot.get('codec')}, whose values have "
             "no Spark type: read them one key at a time with spark_state.processor.StateLookup")
-    return parse_type_string(str(snapshot["type"]))
+    return value
 
 
 def _check_names(key_columns: list[str], added: "list[str] | tuple[str, ...]") -> None:

@@ -15,7 +15,7 @@ from typing import Iterator, Mapping, Optional
 
 from ..engine.store import VersionedStore
 from ..ops import savepoint_format as F
-from ..ops.restore import read_manifest
+from ..ops.savepoint_manifest import read_manifest
 from ..ops.state_files import read_state_entries
 from ..ops.state_io import reader_config
 from ..process.plan import KEYED

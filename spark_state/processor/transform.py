@@ -39,17 +39,17 @@ from pyspark.sql import types as T
 from ..config import EngineConfig
 from ..ops import savepoint_format as F
 from ..ops.progress import Progress
-from ..ops.restore import read_manifest
+from ..ops.savepoint_manifest import read_manifest
 from ..ops.savepoint import check_empty_target
 from ..ops.state_files import copy_verified
 from ..process.functions import KeyedProcessFunction
+from ..process.offline import plan_offline
 from ..process.options import ProcessOptions
-from ..process.plan import KEYED, Phases, ProcessPlan
 from ..process.location import LocationSpec
-from ..process.routing import add_routing_columns
 from ..state import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
                      ValueStateDescriptor)
 from ..state.descriptors import StateDescriptor
+from ..state.type_strings import spark_type_of as _spark_type_of
 from ..storage import open_storage
 from .bootstrap_task import RESULT_DDL, BaseEntries, bootstrap_partition
 from .errors import KeyMismatchError, StateDataError
@@ -190,8 +190,7 @@ class SavepointTransform:
         rows = r.rows.select(*keys, "value")
         opts = ProcessOptions(function_name=f"{name}.{r.descriptor.name}", location=LocationSpec(None, None, name),
                               engine=_engine(), parallelism=n, output_schema=T.StructType([]), max_parallelism=max_p)
-        plan = ProcessPlan(KEYED, StateWriter(r.descriptor, r.kind), opts, tuple(key_columns.fields), (),
-                           Phases(bootstrap=True))
+        plan, routed = plan_offline(rows, keys, key_columns.fields, StateWriter(r.descriptor, r.kind), opts)
 
         def run(batches):
             return bootstrap_partition(plan, name, url, options, batches, base)
@@ -199,7 +198,7 @@ class SavepointTransform:
         bar = Progress(f"transform of {name}.{r.descriptor.name}", unit="partitions", total=n, enabled=self._progress)
         found: dict[int, F.FileEntry] = {}
         try:
-            for row in add_routing_columns(rows, keys, n, max_p).mapInArrow(run, RESULT_DDL).toLocalIterator():
+            for row in routed.mapInArrow(run, RESULT_DDL).toLocalIterator():
                 found[row.partition] = F.FileEntry(row.path, row.size, row.crc32, row.rows, row.keys)
                 bar.update(1)
         finally:
@@ -245,13 +244,6 @@ def _expected_type(descriptor: StateDescriptor, kind: str) -> Optional[T.DataTyp
         key = _spark_type_of(getattr(descriptor, "key_serializer", None))
         return T.MapType(key, value, True) if key is not None else None
     return value
-
-
-def _spark_type_of(serializer: Any) -> Optional[T.DataType]:
-    from ..state.serializers import parse_type_string
-
-    text = getattr(serializer, "type_string", None)
-    return parse_type_string(text) if isinstance(text, str) else None
 
 
 def _canonical(data_type: T.DataType) -> str:

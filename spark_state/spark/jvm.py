@@ -14,8 +14,9 @@ folders, against that line's jars. Two places hold a jar:
 * **Cached** (a source checkout, ``pip install -e .``): compiled on first use with the Scala
   compiler that ships inside the line's own jars (Maven and sbt are not needed, and the
   compiler always matches the Scala version Spark was built with): the installed pyspark's for
-  its line, jars fetched once into the cache (:func:`spark_jars_dir`) for another. The jar is
-  never committed to the repository: it is a cache entry derived from the sources.
+  its line, jars fetched once into the cache for another (finding and fetching Spark's jars is
+  :mod:`spark_state.spark.spark_jars`'s part). The jar is never committed to the repository:
+  it is a cache entry derived from the sources.
 
 Cache layout::
 
@@ -51,8 +52,8 @@ reads them to resolve mixed references, then ``javac`` compiles them against sca
 files under ``main/resources`` are copied into the jar verbatim (e.g. ``META-INF/services``
 entries). Files whose name starts with ``.`` are ignored (editor lock and swap files).
 
-Size: one module on purpose (over 500 lines). Locating, caching, building and packaging a jar
-share one invariant -- a jar at its final path is complete and matches its source key -- and
+Size: one module on purpose (over 500 lines). Locating, caching, building and packaging the shim
+jar share one invariant -- a jar at its final path is complete and matches its source key -- and
 one set of private build steps (``_run``, ``_build``, ``_source_dir_if_present``) that the
 tests replace in this one namespace. Split, the invariant would span modules.
 """
@@ -72,6 +73,7 @@ from typing import IO, Optional, Sequence
 
 from ..errors import ConfigError
 from .lines import LINES, SparkLine, get_line, running_line
+from .spark_jars import cache_dir, installed_line, pyspark_jars_dir, pyspark_version, scala_jars, spark_jars_dir
 
 __all__ = [
     "PROVIDER_CLASS",
@@ -81,16 +83,12 @@ __all__ = [
     "JAR_NAME",
     "ShimBuildError",
     "shim_source_dir",
-    "pyspark_jars_dir",
-    "cache_dir",
     "jar_path",
     "packaged_jar",
     "packaged_jar_dir",
     "packaged_jar_name",
     "build_packaged_jar",
     "jar_manifest",
-    "spark_jars_dir",
-    "fetch_spark_jars",
 ]
 
 log = logging.getLogger(__name__)
@@ -123,9 +121,6 @@ MANIFEST_SPARK_LINE = "Spark-Line"
 MANIFEST_SPARK_VERSION = "Spark-Version"
 MANIFEST_SCALA_COMPILER = "Scala-Compiler"
 MANIFEST_SOURCE_KEY = "Spark-State-Shim-Key"
-
-#: Environment variable that overrides the cache root (default ``~/.cache/spark-state``).
-CACHE_DIR_ENV = "SPARK_STATE_CACHE_DIR"
 
 #: Part of the cache key: bump it when the way a jar is built changes (compiler flags,
 #: jar layout), so that jars built the old way are not reused.
@@ -195,135 +190,6 @@ def _source_dir_if_present() -> Optional[Path]:
     return path if path.is_dir() else None
 
 
-def pyspark_jars_dir() -> Path:
-    """The directory of the jars of the Spark that pyspark runs (``pyspark/jars``).
-
-    Falls back to ``$SPARK_HOME/jars`` for a pyspark without bundled jars (the ``python/``
-    directory of a Spark distribution).
-    """
-    try:
-        import pyspark
-    except ImportError as exc:  # pragma: no cover - pyspark is a hard dependency
-        raise ConfigError("pyspark is not installed; pip install pyspark") from exc
-    candidates = [Path(pyspark.__file__).resolve().parent / "jars"]
-    if os.environ.get("SPARK_HOME"):
-        candidates.append(Path(os.environ["SPARK_HOME"]) / "jars")
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate
-    raise ConfigError(
-        "cannot find Spark's jars (looked in " + ", ".join(map(str, candidates)) + "); "
-        "reinstall pyspark or set SPARK_HOME to a Spark distribution"
-    )
-
-
-def cache_dir() -> Path:
-    """Root of spark-state's cache: ``$SPARK_STATE_CACHE_DIR`` or ``~/.cache/spark-state``."""
-    configured = os.environ.get(CACHE_DIR_ENV)
-    root = Path(configured).expanduser() if configured else Path.home() / ".cache" / "spark-state"
-    return root.resolve()
-
-
-def _pyspark_version() -> str:
-    import pyspark
-
-    return pyspark.__version__
-
-
-def spark_jars_dir(line: SparkLine, fetch: bool = False) -> Path:
-    """The jars a line's shim jar is compiled against: the installed pyspark's when it is of that
-    line, else ``<cache>/spark-jars/<build version>/jars`` (fetched first with ``fetch``).
-
-    Raises :class:`ConfigError` when they are not there and ``fetch`` is off, naming how to get them.
-    """
-    if _installed_line() == line:
-        return pyspark_jars_dir()
-    cached = cache_dir() / "spark-jars" / line.build_version / "jars"
-    if cached.is_dir():
-        return cached
-    if fetch:
-        return fetch_spark_jars(line, cached.parent)
-    raise ConfigError(
-        f"building spark-state's JVM shim for Spark {line.name} needs the jars of pyspark {line.build_version}, "
-        f"which is not installed and not in {cached}; install spark-state from a wheel (it carries a jar for "
-        f"every line), or fetch them once: python -c \"from spark_state.spark import jvm, lines; "
-        f"jvm.fetch_spark_jars(lines.get_line('{line.name}'))\"")
-
-
-def _installed_line() -> Optional[SparkLine]:
-    try:
-        return running_line()
-    except ConfigError:
-        return None
-
-
-def fetch_spark_jars(line: SparkLine, dest: Optional[Path] = None) -> Path:
-    """Download pyspark ``line.build_version`` with pip (its sdist or wheel, no dependencies) and
-    keep only its jars, in ``dest/jars`` (default ``<cache>/spark-jars/<version>``). Returns that
-    directory. Takes a minute on a first run (300-450 MB); pip's cache serves later ones."""
-    import sys
-    import tarfile
-
-    dest = dest or cache_dir() / "spark-jars" / line.build_version
-    target = dest / "jars"
-    if target.is_dir():
-        return target
-    dest.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=dest))
-    try:
-        log.warning("fetching the jars of pyspark %s (for spark-state's Spark %s shim) with pip...",
-                    line.build_version, line.name)
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(work),
-                               f"pyspark=={line.build_version}"], stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, check=False)
-        archives = list(work.glob(f"pyspark-{line.build_version}*"))
-        if proc.returncode != 0 or not archives:
-            raise ConfigError(f"pip could not download pyspark {line.build_version} (exit {proc.returncode}): "
-                              f"{(proc.stderr or proc.stdout)[-2000:]}")
-        jars = work / "jars"
-        jars.mkdir()
-        archive = archives[0]
-        if archive.name.endswith(".whl"):
-            with zipfile.ZipFile(archive) as zf:
-                for name in zf.namelist():
-                    if name.startswith("pyspark/jars/") and name.endswith(".jar"):
-                        (jars / Path(name).name).write_bytes(zf.read(name))
-        else:
-            with tarfile.open(archive) as tf:
-                for member in tf.getmembers():
-                    parts = member.name.split("/")
-                    if member.isfile() and member.name.endswith(".jar") and parts[-2:-1] == ["jars"] \
-                            and ("deps" in parts or "pyspark" in parts):
-                        source = tf.extractfile(member)
-                        if source is not None:
-                            (jars / parts[-1]).write_bytes(source.read())
-        if not any(jars.glob("scala-compiler-*.jar")):
-            raise ConfigError(f"{archive.name} holds no Spark jars with a Scala compiler")
-        try:
-            os.replace(jars, target)  # atomic: a concurrent fetch of the same line finds a whole directory
-        except OSError:
-            if not target.is_dir():
-                raise
-        return target
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def _scala_jars(jars_dir: Path) -> tuple[Path, Path, Path]:
-    """The compiler, library and reflect jars among Spark's jars (found by glob, so a
-    Spark built with another Scala 2.13 patch release works unchanged)."""
-    found = []
-    for name in ("scala-compiler", "scala-library", "scala-reflect"):
-        matches = sorted(jars_dir.glob(f"{name}-*.jar"))
-        if not matches:
-            raise ConfigError(
-                f"no {name}-*.jar in {jars_dir}: this Spark distribution does not bundle the "
-                "Scala compiler spark-state uses to build its JVM shim"
-            )
-        found.append(matches[-1])
-    return found[0], found[1], found[2]
-
-
 # --- sources and cache key ----------------------------------------------------------------
 
 
@@ -365,8 +231,9 @@ def jar_path(build: bool = True, line: Optional[str] = None) -> str:
     written, so this works with a read-only home and without a compiler. Otherwise the
     cached jar compiled from the sources: with ``build`` (the default) it is compiled first
     if the cache does not hold it yet (about 10 s, once per source change; for another line
-    than the installed pyspark's, its jars are fetched once, see :func:`spark_jars_dir`); with
-    ``build=False`` its path is returned whether or not it exists.
+    than the installed pyspark's, its jars are fetched once, see
+    :func:`~spark_state.spark.spark_jars.spark_jars_dir`); with ``build=False`` its path is
+    returned whether or not it exists.
 
     Raises :class:`ConfigError` when neither fits (e.g. an installation without sources that has
     no jar for the line), for a version of no supported line, when the sources, Java or the
@@ -390,7 +257,7 @@ def _cached_jar(source_dir: Path, jars_root: Path, build: bool, line: SparkLine)
     """The cache entry's jar for the line's sources in ``source_dir``; built first unless present
     (and ``build``)."""
     jars_dir = spark_jars_dir(line, fetch=build)
-    compiler_jar = _scala_jars(jars_dir)[0]
+    compiler_jar = scala_jars(jars_dir)[0]
     version = _jars_version(jars_dir, line)
     for _ in range(_MAX_BUILD_ATTEMPTS):
         inputs, entry = _entry(source_dir, line, compiler_jar, version)
@@ -410,8 +277,8 @@ def _cached_jar(source_dir: Path, jars_root: Path, build: bool, line: SparkLine)
 
 def _jars_version(jars_dir: Path, line: SparkLine) -> str:
     """The pyspark version of a line's jars: the installed pyspark's, else the line's build version."""
-    if _installed_line() == line and jars_dir == pyspark_jars_dir():
-        return _pyspark_version()
+    if installed_line() == line and jars_dir == pyspark_jars_dir():
+        return pyspark_version()
     return line.build_version
 
 
@@ -496,7 +363,7 @@ def build_packaged_jar(dest_dir: "os.PathLike[str] | str", lines: Optional[Seque
     :func:`packaged_jar_name` (the wheel build step; see ``setup.py``). Returns their paths.
 
     A line's jars are the installed pyspark's for its line, else fetched once into the cache
-    (``fetch``; see :func:`spark_jars_dir`). Goes through the cache (equal sources give a
+    (``fetch``; see :func:`~spark_state.spark.spark_jars.spark_jars_dir`). Goes through the cache (equal sources give a
     byte-identical jar, so a jar compiled for the tests is reused), or a private temporary cache
     when the cache directory cannot be written (a build sandbox without a home).
     """
@@ -636,7 +503,7 @@ def _build(
 ) -> None:
     """Compile ``inputs`` and package ``work/<JAR_NAME>`` (``attributes`` go into its manifest)."""
     java = _java_executable()
-    compiler, library, reflect = _scala_jars(jars_dir)
+    compiler, library, reflect = scala_jars(jars_dir)
     classes = work / "classes"
     classes.mkdir()
     scala_and_java = [str(source_dir / rel) for rel in inputs if rel.endswith(_SOURCE_SUFFIXES)]

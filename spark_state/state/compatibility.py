@@ -43,7 +43,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from .schema import SINGLE_VALUE_KINDS, StateSchema, describe_snapshot, without_display
-from .serializers import Serializer, codec_for_type_string, parse_type_string
+from .serializers import Serializer, codec_for_type_string
+from .type_strings import parse_type_string
 
 AS_IS = "compatible as is"
 MIGRATE = "compatible after migration"

@@ -18,7 +18,7 @@ Byte layouts (big-endian throughout, so integers also sort numerically when non-
 * map: uint32 count, then per entry the key, a presence byte and the value.
 
 **Canonical types and snapshots.** Every built-in codec has a canonical type string
-(``type_string``) that :func:`parse_type_string` turns back into the same codec:
+(``type_string``) that :func:`.type_strings.parse_type_string` turns back into the same codec:
 ``bigint``, ``double``, ``boolean``, ``string``, ``binary``, ``date``, ``timestamp``,
 ``decimal``, ``array<...>``, ``map<k,v>``, ``struct<a:bigint,b:string not null>``. Types
 that share bytes share a codec and so a canonical type: every integral type is ``bigint``,
@@ -35,10 +35,11 @@ built in a function's ``__init__`` or as class attributes ship to executors.
 runs code chosen by whoever wrote the bytes, so it is never used unless the descriptor
 names it explicitly, and it warns when created.
 
-Size: one module on purpose (over 500 lines): the codecs, the canonical type strings that
-name them and the parser of those strings are one table read in both directions
-(:func:`serializer_for` and :func:`parse_type_string`); a codec added in one place and not the
-other would make a schema record unreadable.
+Size: one module on purpose (over 500 lines): the codecs and the mapping from a declared type
+to its codec (:func:`serializer_for`, ``_spark_codec``, ``_arrow_codec``) are one table read in
+both directions -- every codec's ``type_string``, parsed (:mod:`.type_strings`), must map back to
+that same codec, or a schema record would name a type no codec reads. Split, a codec added in one
+module and not the other would break that silently.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ import re
 import struct
 import warnings
 from typing import Any, Callable, Optional, Protocol, runtime_checkable
+
+from .type_strings import parse_type_string
 
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
@@ -469,127 +472,6 @@ def serializer_for(value_type: Any) -> Serializer:
         "DataType, a pyarrow type or a Serializer (PickleSerializer() for arbitrary objects, "
         "an explicit opt-in)"
     )
-
-
-_SIMPLE_TYPE_NAMES = {
-    "tinyint": "ByteType", "byte": "ByteType", "smallint": "ShortType", "short": "ShortType",
-    "int": "IntegerType", "integer": "IntegerType", "bigint": "LongType", "long": "LongType",
-    "float": "FloatType", "real": "FloatType", "double": "DoubleType", "string": "StringType",
-    "binary": "BinaryType", "boolean": "BooleanType", "bool": "BooleanType", "date": "DateType",
-    "timestamp": "TimestampType", "timestamp_ntz": "TimestampNTZType",
-}
-
-
-def parse_type_string(text: str) -> Any:
-    """A pyspark ``DataType`` from a type string such as ``"bigint"``, ``"array<string>"``,
-    ``"map<string,bigint>"``, ``"struct<a:int,b:string>"`` or ``"decimal(10,2)"``.
-
-    Parsed here rather than by Spark because state descriptors are also built inside Python
-    workers, where no SparkSession exists.
-    """
-    from pyspark.sql import types as T
-
-    pos = 0
-
-    def fail(why: str) -> TypeError:
-        return TypeError(f"cannot parse state type {text!r}: {why} at position {pos}")
-
-    def skip() -> None:
-        nonlocal pos
-        while pos < len(text) and text[pos].isspace():
-            pos += 1
-
-    def word() -> str:
-        nonlocal pos
-        skip()
-        if pos < len(text) and text[pos] == "`":
-            # a quoted name: anything up to the closing backtick, `` for a backtick
-            out = []
-            pos += 1
-            while True:
-                if pos >= len(text):
-                    raise fail("unterminated `quoted` name")
-                if text[pos] == "`":
-                    if text[pos + 1:pos + 2] == "`":
-                        out.append("`")
-                        pos += 2
-                        continue
-                    pos += 1
-                    return "".join(out)
-                out.append(text[pos])
-                pos += 1
-        start = pos
-        while pos < len(text) and (text[pos].isalnum() or text[pos] == "_"):
-            pos += 1
-        if start == pos:
-            raise fail("expected a name")
-        return text[start:pos]
-
-    def peek_not_null() -> bool:
-        """Consume ``NOT NULL`` (any case) if it comes next."""
-        nonlocal pos
-        m = re.compile(r"\s*not\s+null\b", re.IGNORECASE).match(text, pos)
-        if m is None:
-            return False
-        pos = m.end()
-        return True
-
-    def expect(ch: str) -> None:
-        nonlocal pos
-        skip()
-        if pos >= len(text) or text[pos] != ch:
-            raise fail(f"expected {ch!r}")
-        pos += 1
-
-    def peek(ch: str) -> bool:
-        skip()
-        return pos < len(text) and text[pos] == ch
-
-    def parse() -> Any:
-        name = word().lower()
-        if name == "array":
-            expect("<")
-            element = parse()
-            expect(">")
-            return T.ArrayType(element)
-        if name == "map":
-            expect("<")
-            key = parse()
-            expect(",")
-            value = parse()
-            expect(">")
-            return T.MapType(key, value)
-        if name == "struct":
-            expect("<")
-            fields = []
-            while not peek(">"):
-                field_name = word()
-                expect(":")
-                field_type = parse()
-                fields.append(T.StructField(field_name, field_type, nullable=not peek_not_null()))
-                if not peek(">"):
-                    expect(",")
-            expect(">")
-            return T.StructType(fields)
-        if name == "decimal":
-            precision, scale = 10, 0
-            if peek("("):
-                expect("(")
-                precision = int(word())
-                if peek(","):
-                    expect(",")
-                    scale = int(word())
-                expect(")")
-            return T.DecimalType(precision, scale)
-        if name in _SIMPLE_TYPE_NAMES:
-            return getattr(T, _SIMPLE_TYPE_NAMES[name])()
-        raise fail(f"unknown type {name!r}")
-
-    result = parse()
-    skip()
-    if pos != len(text):
-        raise fail("unexpected trailing text")
-    return result
 
 
 def _spark_codec(t: Any) -> "_Codec | None":

@@ -14,7 +14,7 @@ import pytest
 import test_operator_equivalence as E
 from ops_support import assert_equal_to_uninterrupted, reference, run
 from spark_state import ops
-from spark_state.ops.rescale import CRASH_AFTER_STORES_ENV
+from spark_state.ops.resplit import CRASH_AFTER_STORES_ENV
 from spark_state.ops.state_io import open_committed, reader_config
 from spark_state.storage import open_storage
 

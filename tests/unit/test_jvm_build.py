@@ -21,7 +21,7 @@ from typing import Callable
 import pytest
 
 import spark_state
-from spark_state.spark import jvm, lines as spark_lines
+from spark_state.spark import jvm, lines as spark_lines, spark_jars
 from spark_state.errors import ConfigError
 
 HELLO = textwrap.dedent(
@@ -44,7 +44,7 @@ def shim_src(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (src / "main" / "scala" / "demo" / "Hello.scala").write_text(HELLO)
     monkeypatch.setattr(jvm, "shim_source_dir", lambda: src)
     monkeypatch.setattr(jvm, "_source_dir_if_present", lambda: src)
-    monkeypatch.setenv(jvm.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(spark_jars.CACHE_DIR_ENV, str(tmp_path / "cache"))
     return src / "main"
 
 
@@ -185,7 +185,7 @@ def test_sources_edited_during_a_build_are_rebuilt(shim_src: Path, monkeypatch: 
 
 
 def test_pyspark_jars_dir_holds_the_scala_compiler() -> None:
-    compiler, library, reflect = jvm._scala_jars(jvm.pyspark_jars_dir())
+    compiler, library, reflect = spark_jars.scala_jars(spark_jars.pyspark_jars_dir())
     assert compiler.name.startswith("scala-compiler-") and library.name.startswith("scala-library-")
     assert reflect.is_file()
 
@@ -225,7 +225,7 @@ def test_built_jar_runs_on_the_jvm(shim_src: Path, tmp_path: Path) -> None:
         "package demo.hello\nobject Main { def main(a: Array[String]): Unit = println(Hello.greet(\"jar\")) }\n"
     )
     path = jvm.jar_path()
-    jars = jvm.pyspark_jars_dir()
+    jars = spark_jars.pyspark_jars_dir()
     out = subprocess.run(
         ["java", "-cp", os.pathsep.join([path, str(jars / "*")]), "demo.hello.Main"],
         capture_output=True, text=True, timeout=120, check=True,
@@ -339,7 +339,7 @@ def wheel_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     packaged = tmp_path / "site-packages" / "spark_state" / "jars"
     monkeypatch.setattr(jvm, "packaged_jar_dir", lambda: packaged)
     (tmp_path / "not-a-dir").write_text("")
-    monkeypatch.setenv(jvm.CACHE_DIR_ENV, str(tmp_path / "not-a-dir" / "cache"))
+    monkeypatch.setenv(spark_jars.CACHE_DIR_ENV, str(tmp_path / "not-a-dir" / "cache"))
     return packaged
 
 
@@ -354,7 +354,7 @@ def test_packaged_jar_is_used_without_sources_compiler_or_cache(
         assert jvm.jar_path(line=name) == str(jar) == jvm.jar_path(line=spark_lines.get_line(name).build_version)
     assert compiler_runs == []
     with pytest.raises(OSError):  # the cache really is unusable: jar_path never touched it
-        Path(jvm.cache_dir()).mkdir(parents=True)
+        Path(spark_jars.cache_dir()).mkdir(parents=True)
 
 
 def test_an_installation_without_the_running_lines_jar_is_a_config_error(wheel_install: Path) -> None:
@@ -391,7 +391,7 @@ def test_packaged_jar_is_used_in_a_checkout_only_while_the_sources_match(
     monkeypatch.setattr(jvm, "packaged_jar_dir", lambda: packaged)
     cached = jvm.jar_path(build=False)  # the cache entry of the sources as they are
     key = Path(cached).parent.name.rsplit("-", 1)[1]
-    compiler = jvm._scala_jars(jvm.pyspark_jars_dir())[0].name
+    compiler = spark_jars.scala_jars(spark_jars.pyspark_jars_dir())[0].name
     jar = _fake_packaged_jar(packaged, spark_lines.running_line().name, key, compiler=compiler)
     assert jvm.jar_path() == str(jar) and compiler_runs == []
     # An edited source: the packaged jar is stale; the checkout's own build is used.
@@ -435,7 +435,7 @@ def test_build_packaged_jar_compiles_for_the_installed_pyspark(
     assert len(compiler_runs) == 1
     # With a cache directory that cannot be created, the build goes to a temporary one.
     (tmp_path / "not-a-dir").write_text("")
-    monkeypatch.setenv(jvm.CACHE_DIR_ENV, str(tmp_path / "not-a-dir" / "cache"))
+    monkeypatch.setenv(spark_jars.CACHE_DIR_ENV, str(tmp_path / "not-a-dir" / "cache"))
     [again] = jvm.build_packaged_jar(dest, lines=[running.name])
     assert again.read_bytes() == jar.read_bytes() == Path(cached).read_bytes()  # reproducible
     assert len(compiler_runs) == 2

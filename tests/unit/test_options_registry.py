@@ -114,12 +114,12 @@ def test_a_python_api_conf_is_no_engine_error():
 
 
 def test_environment_variables_match_their_readers():
-    from spark_state.spark import jvm
-    from spark_state.ops.rescale import CRASH_AFTER_STORES_ENV
+    from spark_state.spark import spark_jars
+    from spark_state.ops.resplit import CRASH_AFTER_STORES_ENV
     from spark_state.testing.crashpoints import ENV_VAR
 
     names = {v.name for v in O.ENV_VARS}
-    assert {jvm.CACHE_DIR_ENV, ENV_VAR, CRASH_AFTER_STORES_ENV, "SPARK_STATE_LOG_LEVEL", "PYSPARK_PYTHON"} == names
+    assert {spark_jars.CACHE_DIR_ENV, ENV_VAR, CRASH_AFTER_STORES_ENV, "SPARK_STATE_LOG_LEVEL", "PYSPARK_PYTHON"} == names
     worker = (ROOT / "spark_state/provider/worker.py").read_text()
     assert 'os.environ.get("SPARK_STATE_LOG_LEVEL", "INFO")' in worker
 

@@ -19,7 +19,7 @@ from spark_state.keys import system as syskeys
 from spark_state.ops import savepoint_format as F
 from spark_state.ops import state_files as S
 from spark_state.ops.errors import SavepointError
-from spark_state.ops.rescale import Split
+from spark_state.ops.resplit import Split
 from spark_state.partitioning.spark_hash import spark_key_group, spark_partition_id
 from spark_state.storage import CheckpointStorage, LocalStorage, open_storage
 
