@@ -169,11 +169,15 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "A query can switch backend on restart: a snapshot written by one backend is converted on "
         "restore.")),
     OptionSpec("snapshotInterval", "engine", field="snapshot_interval", kind="int",
-               default=f"`{C.DEFAULT_SNAPSHOT_INTERVAL}`", meaning=(
+               default=(f"`{C.DEFAULT_SNAPSHOT_INTERVAL}`; on the provider, Spark's "
+                        "`spark.sql.streaming.stateStore.minDeltasForSnapshot` (itself 10 unless set)"),
+               meaning=(
                    "commits between snapshots; `0` = only on `snapshot()` (restores then replay every "
                    "changelog since version 0)")),
     OptionSpec("retainedVersions", "engine", field="retained_versions", kind="int",
-               default=f"`{C.DEFAULT_RETAINED_VERSIONS}`", meaning=(
+               default=(f"`{C.DEFAULT_RETAINED_VERSIONS}`; on the provider, Spark's "
+                        "`spark.sql.streaming.minBatchesToRetain` (itself 100 unless set)"),
+               meaning=(
                    "newest versions kept restorable (Spark's `minBatchesToRetain`); older files are "
                    "removed by cleanup")),
     OptionSpec("localDir", "engine", field="local_dir", default="a temp dir", meaning=(
@@ -258,7 +262,8 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("ttl.testing.clock", "ttl", default="`system`", testing_only=True, meaning=(
         "`batch:<stepMs>` makes processing time = loaded version × stepMs, for deterministic tests")),
     # --- provider -------------------------------------------------------------------------------
-    OptionSpec("workersPerExecutor", "provider", default="task slots, at most 4", meaning=(
+    OptionSpec("workersPerExecutor", "provider", default=(
+        "one per executor core (`spark.executor.cores`, else the machine's processors), at most 4"), meaning=(
         "Python workers per executor (1 to 64); read by the shim (`PythonWorker.scala`) from the Spark "
         "conf when the executor starts its first worker")),
     OptionSpec("prestartWorkers", "provider", default="`true`", meaning=(

@@ -10,6 +10,7 @@ import os
 import re
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
@@ -51,10 +52,11 @@ def test_a_full_local_disk_fails_the_tasks_clearly_and_a_restart_after_freeing_s
     assert glob.glob(os.path.join(disk.path, "spark-state-*", "store-*"))
 
     disk.fill()
-    with pytest.raises(Exception) as info:
+    with pytest.raises(StreamingQueryException) as info:
         _run(spark, SPARKSTATE_PROVIDER, agg_input, ckpt, extra_confs=confs)
     message = str(info.value)
     assert "No space left on device" in message, message
+    assert "LocalDiskError: " in message, message
     assert re.search(rf"store file://{re.escape(str(ckpt))}/state/0/\d+: ", message), message  # the store
     assert f"on {disk.path}" in message and "local working directory" in message  # the directory
     assert LOCAL_DIR_CONF in message  # and what to do

@@ -9,6 +9,7 @@ import random
 import re
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 import process_fns
 from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, AllStates, expected_all_states
@@ -82,10 +83,13 @@ def test_a_persistent_fault_fails_the_query_clearly_and_a_restart_continues_exac
     assert first.batch_ids == [0, 1]
 
     proxied_s3.proxy.add("deny", ops={"PutObject"})  # the bucket policy changed under the query
-    with pytest.raises(Exception) as info:
+    with pytest.raises(StreamingQueryException) as info:
         _run(spark, input_dir, ckpt, proxied_s3)
     message = str(info.value)
     assert "AccessDenied (HTTP 403)" in message and "was denied" in message
+    # The class: StorageError, wrapped in StateLocationError when the task was opening the location.
+    assert re.search(r"(StorageError: |StateLocationError: state location \S+ is not usable: )"
+                     r"S3 checkpoint storage \S+: write \S+ was denied", message), message
     # The store (a partition's store, or the state location when the task was opening it) ...
     store = re.search(rf"S3 checkpoint storage ({re.escape(proxied_s3.url)}\S*):", message)
     assert store, message

@@ -1,9 +1,13 @@
 """State crosses Spark lines: a checkpoint written on Spark 4.2 continues on 4.3 in place (Spark
 upgrades happen in place), and a savepoint taken on Spark 3.5 restores on 4.3 at another
 partition count and parallelism. The older line's part runs in its compatibility venv
-(``./dev`` creates ``.venv-lines/spark-<line>``), the rest in this test session; every batch,
-batch ids included, equals Spark's HDFS provider stopped and restarted at the same batch (built-in
-operators) or the model (keyed_process with event-time timers).
+(``.venv-lines/spark-<line>``), the rest in this test session; every batch, batch ids included,
+equals Spark's HDFS provider stopped and restarted at the same batch (built-in operators) or the
+model (keyed_process with event-time timers).
+
+A missing venv fails these tests, naming the command that builds it (``./dev test-lines <line>``):
+a skip would let a CI run pass without ever crossing a line. ``./dev test`` builds every older
+line's venv before it runs this suite, and points :data:`LINE_VENVS_ENV` at them.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ pytestmark = pytest.mark.spark
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "line_job.py")
 #: Set by ./dev: the directory holding the compatibility venvs (spark-<line>/bin/python).
 LINE_VENVS_ENV = "SPARK_STATE_LINE_VENVS"
+#: Where ./dev builds them, when the variable is not set.
+DEFAULT_LINE_VENVS = Path(__file__).resolve().parents[2] / ".venv-lines"
 CASES = ("agg_update", "session_window")
 CUT = 3
 
@@ -37,10 +43,13 @@ def _on_the_newest_line():
 
 
 def _python(line: str) -> str:
+    """The python of ``line``'s compatibility venv; fails the test (never skips) when it is missing."""
     root = os.environ.get(LINE_VENVS_ENV)
-    python = Path(root or ".venv-lines") / f"spark-{line}" / "bin" / "python"
+    python = (Path(root) if root else DEFAULT_LINE_VENVS) / f"spark-{line}" / "bin" / "python"
     if not python.exists():
-        pytest.skip(f"no Spark {line} venv at {python}: ./dev test creates it (and sets {LINE_VENVS_ENV})")
+        pytest.fail(f"no Spark {line} virtualenv at {python}: build it with `./dev test-lines {line}` "
+                    f"(`./dev test` builds every older line's before its tests and sets {LINE_VENVS_ENV})",
+                    pytrace=False)
     return os.path.abspath(python)  # not resolved: a venv's python is a symlink to the base interpreter
 
 
@@ -66,6 +75,7 @@ def _older_part(line: str, kind: str, *args) -> dict:
 
 @pytest.mark.parametrize("provider", SPARKSTATE_BACKENDS, ids=[short_name(p) for p in SPARKSTATE_BACKENDS])
 def test_a_checkpoint_written_on_4_2_continues_on_4_3(spark, tmp_path, tmp_path_factory, provider):
+    _python("4.2")  # before the reference runs: a missing venv fails at once
     for name in CASES:
         case = E.CASES_BY_NAME[name]
         want = E.reference_run(spark, case, tmp_path_factory, cuts=(CUT,))
@@ -85,6 +95,7 @@ def test_a_checkpoint_written_on_4_2_continues_on_4_3(spark, tmp_path, tmp_path_
 
 
 def test_a_savepoint_taken_on_3_5_restores_on_4_3(spark, tmp_path, tmp_path_factory):
+    _python("3.5")
     for name in CASES:
         case = E.CASES_BY_NAME[name]
         want = E.reference_run(spark, case, tmp_path_factory, cuts=(CUT,))
@@ -104,3 +115,13 @@ def test_a_savepoint_taken_on_3_5_restores_on_4_3(spark, tmp_path, tmp_path_fact
     ops.restore(str(root / "sp"), str(root / "ck2"), process_root=str(root / "state2"), progress=False)
     second = X.run_page_views(spark, str(root), str(root / "ck2"), str(root / "state2"), CUT, X.NUM_BATCHES, 3)
     assert {**first, **_normal(second.batches)} == _normal(X.expected())
+
+
+def test_a_missing_line_venv_fails_naming_the_command_that_builds_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(LINE_VENVS_ENV, str(tmp_path))
+    message = r"no Spark 3\.5 virtualenv at .*: build it with `\./dev test-lines 3\.5`"
+    with pytest.raises(pytest.fail.Exception, match=message):
+        _python("3.5")
+    (tmp_path / "spark-3.5" / "bin").mkdir(parents=True)
+    (tmp_path / "spark-3.5" / "bin" / "python").symlink_to("/bin/true")
+    assert _python("3.5") == str(tmp_path / "spark-3.5" / "bin" / "python")

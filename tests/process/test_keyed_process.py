@@ -9,6 +9,7 @@ import random
 import re
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 import process_fns
 from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, AllStates, FailOnce, expected_all_states
@@ -113,7 +114,9 @@ def test_bad_definitions_fail_before_the_query_starts(spark, keyed_input):
 
 def test_output_that_does_not_fit_the_schema_names_the_column(spark, keyed_input, tmp_path):
     input_dir, _ = keyed_input
-    with pytest.raises(Exception, match=r"column 'count' \(bigint\) cannot hold 'one'"):
+    with pytest.raises(StreamingQueryException,
+                       match=r"OutputSchemaError: WrongOutput produced a row that does not match output_schema: "
+                             r"column 'count' \(bigint\) cannot hold 'one'"):
         run_query(spark, lambda df: keyed_process(df, "k", process_fns.WrongOutput(), ALL_STATES_OUTPUT,
                                                   parallelism=2, state_root=str(tmp_path / "s")),
                   provider_class=HDFS_PROVIDER, input_dir=input_dir, schema=INPUT_SCHEMA,
@@ -124,7 +127,7 @@ def test_none_in_a_not_null_output_column_names_the_column_the_row_and_the_funct
     """Checked in Python before Spark's Arrow reader, which would fail with a bare
     "Value at index is null"."""
     input_dir, _ = keyed_input
-    with pytest.raises(Exception) as info:
+    with pytest.raises(StreamingQueryException) as info:
         run_query(spark, lambda df: keyed_process(df, "k", process_fns.NullKeyOutput(), process_fns.NULL_KEY_OUTPUT,
                                                   parallelism=2, state_root=str(tmp_path / "s")),
                   provider_class=HDFS_PROVIDER, input_dir=input_dir, schema=INPUT_SCHEMA,
@@ -140,10 +143,11 @@ def test_changed_max_parallelism_and_unusable_location_fail_clearly(spark, keyed
     input_dir, _ = keyed_input
     ckpt, root = str(tmp_path / "ckpt"), str(tmp_path / "state")
     _run(spark, input_dir, ckpt, AllStates(), 2, root, stop_after_batches=1)
-    with pytest.raises(Exception, match=r"created with max_parallelism=128 .* pass max_parallelism=128"):
+    with pytest.raises(StreamingQueryException, match=r"MaxParallelismMismatchError: state at \S+ was created with "
+                                                      r"max_parallelism=128 .* pass max_parallelism=128"):
         _run(spark, input_dir, ckpt, AllStates(), 2, root, options={"max_parallelism": 256})
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    with pytest.raises(Exception, match="is not usable"):
+    with pytest.raises(StreamingQueryException, match=r"StateLocationError: state location \S*a-file/state is not usable"):
         _run(spark, input_dir, str(tmp_path / "ckpt2"), AllStates(), 2, root,
              options={"state_location": str(blocker / "state")})

@@ -14,6 +14,7 @@ import random
 from collections import defaultdict
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 import schema_fns
 from process_fns import INPUT_SCHEMA
@@ -84,16 +85,17 @@ def test_long_to_double_migrates_then_rescales_and_going_back_is_refused(spark, 
     assert counts == {b: rows for b, rows in expected_counts(BATCHES).items() if b < 4}
     assert types == {0: {"int"}, 1: {"int"}, 2: {"float"}, 3: {"float"}}
     # the old code again: a new change, double -> bigint, judged by the same rules
-    with pytest.raises(Exception, match=r"state 'count' cannot be restored: it was written as value state of "
-                                        r"double and is now declared as value state of bigint: double values "
-                                        r"cannot be narrowed to bigint"):
+    with pytest.raises(StreamingQueryException,
+                       match=r"StateSchemaIncompatibleError: state 'count' cannot be restored: it was written as value "
+                             r"state of double and is now declared as value state of bigint: double values "
+                             r"cannot be narrowed to bigint"):
         q.run(TypedCount("bigint"), parallelism=3)
 
 
 def test_long_to_string_fails_clearly_and_the_old_code_resumes(spark, input_dir, tmp_path):
     q = Query(spark, input_dir, tmp_path, COUNT_OUTPUT)
     first = q.run(TypedCount("bigint"), stop_after_batches=2)
-    with pytest.raises(Exception) as failure:
+    with pytest.raises(StreamingQueryException) as failure:
         q.run(TypedCount("string"))
     message = str(failure.value)
     assert "StateSchemaIncompatibleError: state 'count' cannot be restored: it was written as value state of " \
@@ -137,19 +139,20 @@ def test_struct_gains_a_nullable_field_and_drops_one(spark, input_dir, tmp_path)
 def test_value_to_list_is_refused(spark, input_dir, tmp_path):
     q = Query(spark, input_dir, tmp_path, COUNT_OUTPUT)
     q.run(TypedCount("bigint"), stop_after_batches=1)
-    with pytest.raises(Exception, match=r"state 'count' cannot be restored: it was written as value state of bigint "
-                                        r"and is now declared as list state of bigint: its kind changed"):
+    with pytest.raises(StreamingQueryException,
+                       match=r"StateSchemaIncompatibleError: state 'count' cannot be restored: it was written as value "
+                             r"state of bigint and is now declared as list state of bigint: its kind changed"):
         q.run(TypedCount("bigint", kind="list"))
 
 
 def test_pickled_state_read_with_a_typed_descriptor_is_refused(spark, input_dir, tmp_path):
     q = Query(spark, input_dir, tmp_path, COUNT_OUTPUT)
     q.run(TypedCount("pickle"), stop_after_batches=1)
-    with pytest.raises(Exception) as failure:
+    with pytest.raises(StreamingQueryException) as failure:
         q.run(TypedCount("bigint"))
     message = str(failure.value)
-    assert ("state 'count' cannot be restored: it was written as value state of pickled objects "
-            "(PickleSerializer) and is now declared as value state of bigint: it was written with "
+    assert ("StateSchemaIncompatibleError: state 'count' cannot be restored: it was written as value state of "
+            "pickled objects (PickleSerializer) and is now declared as value state of bigint: it was written with "
             "PickleSerializer") in message
 
 
@@ -164,8 +167,9 @@ def test_operator_state_type_change_migrates_and_a_mode_change_is_refused(spark,
     assert types == {0: set(), 1: {"int"}, 2: {"float"}}
     everything = sorted(v for rows in BATCHES[:2] for _, v in rows)
     assert sorted(v for lst in restored[2] for v in lst) == [float(v) for v in everything]
-    with pytest.raises(Exception, match=r"state 'buffer' cannot be restored: it was written as list state of "
-                                        r"double and is now declared as union list state of double: its kind changed"):
+    with pytest.raises(StreamingQueryException,
+                       match=r"StateSchemaIncompatibleError: state 'buffer' cannot be restored: it was written as list "
+                             r"state of double and is now declared as union list state of double: its kind changed"):
         q.run(TypedBuffer("double", mode="union"))
 
 

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 import time_fns
 from spark_state.process import ProcessDefinitionError, keyed_process
@@ -152,7 +153,9 @@ def test_tumbling_window_from_map_state_and_timers(spark, events, tmp_path):
 # ------------------------------------------------------------------------------ clear errors
 def test_event_time_timer_without_a_watermark_and_a_dropped_event_time_column_fail_clearly(spark, events, tmp_path):
     input_dir, _ = events
-    with pytest.raises(Exception, match=r"declares no event time: pass df.withWatermark"):
+    with pytest.raises(StreamingQueryException,
+                       match=r"ProcessDefinitionError: RegistersEventTimer registers an event-time timer, but its "
+                             r"input declares no event time: pass df.withWatermark"):
         run_query(spark, lambda df: keyed_process(df, "user", time_fns.RegistersEventTimer(), time_fns.PV_OUTPUT,
                                                   parallelism=2, state_root=str(tmp_path / "s")),
                   provider_class=HDFS_PROVIDER, input_dir=input_dir, schema=EVENTS_SCHEMA,

@@ -9,6 +9,7 @@ import random
 from collections import Counter
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 import time_fns
 from process_fns import INPUT_SCHEMA
@@ -104,7 +105,8 @@ def test_broadcast_state_is_read_only_for_keyed_rows(spark, tmp_path):
             ctx.get_broadcast_state(time_fns.PATTERNS).put(1, (9, "x", "y"))
             return ()
 
-    with pytest.raises(Exception, match="read-only in process_element"):
+    with pytest.raises(StreamingQueryException,
+                       match="ProcessDefinitionError: broadcast state 'patterns' is read-only in process_element"):
         run_query(spark, lambda a, r: keyed_broadcast_process(
             a, "user", r, Writer(), time_fns.PATTERN_OUTPUT, broadcast_states=[time_fns.PATTERNS],
             parallelism=2, state_root=str(tmp_path / "s")),
@@ -131,7 +133,7 @@ def test_a_broadcast_value_that_does_not_fit_fails_the_put_naming_the_state(spar
             ctx.get_broadcast_state(rules).put(row.first, str(row.version))  # the state holds ints
             return ()
 
-    with pytest.raises(Exception) as info:
+    with pytest.raises(StreamingQueryException) as info:
         run_query(spark, lambda a, r: keyed_broadcast_process(
             a, "user", r, StringRule(), time_fns.PATTERN_OUTPUT, broadcast_states=[rules],
             parallelism=2, state_root=str(tmp_path / "s")),

@@ -11,6 +11,7 @@ import random
 from collections import defaultdict
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -70,7 +71,7 @@ def test_provider_never_reads_state_of_a_batch_that_failed_part_way(spark, tmp_p
 
     _set(salt, 1000)
     _set(fail, 2)  # batch 2 fails in partition 0, after the other partitions committed
-    with pytest.raises(Exception, match="injected failure of partition 0 in batch 2"):
+    with pytest.raises(StreamingQueryException, match="RuntimeError: injected failure of partition 0 in batch 2"):
         run()
     abandoned = glob.glob(str(ckpt / "state" / "0" / "*" / "manifests" / "3.r*.json"))
     assert abandoned, "no partition committed batch 2 before the batch failed: the test proves nothing"
@@ -109,7 +110,7 @@ def test_keyed_process_never_reads_an_abandoned_rescale(spark, tmp_path):
     _set(salt, 1000)
     first = run(4, stop_after_batches=2)
     _set(fail, 2)
-    with pytest.raises(Exception, match="injected failure of partition 0 in batch 2"):
+    with pytest.raises(StreamingQueryException, match="RuntimeError: injected failure of partition 0 in batch 2"):
         run(3)
     abandoned = glob.glob(os.path.join(state, "stores", "p3-b2", "*", "manifests", "1.r*.json"))
     assert abandoned, "no partition of the rescaled batch committed: the test proves nothing"

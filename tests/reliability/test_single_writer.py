@@ -11,6 +11,8 @@ import sys
 import time
 
 import pytest
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import StreamingQueryException
 from support import RecordingBuilder
 from pyspark.sql import functions as F
 
@@ -41,10 +43,10 @@ def test_a_second_keyed_query_on_the_same_state_location_fails_and_the_first_goe
                          schema=process_fns.INPUT_SCHEMA, checkpoint_dir=checkpoint, output_mode="append", **kw)
 
     first = run(tmp_path / "ckpt-1", stop_after_batches=3)
-    with pytest.raises(Exception) as err:
+    with pytest.raises(StreamingQueryException) as err:
         run(tmp_path / "ckpt-2")
     message = str(err.value)
-    assert f"two queries are writing the state at {location}" in message
+    assert f"ConcurrentWriterError: two queries are writing the state at {location}" in message
     assert "starts at version 0" in message and "has since committed version 3" in message
     assert "This run stops before writing anything" in message
     assert not os.path.exists(os.path.join(location, "runs", "2.json"))  # it registered nothing
@@ -70,7 +72,8 @@ def test_a_second_copy_of_a_running_query_in_the_same_application_is_refused(spa
     try:
         first = start()
         try:
-            with pytest.raises(Exception, match="another query with same id is already active"):
+            with pytest.raises(Py4JJavaError, match=r"IllegalStateException: Cannot start query with id \S+ as "
+                                                    r"another query with same id is already active"):
                 start()
             assert first.isActive
         finally:

@@ -11,6 +11,7 @@ import struct
 
 import pyarrow as pa
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.state import GroupStateTimeout
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StringType, StructField, StructType
@@ -264,19 +265,20 @@ def _failure_message(excinfo) -> str:
 
 
 def test_checkpoint_format_v2_is_rejected_clearly(spark, agg_input, tmp_path):
-    with pytest.raises(Exception) as excinfo:
+    with pytest.raises(StreamingQueryException) as excinfo:
         _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "v2",
              extra_confs={"spark.sql.streaming.stateStore.checkpointFormatVersion": "2"})
-    assert "spark-state does not support checkpoint format v2" in _failure_message(excinfo)
-    assert "checkpointFormatVersion=1" in _failure_message(excinfo)
+    message = _failure_message(excinfo)
+    assert "UnsupportedOperationException: spark-state does not support checkpoint format v2" in message, message
+    assert "checkpointFormatVersion=1" in message
 
 
 def test_unknown_option_fails_the_query_naming_it(spark, agg_input, tmp_path):
-    with pytest.raises(Exception) as excinfo:
+    with pytest.raises(StreamingQueryException) as excinfo:
         _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "bad",
              extra_confs={"spark.sql.streaming.stateStore.sparkState.snapshotIntervl": "3"})
     message = _failure_message(excinfo)
-    assert "unknown spark-state option 'spark.sql.streaming.stateStore.sparkState.snapshotIntervl'" in message
+    assert "ConfigError: unknown spark-state option 'spark.sql.streaming.stateStore.sparkState.snapshotIntervl'" in message
 
 
 # --- a Python worker that dies in the middle of a batch ------------------------------------
@@ -359,9 +361,10 @@ def test_worker_crash_during_commit_fails_the_task_and_the_retry_recovers(spark,
 def test_a_worker_that_keeps_crashing_fails_the_query_with_a_clear_message(spark, agg_input, tmp_path):
     markers = tmp_path / "m"
     markers.mkdir()
-    with pytest.raises(Exception) as excinfo:
+    with pytest.raises(StreamingQueryException) as excinfo:
         _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours", extra_confs=_crash_conf(markers, "always"))
     message = _failure_message(excinfo)
+    assert "SparkStateException: spark-state Python worker (pid " in message, message
     # The failing task names the call it was making when the worker died: its own commit of
     # version 3, or -- a worker serves several partitions -- its load of version 2 while another
     # partition's commit crashed that worker.
@@ -395,10 +398,10 @@ def test_switching_backend_at_a_restart_keeps_the_state(spark, tmp_path, first, 
 def test_heap_state_past_its_budget_fails_the_query_naming_the_conf(spark, agg_input, tmp_path):
     """The hashmap backend keeps state in the executor's heap: past heap.maxBytes a task fails with
     a message that names the conf and the ways out, instead of the JVM running out of memory."""
-    with pytest.raises(Exception) as excinfo:
+    with pytest.raises(StreamingQueryException) as excinfo:
         _run(spark, SPARKSTATE_HASHMAP, agg_input, tmp_path / "ours",
              extra_confs={"spark.sql.streaming.stateStore.sparkState.heap.maxBytes": "2k"})
     message = _failure_message(excinfo)
-    assert "the heap state of this executor would grow to" in message
+    assert "SparkStateException: spark-state: the heap state of this executor would grow to" in message
     assert "spark.sql.streaming.stateStore.sparkState.heap.maxBytes (0.0 MB)" in message
     assert "backend=rocksdb" in message

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
@@ -268,23 +269,24 @@ def test_join_state_gets_no_ttl_by_default_and_an_override_fails_clearly(spark, 
                     extra_confs=ttl_confs("1500ms"))
     assert run.rows() == [(1, 10, 100), (2, 20, 200), (1, 11, 100), (3, 30, 300)]
     assert _metric(run, 2, "sparkStateTtlExpiredRows") == 0
-    with pytest.raises(Exception) as excinfo:
+    with pytest.raises(StreamingQueryException) as excinfo:
         run_query(spark, _join, provider_class=ours, input_dir=[tmp_path / "l", tmp_path / "r"],
                   schema=[SCHEMA, SCHEMA], checkpoint_dir=tmp_path / "bad", output_mode="append",
                   extra_confs={P + "ttl.operator.0": "1h"})
     message = str(excinfo.value)
-    assert P + "ttl.operator.0 sets a TTL for operator 0, a stream-stream join" in message
+    assert "ConfigError: option " + P + "ttl.operator.0 sets a TTL for operator 0, a stream-stream join" in message
     assert "watermarks" in message
 
 
 def test_an_override_for_an_operator_the_query_does_not_have_fails_clearly(spark, tmp_path):
     write_batches(tmp_path / "in", [[(1, 1), (2, 2)], [(1, 3)]], SCHEMA)
-    with pytest.raises(Exception) as excinfo:
+    with pytest.raises(StreamingQueryException) as excinfo:
         run_query(spark, _count, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
                   checkpoint_dir=tmp_path / "ckpt", output_mode="update",
                   extra_confs={P + "ttl.operator.7": "1h"})
     message = str(excinfo.value)
-    assert P + "ttl.operator.7 sets the TTL of operator 7, but this query has no stateful operator" in message
+    assert ("ConfigError: option " + P + "ttl.operator.7 sets the TTL of operator 7, but this query has no stateful "
+            "operator") in message
     assert "its operators: 0" in message
 
 
@@ -306,11 +308,11 @@ def test_on_read_and_write_dedup_duplicates_refresh_the_ttl(spark, tmp_path, our
 
 def test_bad_ttl_conf_fails_the_query_naming_it(spark, tmp_path):
     write_batches(tmp_path / "in", [[(1, 0)]], SCHEMA)
-    with pytest.raises(Exception) as excinfo:
+    with pytest.raises(StreamingQueryException) as excinfo:
         run_query(spark, _dedup, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
                   checkpoint_dir=tmp_path / "bad", output_mode="append", extra_confs={P + "ttl": "10 parsecs"})
     message = str(excinfo.value)
-    assert f"option '{P}ttl' '10 parsecs' is not a duration" in message
+    assert f"ConfigError: option '{P}ttl' '10 parsecs' is not a duration" in message
 
 
 def test_real_clock_expires_rows_between_runs(spark, tmp_path, ours):

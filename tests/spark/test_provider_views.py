@@ -17,6 +17,7 @@ import uuid
 
 import pyarrow as pa
 import pytest
+from py4j.protocol import Py4JJavaError
 from provider_driver import BACKENDS, P, Shim
 
 pytestmark = pytest.mark.spark
@@ -198,10 +199,11 @@ def test_heap_state_over_its_budget_fails_the_task_naming_the_conf(spark, tmp_pa
     shim = Shim(spark, str(tmp_path / "state"), {P + "backend": "hashmap", P + "heap.maxBytes": "4k"})
     try:
         store = shim.store(0)
-        with pytest.raises(Exception) as excinfo:
+        with pytest.raises(Py4JJavaError) as excinfo:
             for k in range(1000):
                 shim.put(store, k, k)
         message = str(excinfo.value)
+        assert "SparkStateException: spark-state: the heap state of this executor would grow to" in message
         assert "spark.sql.streaming.stateStore.sparkState.heap.maxBytes" in message
         assert "backend=rocksdb" in message and "OutOfMemoryError" not in message
         store.abort()

@@ -1,8 +1,9 @@
 """The generated reference pages in docs/ are what the code says today.
 
-``docs/configuration.md`` is rendered from :mod:`spark_state.options` and ``docs/cli.md`` from
-the command line's parsers (``tools/docgen.py``). A change to either source without
-regenerating fails here, with the command that fixes it.
+``docs/configuration.md`` is rendered from :mod:`spark_state.options`, ``docs/cli.md`` from
+the command line's parsers and ``docs/compatibility.md`` from :mod:`spark_state.spark.lines`
+(``tools/docgen.py``). A change to any of these sources without regenerating fails here, with the
+command that fixes it.
 """
 
 from __future__ import annotations
@@ -53,6 +54,18 @@ def test_check_mode_reports_a_stale_page(tmp_path):
     (tmp_path / "configuration.md").write_text("edited by hand\n", encoding="utf-8")
     assert docgen.stale_pages(tmp_path) == ["configuration.md"]
     assert docgen.main(["--check", "--docs-dir", str(tmp_path)]) == 1
+
+
+def test_the_docs_index_names_exactly_the_generated_pages():
+    """docs/README.md says which pages are generated and how many: exactly :data:`docgen.PAGES`."""
+    import re
+
+    index = (DOCS / "README.md").read_text(encoding="utf-8")
+    section = index.split("## Generated pages", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"\[`([\w.-]+\.md)`\]", section))
+    assert named == set(docgen.PAGES), f"docs/README.md's 'Generated pages' names {sorted(named)}"
+    words = {1: "One", 2: "Two", 3: "Three", 4: "Four", 5: "Five"}
+    assert section.lstrip().startswith(f"{words[len(docgen.PAGES)]} pages are generated"), section[:80]
 
 
 def test_every_subcommand_has_a_section():
