@@ -27,10 +27,11 @@ from .errors import BootstrapError, KeyMismatchError, StateDataError, UnknownSta
 from .lookup import LookupResult, StateLookup, lookup
 from .operators import read_operator_state
 from .read import read_keyed_state, read_timers
+from .register import register_data_sources
 from .transform import SavepointTransform, TransformResult
 
 __all__ = ["BootstrapError", "BootstrapResult", "ErasureResult", "KeyMismatchError", "LookupResult",
            "SavepointTransform", "SavepointWriter", "StateDataError", "StateLookup", "TransformResult",
            "UnknownStateError", "UnreadableStateError",
            "count_sources", "erase_keys", "lookup", "read_change_feed", "read_function_operator_state",
-           "read_keyed_state", "read_operator_state", "read_timers"]
+           "read_keyed_state", "read_operator_state", "read_timers", "register_data_sources"]
