@@ -33,13 +33,16 @@ from typing import Any, Mapping, Optional
 from .change_feed import plan_change_feed
 from .errors import StateDataError
 from .function_operator_state import plan_function_operator_state
+from .metadata import state_metadata
 from .partition_jobs import PartitionJob
 from .read import plan_keyed_state, plan_timers
 
-__all__ = ["NAME", "OPTIONS", "STORAGE_PREFIXES", "parse_options", "plan_from_options"]
+__all__ = ["METADATA_NAME", "METADATA_OPTIONS", "NAME", "OPTIONS", "STORAGE_PREFIXES", "metadata_from_options",
+           "parse_options", "plan_from_options"]
 
-#: The data source's short name.
+#: The data sources' short names.
 NAME = "spark-state"
+METADATA_NAME = "spark-state-metadata"
 #: Option -> (Spark ``statestore`` counterpart, meaning). Keys are matched without case.
 OPTIONS: dict[str, tuple[str, str]] = {
     "path": ("path", "the checkpoint or savepoint directory (also .load(path))"),
@@ -60,31 +63,37 @@ OPTIONS: dict[str, tuple[str, str]] = {
 STORAGE_PREFIXES = ("s3.", "retry.", "hdfs.")
 #: Options of Spark's ``statestore`` source that read Spark's own operators.
 _SPARK_OPERATOR_OPTIONS = ("operatorid", "storename", "joinside", "snapshotstartbatchid", "snapshotpartitionid")
-_CANONICAL = {name.lower(): name for name in OPTIONS}
 
 
-def parse_options(options: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
-    """``(options by canonical name, storage options)``.
+#: The options of ``format("spark-state-metadata")`` (and the storage options).
+METADATA_OPTIONS = ("path", "processRoot")
+
+
+def parse_options(options: Mapping[str, str], valid: tuple[str, ...] = tuple(OPTIONS),
+                  source: str = NAME) -> tuple[dict[str, str], dict[str, str]]:
+    """``(options by canonical name, storage options)`` of data source ``source``, whose options
+    are ``valid``.
 
     :raises StateDataError: an unknown option (the message lists the valid ones)."""
+    canonical = {name.lower(): name for name in valid}
     known: dict[str, str] = {}
     storage: dict[str, str] = {}
     for key, value in options.items():
         low = key.lower()
         if low.startswith(STORAGE_PREFIXES):
             storage[low] = value
-        elif low in _CANONICAL:
-            known[_CANONICAL[low]] = value
+        elif low in canonical:
+            known[canonical[low]] = value
         elif low in _SPARK_OPERATOR_OPTIONS:
             raise StateDataError(
                 f"option {key!r} selects one of Spark's own operators, which format('statestore') reads (Spark 4.0+; "
                 "spark_state.processor.read_operator_state also reads savepoints); format('spark-state') reads "
                 "keyed functions")
         else:
-            close = difflib.get_close_matches(low, list(_CANONICAL), n=1)
-            hint = f" (did you mean {_CANONICAL[close[0]]!r}?)" if close else ""
+            close = difflib.get_close_matches(low, list(canonical), n=1)
+            hint = f" (did you mean {canonical[close[0]]!r}?)" if close else ""
             raise StateDataError(
-                f"unknown option {key!r} of format('{NAME}'){hint}; valid options: {', '.join(OPTIONS)}, and storage "
+                f"unknown option {key!r} of format('{source}'){hint}; valid options: {', '.join(valid)}, and storage "
                 f"options {', '.join(p + '*' for p in STORAGE_PREFIXES)}")
     return known, storage
 
@@ -133,6 +142,16 @@ def plan_from_options(options: Mapping[str, str]) -> PartitionJob:
     assert state is not None
     return plan_keyed_state(path, state, batch=batch, allow_pickle=pickle,
                             flatten_collection_types=_bool(known, "flattenCollectionTypes", True), **common)
+
+
+def metadata_from_options(options: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The rows of ``format("spark-state-metadata")`` (:func:`~.metadata.state_metadata`).
+
+    :raises StateDataError: an unknown option, or no path."""
+    known, storage = parse_options(options, METADATA_OPTIONS, METADATA_NAME)
+    if not known.get("path"):
+        raise StateDataError(f"format('{METADATA_NAME}') needs the checkpoint or savepoint directory: .load(path)")
+    return state_metadata(known["path"], storage_options=storage, process_root=known.get("processRoot"))
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:

@@ -9,16 +9,17 @@ one partition store, and ``read`` yields its Arrow record batches (:mod:`.partit
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from .datasource import NAME, plan_from_options
+from ..ops.inspect import METADATA_FIELDS, METADATA_TYPES
+from .datasource import METADATA_NAME, NAME, metadata_from_options, plan_from_options
 from .partition_jobs import PartitionJob
 
-__all__ = ["SparkStateDataSource"]
+__all__ = ["SparkStateDataSource", "StateMetadataDataSource"]
 
 
 class SparkStateDataSource(DataSource):
@@ -51,3 +52,27 @@ class _Reader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return self.job.batches(partition.value)
+
+
+class StateMetadataDataSource(DataSource):
+    """``format("spark-state-metadata")``: :func:`~.metadata.state_metadata`'s rows, computed in
+    ``reader()`` (beside the driver) and read in one partition."""
+
+    @classmethod
+    def name(cls) -> str:
+        return METADATA_NAME
+
+    def schema(self) -> str:
+        return ", ".join(f"{f} {METADATA_TYPES.get(f, 'string')}" for f in METADATA_FIELDS)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _MetadataReader(metadata_from_options(self.options))
+
+
+class _MetadataReader(DataSourceReader):
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        for row in self.rows:
+            yield tuple(row[f] for f in METADATA_FIELDS)

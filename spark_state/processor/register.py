@@ -15,8 +15,9 @@ __all__ = ["register_data_sources"]
 
 
 def register_data_sources(spark: SparkSession) -> None:
-    """Register ``spark-state`` with ``spark`` (Spark 4.0+: the Python Data Source API), so that
-    ``spark.read.format("spark-state")`` and SQL's ``USING `spark-state``` find it.
+    """Register ``spark-state`` and ``spark-state-metadata`` with ``spark`` (Spark 4.0+: the Python
+    Data Source API), so that ``spark.read.format("spark-state")`` and SQL's ``USING `spark-state```
+    find them.
 
     :raises StateDataError: the Spark line has no Python Data Source API (3.5)."""
     line = running_line()
@@ -25,6 +26,7 @@ def register_data_sources(spark: SparkSession) -> None:
             f"Spark {line.name} has no Python Data Source API (Spark 4.0+), so format('{NAME}') cannot be "
             "registered: read state with the Python functions (spark_state.processor.read_keyed_state, read_timers, "
             "read_change_feed, read_function_operator_state)")
-    from .datasource_classes import SparkStateDataSource
+    from .datasource_classes import SparkStateDataSource, StateMetadataDataSource
 
     spark.dataSource.register(SparkStateDataSource)
+    spark.dataSource.register(StateMetadataDataSource)

@@ -1,10 +1,14 @@
 """``spark.read.format("spark-state")`` (and SQL's ``USING `spark-state```) gives the rows of the
 Python readers on the same checkpoint and savepoint: keyed value, list and map state (nested and
 flattened), timers, change feeds and a function's operator state; its options are checked with
-clear errors; on Spark 3.5, registering names the line and the Python functions."""
+clear errors; on Spark 3.5, registering names the line and the Python functions. The metadata
+rows (``state_metadata``, ``format("spark-state-metadata")``, ``inspect --json``) of a checkpoint
+and a savepoint. Every state of a key in one pass (``read_keyed_states``) equals a join of the
+per-state DataFrames."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -13,10 +17,11 @@ from pyspark.errors import AnalysisException
 import process_fns
 import state_data_fns
 from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, OPERATOR_OUTPUT, OperatorStates
+from spark_state.__main__ import main
 from spark_state.ops import savepoint
 from spark_state.process import checkpointed_process, keyed_process
 from spark_state.processor import (StateDataError, read_change_feed, read_function_operator_state, read_keyed_state,
-                                   read_timers, register_data_sources)
+                                   read_keyed_states, read_timers, register_data_sources, state_metadata)
 from spark_state.processor.datasource import plan_from_options
 from spark_state.spark.lines import running_line
 from state_data_fns import AllStatesAndTimers
@@ -151,3 +156,75 @@ def test_spark_reports_the_sources_errors(spark, states):
     with pytest.raises(AnalysisException, match=r"(?s)UnknownStateError: function 'AllStates' has no keyed state "
                                                 r"'cont' \(states: buckets, count"):
         _source(spark, states["ckpt"], stateVarName="cont").collect()
+
+
+def _facts(rows):
+    """A metadata row without its location (a savepoint's differs from its checkpoint's)."""
+    return sorted(tuple((k, v) for k, v in r.items() if k != "location") for r in rows)
+
+
+def test_state_metadata_of_a_checkpoint_and_its_savepoint(spark, states, tmp_path, capsys):
+    """One row per keyed state, operator state, timer service and Spark operator store, with its
+    types, TTL, key columns, committed batches and partitions; `inspect --json` says the same."""
+    rows = state_metadata(states["ckpt"])
+    keyed = {r["name"]: r for r in rows if r["kind"] == "keyed_state"}
+    assert {n: (r["state_type"], r["value_type"], r["map_key_type"]) for n, r in keyed.items()} == {
+        "count": ("value", "bigint", None), "recent": ("list", "bigint", None), "buckets": ("map", "bigint", "bigint"),
+        "total": ("reducing", "bigint", None), "mean": ("aggregating", "struct<s:bigint,n:bigint>", None)}
+    assert all((r["function"], r["key_columns"], r["min_batch_id"], r["max_batch_id"], r["num_partitions"],
+                r["ttl_ms"], r["backend"]) == ("AllStates", "k string", 0, 2, PARALLELISM, None, "spark-state")
+               for r in keyed.values())
+    assert [(r["function"], r["key_columns"]) for r in rows if r["kind"] == "timers"] == [("AllStates", "k string")]
+    sp_rows = state_metadata(states["sp"])
+    assert _facts(sp_rows) == _facts({**r, "min_batch_id": 2} for r in rows)  # a savepoint holds one batch
+    assert all(r["location"].startswith(str(states["sp"]).rstrip("/")) or r["location"].startswith("file:")
+               for r in sp_rows)
+    ops = {r["name"]: r["state_type"] for r in state_metadata(states["ops"]) if r["kind"] == "operator_state"}
+    assert ops == {"split": "list", "union": "union", "bcast": "broadcast"}
+    assert main(["inspect", states["ckpt"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metadata"] == rows
+
+    # a Spark operator: one row per store, with the provider as the backend
+    write_batches(tmp_path / "in", [[("a", 1), ("b", 2)], [("a", 3)]], INPUT_SCHEMA)
+    run_query(spark, lambda df: df.groupBy("k").count(), provider_class=HDFS_PROVIDER, input_dir=str(tmp_path / "in"),
+              schema=INPUT_SCHEMA, checkpoint_dir=str(tmp_path / "agg"), output_mode="update")
+    [agg] = state_metadata(str(tmp_path / "agg"))
+    assert (agg["kind"], agg["operator_id"], agg["name"], agg["min_batch_id"], agg["max_batch_id"]) == (
+        "spark_operator", 0, "default", 0, 1)
+    assert agg["backend"] == "hdfs" and agg["num_partitions"] == 4 and agg["operator_name"]
+    if not ON_35:
+        frame = spark.read.format("spark-state-metadata").load(str(tmp_path / "agg"))
+        assert [r.asDict() for r in frame.collect()] == [agg]
+        frame = spark.read.format("spark-state-metadata").load(states["sp"])
+        assert sorted(map(tuple, frame.collect())) == sorted(tuple(r.values()) for r in sp_rows)
+
+
+def test_every_state_of_a_key_in_one_pass_equals_a_join_of_the_states(spark, states):
+    from pyspark.sql import functions as F
+
+    def _summary(key, found):  # nested: pickled by value to the tasks
+        """A key with all its states -> one row (the user's function)."""
+        yield (key, found.get("count"), len(found.get("recent", [])), sum(found.get("buckets", {}).values()),
+               found.get("total"), sorted(found))
+
+    for path in (states["ckpt"], states["sp"]):
+        frame = read_keyed_states(spark, path, _summary,
+                                  "k string, n bigint, recent int, buckets bigint, total bigint, names array<string>")
+        assert frame.columns == ["k", "n", "recent", "buckets", "total", "names", "partition_id"]
+        assert frame.rdd.getNumPartitions() == PARALLELISM
+        joined = None
+        for state in ("count", "recent", "buckets", "total", "mean"):
+            one = read_keyed_state(spark, path, state).select("k", "partition_id", F.col("value").alias(state))
+            joined = one if joined is None else joined.join(one, ["k", "partition_id"], "full_outer")
+        expected = joined.select(
+            "k", F.col("count"), F.size(F.coalesce("recent", F.array().cast("array<bigint>"))),
+            F.aggregate(F.map_values("buckets"), F.lit(0).cast("bigint"), lambda a, b: a + b), F.col("total"),
+            F.array_sort(F.array_compact(F.array(*[F.when(F.col(s).isNotNull(), F.lit(s)) for s in
+                                                  ("buckets", "count", "mean", "recent", "total")]))),
+            "partition_id")
+        assert sorted(map(tuple, frame.collect())) == sorted(map(tuple, expected.collect()))
+    two = read_keyed_states(spark, states["sp"], lambda k, s: [(k, sorted(s))], "k string, names array<string>",
+                            states=["count", "recent"])
+    assert {tuple(r.names) for r in two.collect()} == {("count", "recent")}
+    with pytest.raises(StateDataError, match="'partition_id', which the reader adds"):
+        read_keyed_states(spark, states["ckpt"], _summary, "partition_id int")
