@@ -12,7 +12,8 @@ element's place in the partition's list) and ``value`` for list and union list s
 ``partition_id`` (int), as in every reader.
 A ``checkpointed_process`` function's state and a keyed function's (``initialize_state``, or the
 broadcast states of ``keyed_broadcast_process``) are read alike. One Spark task per partition
-store loads the store's committed copy of the batch (default: the last committed batch).
+store loads the store's committed copy of the batch (default: the last committed batch), or its
+state file when ``checkpoint`` is a savepoint's directory (the savepoint's batch).
 """
 
 from __future__ import annotations
@@ -27,13 +28,17 @@ from ..keys.operator import INDEX, KEYED_OPERATOR_PREFIX, MODE_BROADCAST, modes_
 from ..keys.system import operator_record_key
 from ..ops.checkpoint_reader import SparkCheckpoint
 from ..ops.process_locations import find_process_locations, where_looked
+from ..ops.restore import read_manifest
 from ..ops.state_io import process_layout
+from ..process import location as L
 from ..process.plan import KEYED
 from ..state.schema import StateSchema
+from ..storage import open_storage
 from .codecs import serializer_of
-from .errors import UnknownStateError
+from .errors import StateDataError, UnknownStateError
 from .partition_jobs import PARTITION_ID, PartitionJob, run_job
 from .read import Partitions, spark_type
+from .savepoint_source import SavepointSource, is_savepoint
 
 __all__ = ["plan_function_operator_state", "read_function_operator_state"]
 
@@ -58,6 +63,27 @@ def plan_function_operator_state(checkpoint: str, state: str, *, function: Optio
                                  process_locations: Optional[Mapping[str, str]] = None,
                                  allow_pickle: bool = False) -> PartitionJob:
     """:func:`read_function_operator_state`'s job (driver side; no Spark session needed)."""
+    if is_savepoint(checkpoint, storage_options):
+        parts, name, kind = _savepoint_partitions(checkpoint, function, batch, dict(storage_options or {}))
+    else:
+        parts, name, kind = _checkpoint_partitions(checkpoint, function, batch, storage_options, process_root,
+                                                   process_locations)
+    keyspace = KEYED_OPERATOR_PREFIX if kind == KEYED else b""
+    mode, record = _record(parts, state, name, keyspace)
+    value = spark_type(record.value, state)
+    if mode == MODE_BROADCAST:
+        assert record.key is not None
+        extra = [T.StructField("map_key", spark_type(record.key, state), False), T.StructField("value", value, True)]
+    else:
+        extra = [T.StructField("index", T.IntegerType(), False), T.StructField("value", value, True)]
+    schema = T.StructType(extra + [PARTITION_ID])
+    return parts.job(schema, _Reader(state, mode, record, keyspace, allow_pickle).rows)
+
+
+def _checkpoint_partitions(checkpoint: str, function: Optional[str], batch: Optional[int],
+                           storage_options: Optional[Mapping[str, str]], process_root: Optional[str],
+                           process_locations: Optional[Mapping[str, str]]) -> tuple[Partitions, str, str]:
+    """The partition stores of a checkpoint's function at ``batch``, its name and kind."""
     ckpt = SparkCheckpoint(checkpoint, dict(storage_options or {}))
     found = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, dict(process_locations or {}),
                                    dict(storage_options or {}))
@@ -72,16 +98,27 @@ def plan_function_operator_state(checkpoint: str, state: str, *, function: Optio
     version = ckpt.committed_batch(batch) + 1
     parts = Partitions(loc.url, dict(loc.storage_options), process_layout(loc.storage(), version), version,
                        loc.max_parallelism or 1, ())
-    keyspace = KEYED_OPERATOR_PREFIX if loc.kind == KEYED else b""
-    mode, record = _record(parts, state, loc.name, keyspace)
-    value = spark_type(record.value, state)
-    if mode == MODE_BROADCAST:
-        assert record.key is not None
-        extra = [T.StructField("map_key", spark_type(record.key, state), False), T.StructField("value", value, True)]
-    else:
-        extra = [T.StructField("index", T.IntegerType(), False), T.StructField("value", value, True)]
-    schema = T.StructType(extra + [PARTITION_ID])
-    return parts.job(schema, _Reader(state, mode, record, keyspace, allow_pickle).rows)
+    return parts, loc.name, loc.kind
+
+
+def _savepoint_partitions(path: str, function: Optional[str], batch: Optional[int],
+                          options: dict[str, str]) -> tuple[Partitions, str, str]:
+    """A savepoint's state files of its function (any kind), loaded by the tasks, its name and kind."""
+    storage = open_storage(path, options)
+    manifest = read_manifest(storage)
+    names = ", ".join(p.name for p in manifest.process) or "none"
+    chosen = [p for p in manifest.process if function is None or p.name == function]
+    if len(chosen) != 1:
+        raise UnknownStateError(f"the savepoint {storage.url} has functions {names}: " + (
+            f"none is named {function!r}" if function is not None else "name one with function="))
+    if batch is not None and batch != manifest.batch_id:
+        raise StateDataError(f"the savepoint {storage.url} holds batch {manifest.batch_id}, not batch {batch}: omit "
+                             "batch= to read it")
+    entry = chosen[0]
+    source = SavepointSource(storage.url, options, manifest, entry)
+    parts = Partitions(storage.url, options, L.Layout(entry.parallelism, 0), manifest.state_version,
+                       entry.max_parallelism or 1, (), source)
+    return parts, entry.name, entry.kind
 
 
 def _record(parts: Partitions, state: str, function: str, keyspace: bytes) -> tuple[int, StateSchema]:

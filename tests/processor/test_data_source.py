@@ -67,9 +67,10 @@ def states(spark, tmp_path_factory):
                                                      name="Ops"),
               provider_class=HDFS_PROVIDER, input_dir=str(tmp / "ops-in"), schema=INPUT_SCHEMA,
               checkpoint_dir=str(tmp / "ops"), output_mode="append")
+    savepoint(str(tmp / "ops"), str(tmp / "ops-sp"), progress=False)
     if not ON_35:
         register_data_sources(spark)
-    return {"ckpt": str(tmp / "ckpt"), "sp": str(tmp / "sp"), "ops": str(tmp / "ops")}
+    return {"ckpt": str(tmp / "ckpt"), "sp": str(tmp / "sp"), "ops": str(tmp / "ops"), "ops-sp": str(tmp / "ops-sp")}
 
 
 def _source(spark, path, **options):
@@ -112,9 +113,11 @@ def test_the_data_source_equals_the_python_readers(spark, states):
         python = read_change_feed(spark, states["ckpt"], state, start_batch=1, end_batch=2)
         assert feed.columns == python.columns and _rows(feed) == _rows(python) and feed.count() > 0
     for state in ("split", "union", "bcast"):
-        frame = _source(spark, states["ops"], operatorStateName=state, functionName="Ops")
         python = read_function_operator_state(spark, states["ops"], state, function="Ops")
-        assert frame.columns == python.columns and _rows(frame) == _rows(python) and frame.count() > 0
+        for path in (states["ops"], states["ops-sp"]):  # a savepoint reads as its checkpoint does
+            frame = _source(spark, path, operatorStateName=state, functionName="Ops")
+            assert frame.columns == python.columns and _rows(frame) == _rows(python) and frame.count() > 0
+        assert _rows(read_function_operator_state(spark, states["ops-sp"], state)) == _rows(python)
 
 
 @pytest.mark.skipif(ON_35, reason="the Python Data Source API is Spark 4.0+")
