@@ -62,8 +62,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                     "the confs of a Spark driver (e.g. a Spark Connect server) started elsewhere.")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
 
-    p = _command(sub, "inspect", "show what a checkpoint holds (reads only; safe on a running query)", _inspect)
-    p.add_argument("checkpoint", help="the query's checkpointLocation")
+    p = _command(sub, "inspect", "show what a checkpoint or savepoint holds (reads only; safe on a running query); "
+                                 "--json includes the metadata rows (one per state, timer service and Spark "
+                                 "operator store)", _inspect)
+    p.add_argument("checkpoint", help="the query's checkpointLocation, or a savepoint directory")
     p.add_argument("--no-load", action="store_true",
                    help="do not load any state (faster on large state; no TTL or descriptor details)")
     _process_options(p)
@@ -266,9 +268,27 @@ def _run(args: argparse.Namespace, fn: Callable[[argparse.Namespace], Any]) -> i
 
 def _inspect(args):
     from .ops import inspect
+    from .processor import state_metadata
+    from .processor.savepoint_source import is_savepoint
 
-    result = inspect(args.checkpoint, load_stores=not args.no_load, **_common(args))
+    common = _common(args)
+    if is_savepoint(args.checkpoint, common["storage_options"]):
+        rows = state_metadata(args.checkpoint, **common)
+        return {"savepoint": args.checkpoint, "metadata": rows}, _describe_metadata(args.checkpoint, rows)
+    result = inspect(args.checkpoint, load_stores=not args.no_load, **common)
     return result, _describe_inspect(result)
+
+
+def _describe_metadata(path: str, rows: list[dict[str, Any]]) -> str:
+    """The metadata rows as text: one line per state, timer service and operator store."""
+    lines = [f"savepoint {path}"]
+    for r in rows:
+        owner = r["function"] if r["function"] is not None else f"operator {r['operator_id']} {r['operator_name']}"
+        types = ", ".join(f"{k} {r[k]}" for k in ("key_columns", "map_key_type", "value_type", "ttl_ms") if r[k])
+        lines.append(f"  {r['kind']} {owner}" + (f".{r['name']}" if r["name"] else "") + f": {r['state_type'] or ''}"
+                     + (f" ({types})" if types else "") + f", batches {r['min_batch_id']}..{r['max_batch_id']}, "
+                     f"{r['num_partitions']} partitions, {r['backend']}")
+    return "\n".join(lines)
 
 
 def _savepoint(args):

@@ -186,6 +186,11 @@ def test_state_metadata_of_a_checkpoint_and_its_savepoint(spark, states, tmp_pat
     assert ops == {"split": "list", "union": "union", "bcast": "broadcast"}
     assert main(["inspect", states["ckpt"], "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["metadata"] == rows
+    assert main(["inspect", states["sp"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metadata"] == sp_rows
+    assert main(["inspect", states["sp"]]) == 0
+    assert "keyed_state AllStates.buckets: map (key_columns k string, map_key_type bigint, value_type bigint), " \
+           "batches 2..2, 3 partitions, spark-state" in capsys.readouterr().out
 
     # a Spark operator: one row per store, with the provider as the backend
     write_batches(tmp_path / "in", [[("a", 1), ("b", 2)], [("a", 3)]], INPUT_SCHEMA)
