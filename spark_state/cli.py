@@ -62,8 +62,10 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                     "the confs of a Spark driver (e.g. a Spark Connect server) started elsewhere.")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
 
-    p = _command(sub, "inspect", "show what a checkpoint holds (reads only; safe on a running query)", _inspect)
-    p.add_argument("checkpoint", help="the query's checkpointLocation")
+    p = _command(sub, "inspect", "show what a checkpoint or savepoint holds (reads only; safe on a running query); "
+                                 "--json includes the metadata rows (one per state, timer service and Spark "
+                                 "operator store)", _inspect)
+    p.add_argument("checkpoint", help="the query's checkpointLocation, or a savepoint directory")
     p.add_argument("--no-load", action="store_true",
                    help="do not load any state (faster on large state; no TTL or descriptor details)")
     _process_options(p)
@@ -127,15 +129,18 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
     p = _command(sub, "read", "print a state of a checkpoint or savepoint as rows, through a local Spark session: a "
                               "keyed state, a keyed function's timers (--timers), a keyed state's change feed "
-                              "(--changes-from), or a Spark operator's state (--operator)", _read)
+                              "(--start-batch), or a Spark operator's state (--operator)", _read)
     p.add_argument("path", help="the query's checkpointLocation, or a savepoint directory")
     p.add_argument("state", nargs="?", help="the keyed state's name (not with --timers or --operator)")
     p.add_argument("--function", metavar="NAME", help="the keyed function's name (needed when the query has several)")
     p.add_argument("--batch", type=int, help="the committed batch to read (default: the latest)")
-    p.add_argument("--exploded", action="store_true", help="list and map state: one row per element or entry")
+    p.add_argument("--flatten-collection-types", action="store_true",
+                   help="list and map state: one row per element or entry (default: one row per key)")
     p.add_argument("--timers", action="store_true", help="the keyed function's registered timers")
-    p.add_argument("--changes-from", type=int, metavar="BATCH",
-                   help="the changes batches BATCH..--batch made to the state (the change feed)")
+    p.add_argument("--start-batch", type=int, metavar="BATCH",
+                   help="the change feed: the changes batches BATCH..--end-batch made to the state")
+    p.add_argument("--end-batch", type=int, metavar="BATCH",
+                   help="with --start-batch: the last batch of the change feed (default: the last committed)")
     p.add_argument("--operator-state", action="store_true",
                    help="the state named is a function's operator state (list, union list or broadcast), per partition")
     p.add_argument("--operator", type=int, metavar="ID", help="a Spark operator's state, as Spark's reader shows it")
@@ -265,9 +270,27 @@ def _run(args: argparse.Namespace, fn: Callable[[argparse.Namespace], Any]) -> i
 
 def _inspect(args):
     from .ops import inspect
+    from .processor import state_metadata
+    from .processor.savepoint_source import is_savepoint
 
-    result = inspect(args.checkpoint, load_stores=not args.no_load, **_common(args))
+    common = _common(args)
+    if is_savepoint(args.checkpoint, common["storage_options"]):
+        rows = state_metadata(args.checkpoint, **common)
+        return {"savepoint": args.checkpoint, "metadata": rows}, _describe_metadata(args.checkpoint, rows)
+    result = inspect(args.checkpoint, load_stores=not args.no_load, **common)
     return result, _describe_inspect(result)
+
+
+def _describe_metadata(path: str, rows: list[dict[str, Any]]) -> str:
+    """The metadata rows as text: one line per state, timer service and operator store."""
+    lines = [f"savepoint {path}"]
+    for r in rows:
+        owner = r["function"] if r["function"] is not None else f"operator {r['operator_id']} {r['operator_name']}"
+        types = ", ".join(f"{k} {r[k]}" for k in ("key_columns", "map_key_type", "value_type", "ttl_ms") if r[k])
+        lines.append(f"  {r['kind']} {owner}" + (f".{r['name']}" if r["name"] else "") + f": {r['state_type'] or ''}"
+                     + (f" ({types})" if types else "") + f", batches {r['min_batch_id']}..{r['max_batch_id']}, "
+                     f"{r['num_partitions']} partitions, {r['backend']}")
+    return "\n".join(lines)
 
 
 def _savepoint(args):
@@ -363,7 +386,11 @@ def _read_frame(args) -> Callable[[Any], Any]:
     from . import processor
 
     common = _common(args)
-    chosen = [name for name, on in (("--timers", args.timers), ("--changes-from", args.changes_from is not None),
+    if args.end_batch is not None and args.start_batch is None:
+        raise ValueError("--end-batch ends a change feed: give --start-batch too")
+    if args.start_batch is not None and args.batch is not None:
+        raise ValueError("a change feed reads batches --start-batch..--end-batch: give --end-batch, not --batch")
+    chosen = [name for name, on in (("--timers", args.timers), ("--start-batch", args.start_batch is not None),
                                     ("--operator", args.operator is not None),
                                     ("--operator-state", args.operator_state)) if on]
     if len(chosen) > 1:
@@ -371,7 +398,7 @@ def _read_frame(args) -> Callable[[Any], Any]:
     if args.operator is not None:
         return lambda spark: processor.read_operator_state(spark, args.path, operator_id=args.operator,
                                                            store_name=args.store, batch=args.batch,
-                                                           savepoint_options=common["storage_options"])
+                                                           storage_options=common["storage_options"])
     if args.timers:
         return lambda spark: processor.read_timers(spark, args.path, function=args.function, batch=args.batch, **common)
     if not args.state:
@@ -380,12 +407,13 @@ def _read_frame(args) -> Callable[[Any], Any]:
         return lambda spark: processor.read_function_operator_state(spark, args.path, args.state,
                                                                     function=args.function, batch=args.batch,
                                                                     allow_pickle=args.allow_pickle, **common)
-    if args.changes_from is not None:
-        return lambda spark: processor.read_change_feed(spark, args.path, args.state, start_batch=args.changes_from,
-                                                        end_batch=args.batch, function=args.function,
+    if args.start_batch is not None:
+        return lambda spark: processor.read_change_feed(spark, args.path, args.state, start_batch=args.start_batch,
+                                                        end_batch=args.end_batch, function=args.function,
                                                         allow_pickle=args.allow_pickle, **common)
     return lambda spark: processor.read_keyed_state(spark, args.path, args.state, function=args.function,
-                                                    batch=args.batch, exploded=args.exploded,
+                                                    batch=args.batch,
+                                                    flatten_collection_types=args.flatten_collection_types,
                                                     allow_pickle=args.allow_pickle, **common)
 
 

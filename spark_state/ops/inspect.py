@@ -9,6 +9,10 @@ whether its values carry TTL stamps (a spark-state store loaded once, partition 
 parallelism, the layout holding the batch, the key groups and rows of each partition, and
 each state's recorded descriptor (kind, type, TTL) from its schema record.
 
+``metadata`` gives the same facts as rows, one per keyed state, operator state and timer service
+of each function and per store of each Spark operator (:data:`METADATA_FIELDS`; the rows of
+``spark_state.processor.state_metadata`` and ``format("spark-state-metadata")``).
+
 Nothing is written: stores are opened with a reader run context (never registers or
 fences), and only versions of committed batches are read. The TTL *duration* is a conf of
 the running query, not part of the checkpoint (see README "TTL for built-in operators"), so
@@ -27,6 +31,7 @@ from ..checkpoint.runs import RunContext, RunRegistry
 from ..partitioning.keygroups import compute_key_group_range_for_operator_index
 from ..storage import CheckpointStorage
 from ..keys import system as syskeys
+from ..process import location as L
 from .checkpoint_reader import SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint, provider_short_name
 from .process_locations import find_process_locations
 from .state_io import open_committed, process_layout, reader_config
@@ -34,6 +39,18 @@ from .state_io import open_committed, process_layout, reader_config
 
 #: snapshots/<version>-<id>.json: one per snapshot (private files are <version>-<id>-<name>)
 _DESCRIPTOR_RE = re.compile(r"^\d+-[0-9a-f]+\.json$")
+
+#: The fields of a metadata row, in order (types: :data:`METADATA_TYPES`).
+METADATA_FIELDS = ("kind", "function", "operator_id", "operator_name", "name", "state_type", "key_columns",
+                   "value_type", "map_key_type", "ttl_ms", "min_batch_id", "max_batch_id", "num_partitions",
+                   "backend", "location")
+#: Each field's Spark type, as DDL (``key_columns`` is a string: ``"k string, n bigint"``).
+METADATA_TYPES = {"operator_id": "int", "ttl_ms": "bigint", "min_batch_id": "bigint", "max_batch_id": "bigint",
+                  "num_partitions": "int"}
+#: ``kind`` of a metadata row.
+KEYED_STATE, OPERATOR_STATE, TIMERS, SPARK_OPERATOR = "keyed_state", "operator_state", "timers", "spark_operator"
+#: Which schema records are which kind of state.
+_RECORD_TAGS = ((syskeys.KEYED_SCHEMA_TAG, KEYED_STATE), (syskeys.OPERATOR_SCHEMA_TAG, OPERATOR_STATE))
 
 
 def inspect(checkpoint: str, *, process_root: Optional[str] = None, process_locations: Optional[dict[str, str]] = None,
@@ -45,15 +62,17 @@ def inspect(checkpoint: str, *, process_root: Optional[str] = None, process_loca
     ckpt = SparkCheckpoint(checkpoint, storage_options)
     offsets = ckpt.batch_ids("offsets")
     last = ckpt.last_committed()
+    commits = ckpt.batch_ids("commits")
     out: dict[str, Any] = {
         "checkpoint": ckpt.url,
         "query_id": ckpt.query_id(),
+        "first_committed_batch": commits[0] if commits and last is not None else None,
         "last_committed_batch": last,
         "latest_offset_batch": offsets[-1] if offsets else None,
         "uncommitted_batches": [b for b in offsets if last is None or b > last],
     }
     if last is None:
-        out |= {"provider": None, "partitions": None, "operators": [], "process_states": []}
+        out |= {"provider": None, "partitions": None, "operators": [], "process_states": [], "metadata": []}
         return out
     provider = ckpt.provider_class(last)
     out["provider"] = provider_short_name(provider)
@@ -79,7 +98,46 @@ def inspect(checkpoint: str, *, process_root: Optional[str] = None, process_loca
         for loc in find_process_locations(ckpt.storage, out["query_id"], process_root, process_locations or {},
                                           storage_options or {})
     ]
+    out["metadata"] = metadata_rows(out)
     return out
+
+
+def metadata_rows(described: dict[str, Any]) -> list[dict[str, Any]]:
+    """The metadata rows of an :func:`inspect`-shaped description (a savepoint's is built alike
+    by ``spark_state.processor.metadata``): per state of each function (its schema record), a
+    timer service per keyed function, and per store of each Spark operator."""
+    first, last = described.get("first_committed_batch"), described["last_committed_batch"]
+    rows: list[dict[str, Any]] = []
+
+    def row(**fields: Any) -> None:
+        rows.append({f: fields.get(f) for f in METADATA_FIELDS} | {"min_batch_id": first, "max_batch_id": last})
+
+    for p in described["process_states"]:
+        key = p.get("key") or {}
+        key_columns = ", ".join(f"{c} {t}" for c, t in zip(key.get("columns", []), key.get("types", []))) or None
+        common = {"function": p["name"], "num_partitions": p["parallelism"], "backend": "spark-state",
+                  "location": p["location"]}
+        for state in p["states"]:
+            kind = state.get("scope", KEYED_STATE)
+            ttl = state.get("ttl") or {}
+            row(kind=kind, name=state["name"], state_type=state.get("kind"),
+                key_columns=key_columns if kind == KEYED_STATE else None, value_type=_type_of(state.get("value")),
+                map_key_type=_type_of(state.get("key")), ttl_ms=ttl.get("ttl_ms"), **common)
+        if p["kind"] == "keyed":
+            row(kind=TIMERS, state_type="timers", key_columns=key_columns, value_type="bigint", **common)
+    for op in described["operators"]:
+        for store in op["stores"]:
+            row(kind=SPARK_OPERATOR, operator_id=op["id"], operator_name=op["name"], name=store["name"],
+                num_partitions=op["partitions"], backend=described.get("provider"),
+                location=store.get("location") or f"{described['checkpoint'].rstrip('/')}/state/{op['id']}")
+    return rows
+
+
+def _type_of(snapshot: Optional[dict]) -> Optional[str]:
+    """A serializer snapshot's type: the Spark type, or the serializer (pickle, a class)."""
+    if not snapshot:
+        return None
+    return snapshot.get("type") or snapshot.get("class") or snapshot.get("codec")
 
 
 def _sum(values) -> Optional[int]:
@@ -149,7 +207,7 @@ def _process(loc, version: int, load: bool) -> dict[str, Any]:
     storage = loc.storage()
     layout = process_layout(storage, version)
     partitions = []
-    states: dict[str, Any] = {}
+    states: dict[tuple[str, str], dict[str, Any]] = {}
     for i in range(layout.parallelism):
         entry: dict[str, Any] = {"partition": i}
         if loc.max_parallelism:
@@ -161,20 +219,36 @@ def _process(loc, version: int, load: bool) -> dict[str, Any]:
         try:
             if s is not None:
                 entry["rows"] = s.num_keys()
-                for tag in (syskeys.KEYED_SCHEMA_TAG, syskeys.OPERATOR_SCHEMA_TAG):
-                    for key, value in s.iterate(*syskeys.record_range(tag)):
-                        name = syskeys.name_of_record_key(key).decode("utf-8", "replace")
-                        try:
-                            states.setdefault(name, json.loads(value))
-                        except ValueError:
-                            states.setdefault(name, {"unreadable": True})
+                for tag, _ in _RECORD_TAGS:
+                    add_records(states, s.iterate(*syskeys.record_range(tag)))
         finally:
             if s is not None:
                 s.close()
         partitions.append(entry)
+    key = json.loads(storage.read_bytes(L.META_FILE)).get("key") if storage.exists(L.META_FILE) else None
     return {"name": loc.name, "location": loc.url, "kind": loc.kind, "max_parallelism": loc.max_parallelism,
             "parallelism": layout.parallelism, "layout": layout.name, "rows": _sum(p.get("rows") for p in partitions),
-            "states": [{"name": n, **d} for n, d in sorted(states.items())], "partitions": partitions}
+            "key": key, "states": record_list(states), "partitions": partitions}
+
+
+def add_records(states: dict[tuple[str, str], dict[str, Any]], entries: Any) -> None:
+    """Add the schema records among ``entries`` (``(key, value)`` pairs, any keys) to ``states``,
+    by ``(scope, name)``: the first record of a state wins (partitions record the same)."""
+    for key, value in entries:
+        for tag, scope in _RECORD_TAGS:
+            low, high = syskeys.record_range(tag)
+            if low <= key < high:
+                name = syskeys.name_of_record_key(key).decode("utf-8", "replace")
+                try:
+                    states.setdefault((scope, name), json.loads(value))
+                except ValueError:
+                    states.setdefault((scope, name), {"unreadable": True})
+
+
+def record_list(states: dict[tuple[str, str], dict[str, Any]]) -> list[dict[str, Any]]:
+    """``states`` as inspect lists them: sorted by name, each with its ``scope``."""
+    by_name = sorted(states.items(), key=lambda item: item[0][::-1])
+    return [{"name": name, "scope": scope, **d} for (scope, name), d in by_name]
 
 
 def _span(versions: list[int]) -> Optional[str]:

@@ -8,7 +8,7 @@
 Rows, in batch order per key: ``batch_id`` (the batch that made the change), ``change_type``
 (``update``: the key's value after the batch; ``delete``: the batch removed it, or its TTL
 expired), the key columns, and ``value`` as :func:`~.read.read_keyed_state` shows it (a list
-state's whole array, a map state's whole map; null for ``delete``). One row per key a batch
+state's whole array, a map state's whole map; null for ``delete``), then ``partition_id``. One row per key a batch
 changed; a key written twice in one batch has one row. This is Spark's change feed of the
 ``statestore`` reader (``readChangeFeed``), for the state of keyed functions.
 
@@ -30,7 +30,6 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Mapping, Optional
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
@@ -41,14 +40,15 @@ from ..keys import keyed as K
 from ..keys.system import SYSTEM_PREFIX
 from ..ops.state_io import process_layout, reader_config
 from ..process import location as L
-from ..spark.compat import arrow_schema
 from ..storage import open_storage
 from .errors import StateDataError
-from .read import BATCH_ROWS, Partitions, record_batch, row_key, state_record, state_schema
+from .partition_jobs import PartitionJob, chunked, run_job
+from .read import Partitions, row_key, state_record, state_schema
 from .records import state_codec
+from .savepoint_source import is_savepoint
 from .source import KeyedSource
 
-__all__ = ["read_change_feed"]
+__all__ = ["plan_change_feed", "read_change_feed"]
 
 UPDATE, DELETE = "update", "delete"
 #: The columns the feed adds before the key columns.
@@ -65,6 +65,20 @@ def read_change_feed(spark: SparkSession, checkpoint: str, state: str, *, start_
 
     :raises StateDataError: a bad range, or one over a tool-written version or a layout change.
     :raises UnknownStateError: no such function or state."""
+    return run_job(spark, plan_change_feed(checkpoint, state, start_batch=start_batch, end_batch=end_batch,
+                                           function=function, storage_options=storage_options,
+                                           process_root=process_root, process_locations=process_locations,
+                                           allow_pickle=allow_pickle))
+
+
+def plan_change_feed(checkpoint: str, state: str, *, start_batch: int, end_batch: Optional[int] = None,
+                     function: Optional[str] = None, storage_options: Optional[Mapping[str, str]] = None,
+                     process_root: Optional[str] = None, process_locations: Optional[Mapping[str, str]] = None,
+                     allow_pickle: bool = False) -> PartitionJob:
+    """:func:`read_change_feed`'s job (driver side; no Spark session needed)."""
+    if is_savepoint(checkpoint, storage_options):
+        raise StateDataError(f"{checkpoint} is a savepoint, which holds one batch and no changes: read the change "
+                             "feed of the checkpoint it was taken from")
     source = KeyedSource.find(checkpoint, function=function, storage_options=storage_options,
                               process_root=process_root, process_locations=process_locations)
     end = source.committed_batch(end_batch)
@@ -83,16 +97,7 @@ def read_change_feed(spark: SparkSession, checkpoint: str, state: str, *, start_
     record = state_record(parts, state, source.function)
     schema = T.StructType(list(FEED_COLUMNS) + list(state_schema(parts.key_fields, state, record, False).fields))
     feed = _Feed(parts, state, start_batch, end, int(time.time() * 1000), allow_pickle)
-    arrow = arrow_schema(schema)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for partition in batch.column(0).to_pylist():
-                for rows in feed.rows(partition):
-                    yield record_batch(rows, arrow)
-
-    n = layout.parallelism
-    return spark.range(0, n, 1, n).mapInArrow(run, schema)
+    return PartitionJob(schema, layout.parallelism, feed.rows)
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,12 @@ class _Feed:
     allow_pickle: bool
 
     def rows(self, partition: int) -> Iterator[list[tuple]]:
+        try:
+            yield from chunked(self._changes(partition))
+        except ToolWrittenVersionError as exc:
+            raise StateDataError(str(exc)) from None
+
+    def _changes(self, partition: int) -> Iterator[tuple]:
         parts = self.parts
         storage = open_storage(parts.url, dict(parts.storage_options))
         layout: L.Layout = parts.layout
@@ -116,7 +127,6 @@ class _Feed:
         try:
             name = self.state.encode("utf-8")
             decode = row_key(parts.key_fields)
-            rows: list[tuple] = []
             first = layout.store_version(self.start + 1)
             for changed in committed_changes(store, first, layout.store_version(self.end + 1)):
                 batch = self.start + changed.version - first
@@ -128,14 +138,7 @@ class _Feed:
                     entries = list(store.iterate(base, prefix_upper_bound(base)))
                     found, value = codec.value_of(len(base), entries, self.now_ms) if entries else (False, None)
                     key = decode(key_bytes)
-                    rows.append((batch, UPDATE if found else DELETE) + key + (value if found else None,))
-                    if len(rows) >= BATCH_ROWS:
-                        yield rows
-                        rows = []
-            if rows:
-                yield rows
-        except ToolWrittenVersionError as exc:
-            raise StateDataError(str(exc)) from None
+                    yield (batch, UPDATE if found else DELETE) + key + (value if found else None,)
         finally:
             store.close()
             shutil.rmtree(local, ignore_errors=True)

@@ -6,19 +6,20 @@
     read_function_operator_state(spark, "/ckpt", "offsets", function="Reader").show()
 
 Operator state (Flink's list, union list and broadcast state; :mod:`spark_state.process.operator_state`)
-belongs to a partition of the function's layout, not to a key. Rows: ``partition`` (int), then
-``index`` (int, the element's place in the partition's list) and ``value`` for list and union
-list state, or ``map_key`` and ``value`` for broadcast state; typed by the state's schema record.
+belongs to a partition of the function's layout, not to a key. Rows: ``index`` (int, the
+element's place in the partition's list) and ``value`` for list and union list state, or
+``map_key`` and ``value`` for broadcast state, typed by the state's schema record; then
+``partition_id`` (int), as in every reader.
 A ``checkpointed_process`` function's state and a keyed function's (``initialize_state``, or the
 broadcast states of ``keyed_broadcast_process``) are read alike. One Spark task per partition
-store loads the store's committed copy of the batch (default: the last committed batch).
+store loads the store's committed copy of the batch (default: the last committed batch), or its
+state file when ``checkpoint`` is a savepoint's directory (the savepoint's batch).
 """
 
 from __future__ import annotations
 
 from typing import Any, Iterator, Mapping, Optional
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
@@ -27,16 +28,20 @@ from ..keys.operator import INDEX, KEYED_OPERATOR_PREFIX, MODE_BROADCAST, modes_
 from ..keys.system import operator_record_key
 from ..ops.checkpoint_reader import SparkCheckpoint
 from ..ops.process_locations import find_process_locations
+from ..ops.savepoint_manifest import read_manifest
 from ..ops.state_io import process_layout
+from ..process import location as L
 from ..process.plan import KEYED
-from ..spark.compat import arrow_schema
 from ..state.schema import StateSchema
+from ..storage import open_storage
 from .codecs import serializer_of
-from .errors import UnknownStateError
-from .read import BATCH_ROWS, Partitions, spark_type
-from .source import choose
+from .errors import StateDataError, UnknownStateError
+from .partition_jobs import PARTITION_ID, PartitionJob, run_job
+from .read import Partitions, spark_type
+from .savepoint_source import SavepointSource, is_savepoint
+from .source import choose, choose_function
 
-__all__ = ["read_function_operator_state"]
+__all__ = ["plan_function_operator_state", "read_function_operator_state"]
 
 
 def read_function_operator_state(spark: SparkSession, checkpoint: str, state: str, *, function: Optional[str] = None,
@@ -48,6 +53,38 @@ def read_function_operator_state(spark: SparkSession, checkpoint: str, state: st
     function) after ``batch`` (see the module docstring).
 
     :raises UnknownStateError: no such function, or no such operator state (the message lists them)."""
+    return run_job(spark, plan_function_operator_state(
+        checkpoint, state, function=function, batch=batch, storage_options=storage_options,
+        process_root=process_root, process_locations=process_locations, allow_pickle=allow_pickle))
+
+
+def plan_function_operator_state(checkpoint: str, state: str, *, function: Optional[str] = None,
+                                 batch: Optional[int] = None, storage_options: Optional[Mapping[str, str]] = None,
+                                 process_root: Optional[str] = None,
+                                 process_locations: Optional[Mapping[str, str]] = None,
+                                 allow_pickle: bool = False) -> PartitionJob:
+    """:func:`read_function_operator_state`'s job (driver side; no Spark session needed)."""
+    if is_savepoint(checkpoint, storage_options):
+        parts, name, kind = _savepoint_partitions(checkpoint, function, batch, dict(storage_options or {}))
+    else:
+        parts, name, kind = _checkpoint_partitions(checkpoint, function, batch, storage_options, process_root,
+                                                   process_locations)
+    keyspace = KEYED_OPERATOR_PREFIX if kind == KEYED else b""
+    mode, record = _record(parts, state, name, keyspace)
+    value = spark_type(record.value, state)
+    if mode == MODE_BROADCAST:
+        assert record.key is not None
+        extra = [T.StructField("map_key", spark_type(record.key, state), False), T.StructField("value", value, True)]
+    else:
+        extra = [T.StructField("index", T.IntegerType(), False), T.StructField("value", value, True)]
+    schema = T.StructType(extra + [PARTITION_ID])
+    return parts.job(schema, _Reader(state, mode, record, keyspace, allow_pickle).rows)
+
+
+def _checkpoint_partitions(checkpoint: str, function: Optional[str], batch: Optional[int],
+                           storage_options: Optional[Mapping[str, str]], process_root: Optional[str],
+                           process_locations: Optional[Mapping[str, str]]) -> tuple[Partitions, str, str]:
+    """The partition stores of a checkpoint's function at ``batch``, its name and kind."""
     ckpt = SparkCheckpoint(checkpoint, dict(storage_options or {}))
     found = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, dict(process_locations or {}),
                                    dict(storage_options or {}))
@@ -55,23 +92,22 @@ def read_function_operator_state(spark: SparkSession, checkpoint: str, state: st
     version = ckpt.committed_batch(batch) + 1
     parts = Partitions(loc.url, dict(loc.storage_options), process_layout(loc.storage(), version), version,
                        loc.max_parallelism or 1, ())
-    keyspace = KEYED_OPERATOR_PREFIX if loc.kind == KEYED else b""
-    mode, record = _record(parts, state, loc.name, keyspace)
-    value = spark_type(record.value, state)
-    if mode == MODE_BROADCAST:
-        assert record.key is not None
-        extra = [T.StructField("map_key", spark_type(record.key, state), False), T.StructField("value", value, True)]
-    else:
-        extra = [T.StructField("index", T.IntegerType(), False), T.StructField("value", value, True)]
-    schema = T.StructType([T.StructField("partition", T.IntegerType(), False)] + extra)
-    reader = _Reader(state, mode, record, keyspace, allow_pickle)
-    arrow = arrow_schema(schema)
+    return parts, loc.name, loc.kind
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return parts.each(batches, reader.rows, arrow)
 
-    n = parts.layout.parallelism
-    return spark.range(0, n, 1, n).mapInArrow(run, schema)
+def _savepoint_partitions(path: str, function: Optional[str], batch: Optional[int],
+                          options: dict[str, str]) -> tuple[Partitions, str, str]:
+    """A savepoint's state files of its function (any kind), loaded by the tasks, its name and kind."""
+    storage = open_storage(path, options)
+    manifest = read_manifest(storage)
+    entry = choose_function(manifest.process, function, f"the savepoint {storage.url}", kind="function")
+    if batch is not None and batch != manifest.batch_id:
+        raise StateDataError(f"the savepoint {storage.url} holds batch {manifest.batch_id}, not batch {batch}: omit "
+                             "batch= to read it")
+    source = SavepointSource(storage.url, options, manifest, entry)
+    parts = Partitions(storage.url, options, L.Layout(entry.parallelism, 0), manifest.state_version,
+                       entry.max_parallelism or 1, (), source)
+    return parts, entry.name, entry.kind
 
 
 def _record(parts: Partitions, state: str, function: str, keyspace: bytes) -> tuple[int, StateSchema]:
@@ -101,18 +137,12 @@ class _Reader:
         self.state, self.mode, self.record, self.keyspace = state, mode, record, keyspace
         self.allow_pickle = allow_pickle
 
-    def rows(self, store: VersionedStore, partition: int) -> Iterator[list[tuple[Any, ...]]]:
+    def rows(self, store: VersionedStore, partition: int) -> Iterator[tuple[Any, ...]]:
         value = serializer_of(self.record.value, self.state, self.allow_pickle)
         key_snapshot = self.record.key if self.mode == MODE_BROADCAST else None
         key = serializer_of(key_snapshot, self.state, self.allow_pickle) if key_snapshot is not None else None
         prefix = state_prefix(self.mode, self.state, self.keyspace)
-        rows: list[tuple[Any, ...]] = []
         for entry, raw in store.iterate(prefix, prefix_upper_bound(prefix)):
             suffix = entry[len(prefix):]
             place = key.deserialize(suffix) if key is not None else INDEX.unpack(suffix)[0]
-            rows.append((partition, place, value.deserialize(raw)))
-            if len(rows) >= BATCH_ROWS:
-                yield rows
-                rows = []
-        if rows:
-            yield rows
+            yield place, value.deserialize(raw)

@@ -3,30 +3,31 @@
 ::
 
     from spark_state.processor import read_keyed_state, read_timers
-    read_keyed_state(spark, "/ckpt", "counts")                     # key columns, value
-    read_keyed_state(spark, "/ckpt", "events", exploded=True)      # key columns, index, value
-    read_timers(spark, "/ckpt", function="Sessions", batch=12)     # key columns, domain, timestamp_ms
+    read_keyed_state(spark, "/ckpt", "counts")                    # key columns, value, partition_id
+    read_keyed_state(spark, "/ckpt", "events", flatten_collection_types=True)  # ..., index, value, partition_id
+    read_timers(spark, "/ckpt", function="Sessions", batch=12)    # key columns, domain,
+                                                                  # expiration_timestamp_ms, partition_id
 
-Rows (columns after the key columns, which keep their recorded names and types):
+Rows (columns after the key columns, which keep their recorded names and types; ``partition_id``,
+the partition store's, last as in Spark's ``statestore`` reader):
 
-============================ ======================== ==========================================
-state kind                   ``exploded=False``        ``exploded=True``
-============================ ======================== ==========================================
-value, reducing, aggregating ``value``                 the same
-list                         ``value`` (an array)      ``index`` (int, oldest first), ``value``
-map                          ``value`` (a map)         ``map_key``, ``value``
-============================ ======================== ==========================================
+* value, reducing and aggregating state: ``value``;
+* list state: ``value`` (an array); flattened, ``index`` (int, oldest first) and ``value``;
+* map state: ``value`` (a map); flattened, ``map_key`` and ``value``.
 
-One row per key that has a value (exploded: per element or entry). Types come from the state's
-schema record (the serializer's canonical type: ``int`` state reads as ``bigint``); values whose
-TTL has expired when the read starts are left out, as for lookups (:mod:`.codecs`).
+One row per key that has a value (flattened: per element or entry). The default is a row per
+key, unlike Spark's reader (whose ``flattenCollectionTypes`` defaults to true; so does the data
+source, :mod:`.datasource`): a row per key is the form :class:`~.transform.SavepointTransform`
+writes back. Types come from the state's schema record (the serializer's canonical type: ``int``
+state reads as ``bigint``); values whose TTL has expired when the read starts are left out, as for
+lookups (:mod:`.codecs`).
 
 How. The driver reads batch ``b``'s layout (its parallelism ``n``) and, from the first
 partition store that has it, the state's schema record (for the DataFrame's schema); then one
-Spark task per partition store (``spark.range(n)`` in ``n`` partitions, ``mapInArrow``) loads
-that store's committed copy of batch version ``b + 1`` and scans the state's entries key group
-by key group (``[kg][name]`` prefixes; layout in :mod:`spark_state.keys.keyed`). Nothing is
-written; a running query is not disturbed, and only committed batches are read.
+Spark task per partition store (:mod:`.partition_jobs`) loads that store's committed copy of
+batch version ``b + 1`` and scans the state's entries key group by key group (``[kg][name]``
+prefixes; layout in :mod:`spark_state.keys.keyed`). Nothing is written; a running query is not
+disturbed, and only committed batches are read.
 """
 
 from __future__ import annotations
@@ -36,9 +37,8 @@ import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Callable, Iterable, Iterator, Mapping, Optional
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
@@ -49,20 +49,18 @@ from ..ops.state_io import open_committed, process_layout, reader_config
 from ..partitioning.keygroups import compute_key_group_range_for_operator_index
 from ..process import location as L
 from ..process.keycodec import key_decoder
-from ..spark.compat import arrow_schema
 from ..state.schema import StateSchema
 from ..state.type_strings import spark_type_of
 from ..storage import CheckpointStorage, open_storage
 from .codecs import SINGLE_VALUE_KINDS
-from .records import keyed_records, state_codec
-from .errors import StateDataError, UnknownStateError, UnreadableStateError
+from .records import each_store_records, find_state_record, state_codec
+from .errors import StateDataError, UnreadableStateError
+from .partition_jobs import PARTITION_ID, PartitionJob, chunked, run_job
 from .savepoint_source import SavepointSource, is_savepoint
 from .source import KeyedSource
 
-__all__ = ["read_keyed_state", "read_timers"]
+__all__ = ["plan_keyed_state", "plan_timers", "read_keyed_state", "read_timers"]
 
-#: Rows per Arrow batch a task yields.
-BATCH_ROWS = 8192
 #: The domains of timers, as ``read_timers`` names them.
 DOMAINS = {TK.EVENT_TIME: "event_time", TK.PROCESSING_TIME: "processing_time"}
 
@@ -101,20 +99,19 @@ class Partitions:
             store.close()
             shutil.rmtree(local, ignore_errors=True)
 
-    def each(self, batches: Iterator[pa.RecordBatch], read: Callable[[VersionedStore, int], Iterator[list[tuple]]],
-             schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """For each partition id in ``batches`` (a task's input): ``read``'s rows of its store, as
-        record batches of ``schema``."""
-        storage = open_storage(self.url, dict(self.storage_options)) if self.savepoint is None else None
-        for batch in batches:
-            for partition in batch.column(0).to_pylist():
-                with self.store(partition, storage) as store:
-                    for rows in read(store, partition):
-                        yield record_batch(rows, schema)
+    def job(self, schema: T.StructType,
+            read: Callable[[VersionedStore, int], Iterable[tuple]]) -> PartitionJob:
+        """The job that gives ``read(store, partition)``'s rows of each partition store."""
+
+        def rows(partition: int) -> Iterator[list[tuple]]:
+            with self.store(partition) as store:
+                yield from chunked(read(store, partition))
+
+        return PartitionJob(schema, self.layout.parallelism, rows)
 
 
 def read_keyed_state(spark: SparkSession, checkpoint: str, state: str, *, function: Optional[str] = None,
-                     batch: Optional[int] = None, exploded: bool = False,
+                     batch: Optional[int] = None, flatten_collection_types: bool = False,
                      storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
                      process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False) -> DataFrame:
     """Keyed state ``state`` of a query's keyed function after ``batch`` (default: the last
@@ -125,57 +122,60 @@ def read_keyed_state(spark: SparkSession, checkpoint: str, state: str, *, functi
     :raises UnreadableStateError: pickled values without ``allow_pickle``, or a custom
         serializer's values (a DataFrame needs a Spark type: read them with lookups).
     """
-    parts, name = _source(checkpoint, function, batch, storage_options, process_root, process_locations)
+    return run_job(spark, plan_keyed_state(checkpoint, state, function=function, batch=batch,
+                                           flatten_collection_types=flatten_collection_types,
+                                           storage_options=storage_options, process_root=process_root,
+                                           process_locations=process_locations, allow_pickle=allow_pickle))
+
+
+def plan_keyed_state(path: str, state: str, *, function: Optional[str] = None, batch: Optional[int] = None,
+                     flatten_collection_types: bool = False, storage_options: Optional[Mapping[str, str]] = None,
+                     process_root: Optional[str] = None, process_locations: Optional[Mapping[str, str]] = None,
+                     allow_pickle: bool = False) -> PartitionJob:
+    """:func:`read_keyed_state`'s job (driver side; no Spark session needed)."""
+    parts, name = source_partitions(path, function, batch, storage_options, process_root, process_locations)
     record = state_record(parts, state, name)
-    schema = state_schema(parts.key_fields, state, record, exploded)
-    reader = _StateReader(parts, state, record.kind, exploded, int(time.time() * 1000), allow_pickle)
-    arrow = arrow_schema(schema)
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return parts.each(batches, reader.rows, arrow)
-
-    n = parts.layout.parallelism
-    return spark.range(0, n, 1, n).mapInArrow(run, schema)
+    schema = state_schema(parts.key_fields, state, record, flatten_collection_types)
+    reader = _StateReader(parts, state, record.kind, flatten_collection_types, int(time.time() * 1000), allow_pickle)
+    return parts.job(schema, reader.rows)
 
 
 def read_timers(spark: SparkSession, checkpoint: str, *, function: Optional[str] = None, batch: Optional[int] = None,
                 storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
                 process_locations: Optional[Mapping[str, str]] = None) -> DataFrame:
     """The timers a keyed function has registered and not fired after ``batch``: the key
-    columns, ``domain`` (``event_time`` or ``processing_time``) and ``timestamp_ms``.
-    ``checkpoint`` may be a savepoint's directory."""
-    parts, _ = _source(checkpoint, function, batch, storage_options, process_root, process_locations)
-    names = [f.name for f in parts.key_fields]
-    _check_names(names, ("domain", "timestamp_ms"))
-    schema = T.StructType(list(parts.key_fields) + [T.StructField("domain", T.StringType(), False),
-                                                     T.StructField("timestamp_ms", T.LongType(), False)])
-    arrow = arrow_schema(schema)
+    columns, ``domain`` (``event_time`` or ``processing_time``), ``expiration_timestamp_ms`` and
+    ``partition_id``. ``checkpoint`` may be a savepoint's directory."""
+    return run_job(spark, plan_timers(checkpoint, function=function, batch=batch, storage_options=storage_options,
+                                      process_root=process_root, process_locations=process_locations))
+
+
+def plan_timers(path: str, *, function: Optional[str] = None, batch: Optional[int] = None,
+                storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
+                process_locations: Optional[Mapping[str, str]] = None) -> PartitionJob:
+    """:func:`read_timers`' job (driver side)."""
+    parts, _ = source_partitions(path, function, batch, storage_options, process_root, process_locations)
+    added = (T.StructField("domain", T.StringType(), False),
+             T.StructField("expiration_timestamp_ms", T.LongType(), False), PARTITION_ID)
+    _check_names([f.name for f in parts.key_fields], [f.name for f in added])
+    schema = T.StructType(list(parts.key_fields) + list(added))
     decode = row_key(parts.key_fields)
 
-    def timers(store: VersionedStore, partition: int) -> Iterator[list[tuple]]:
-        rows: list[tuple] = []
+    def timers(store: VersionedStore, partition: int) -> Iterator[tuple]:
         for kg in parts.key_groups(partition):
             for domain, name in DOMAINS.items():
                 start = TK.domain_prefix(kg, domain)
                 for key, _ in store.iterate(start, prefix_upper_bound(start)):
                     ts, key_bytes = TK.timestamp_and_key(key)
-                    rows.append(decode(key_bytes) + (name, ts))
-                    if len(rows) >= BATCH_ROWS:
-                        yield rows
-                        rows = []
-        if rows:
-            yield rows
+                    yield decode(key_bytes) + (name, ts)
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return parts.each(batches, timers, arrow)
-
-    n = parts.layout.parallelism
-    return spark.range(0, n, 1, n).mapInArrow(run, schema)
+    return parts.job(schema, timers)
 
 
 # ------------------------------------------------------------------------------ driver side
-def _source(path: str, function: Optional[str], batch: Optional[int], storage_options: Optional[Mapping[str, str]],
-            process_root: Optional[str], process_locations: Optional[Mapping[str, str]]) -> tuple[Partitions, str]:
+def source_partitions(path: str, function: Optional[str], batch: Optional[int],
+                      storage_options: Optional[Mapping[str, str]], process_root: Optional[str],
+                      process_locations: Optional[Mapping[str, str]]) -> tuple[Partitions, str]:
     """The partition stores to read and the function's name: a checkpoint's committed batch, or
     a savepoint's state files (``batch``, if given, must be the savepoint's)."""
     if is_savepoint(path, storage_options):
@@ -201,33 +201,28 @@ def _partitions(source: KeyedSource, batch: Optional[int]) -> Partitions:
 def state_record(parts: "Partitions", state: str, function: str) -> StateSchema:
     """The state's schema record, from the first partition store that has one (each store
     records the states it holds; a partition without keys of the state has none)."""
-    seen: set[str] = set()
-    for partition in range(parts.layout.parallelism):
-        with parts.store(partition) as store:
-            records = keyed_records(store)
-        if state in records:
-            return records[state]
-        seen.update(records)
-    raise UnknownStateError(
-        f"function {function!r} has no keyed state {state!r} (states: {', '.join(sorted(seen)) or 'none yet'})")
+    return find_state_record(each_store_records(parts.store, parts.layout.parallelism), state, function)
 
 
 def state_schema(key_fields: tuple[T.StructField, ...], state: str, record: StateSchema,
-                  exploded: bool) -> T.StructType:
+                  flatten_collection_types: bool) -> T.StructType:
+    """The rows' schema: the key columns, the value column(s) and ``partition_id``."""
+    flat = flatten_collection_types
     value = spark_type(record.value, state)
     fields = list(key_fields)
     if record.kind in SINGLE_VALUE_KINDS:
         extra = [T.StructField("value", value, True)]
     elif record.kind == "list":
-        extra = ([T.StructField("index", T.IntegerType(), False), T.StructField("value", value, True)] if exploded
+        extra = ([T.StructField("index", T.IntegerType(), False), T.StructField("value", value, True)] if flat
                  else [T.StructField("value", T.ArrayType(value, True), True)])
     elif record.kind == "map":
         assert record.key is not None
         map_key = spark_type(record.key, state)
-        extra = ([T.StructField("map_key", map_key, False), T.StructField("value", value, True)] if exploded
+        extra = ([T.StructField("map_key", map_key, False), T.StructField("value", value, True)] if flat
                  else [T.StructField("value", T.MapType(map_key, value, True), True)])
     else:
         raise UnreadableStateError(f"state {state!r} is of kind {record.kind!r}, which this release cannot read")
+    extra.append(PARTITION_ID)
     _check_names([f.name for f in fields], [f.name for f in extra])
     return T.StructType(fields + extra)
 
@@ -263,43 +258,37 @@ def row_key(fields: tuple[T.StructField, ...]) -> Callable[[bytes], tuple]:
 class _StateReader:
     """Rows of one state in one partition store (pickled to the tasks)."""
 
-    def __init__(self, parts: Partitions, state: str, kind: str, exploded: bool, now_ms: int,
+    def __init__(self, parts: Partitions, state: str, kind: str, flatten: bool, now_ms: int,
                  allow_pickle: bool) -> None:
         self.parts = parts
         self.state = state
         self.kind = kind
-        self.exploded = exploded
+        self.flatten = flatten
         self.now_ms = now_ms
         self.allow_pickle = allow_pickle
 
-    def rows(self, store: VersionedStore, partition: int) -> Iterator[list[tuple]]:
+    def rows(self, store: VersionedStore, partition: int) -> Iterator[tuple]:
         name = self.state.encode("utf-8")
         codec = state_codec(store, self.state, self.allow_pickle)
         if codec is None:  # no key of this partition has (had) the state
             return
         decode = row_key(self.parts.key_fields)
-        rows: list[tuple] = []
         for kg in self.parts.key_groups(partition):
             prefix = K.key_group_bytes(kg) + K.name_part(name)
-            for key_bytes, base_len, entries in _by_key(store, prefix):
+            for key_bytes, base_len, entries in by_key(store, prefix):
                 found, value = codec.value_of(base_len, entries, self.now_ms)
                 if not found:
                     continue
                 key = decode(key_bytes)
-                if not self.exploded or self.kind in SINGLE_VALUE_KINDS:
-                    rows.append(key + (value,))
+                if not self.flatten or self.kind in SINGLE_VALUE_KINDS:
+                    yield key + (value,)
                 elif self.kind == "list":
-                    rows.extend(key + (i, v) for i, v in enumerate(value))
+                    yield from (key + (i, v) for i, v in enumerate(value))
                 else:
-                    rows.extend(key + (k, v) for k, v in value.items())
-                if len(rows) >= BATCH_ROWS:
-                    yield rows
-                    rows = []
-        if rows:
-            yield rows
+                    yield from (key + (k, v) for k, v in value.items())
 
 
-def _by_key(store: VersionedStore, prefix: bytes) -> Iterator[tuple[bytes, int, list[tuple[bytes, bytes]]]]:
+def by_key(store: VersionedStore, prefix: bytes) -> Iterator[tuple[bytes, int, list[tuple[bytes, bytes]]]]:
     """``(key bytes, base key length, entries)`` per key under ``prefix`` (``[kg][name]``), in key order."""
     start = len(prefix)
     base: Optional[bytes] = None
@@ -314,21 +303,3 @@ def _by_key(store: VersionedStore, prefix: bytes) -> Iterator[tuple[bytes, int, 
         entries.append((key, value))
     if base is not None:
         yield base[start + K.KEY_LENGTH.size:], len(base), entries
-
-
-def record_batch(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
-    columns = list(zip(*rows)) if rows else [()] * len(schema)
-    return pa.RecordBatch.from_arrays(
-        [pa.array([_arrow_value(v) for v in col], type=field.type) for col, field in zip(columns, schema)],
-        schema=schema)
-
-
-def _arrow_value(value: Any) -> Any:
-    """A decoded value in the form pyarrow builds its type from: rows as dicts, maps as pairs."""
-    if isinstance(value, tuple) and hasattr(value, "asDict"):  # a pyspark Row (struct)
-        return {k: _arrow_value(v) for k, v in value.asDict().items()}
-    if isinstance(value, dict):
-        return [(k, _arrow_value(v)) for k, v in value.items()]
-    if isinstance(value, list):
-        return [_arrow_value(v) for v in value]
-    return value

@@ -126,10 +126,11 @@ class SavepointTransform:
         self._progress = progress
         self._replacements: list[_Replacement] = []
 
-    def read_keyed_state(self, state: str, *, function: Optional[str] = None, exploded: bool = False,
+    def read_keyed_state(self, state: str, *, function: Optional[str] = None, flatten_collection_types: bool = False,
                          allow_pickle: bool = False) -> DataFrame:
         """A keyed state of the savepoint as a DataFrame (:func:`~.read.read_keyed_state`)."""
-        return read_keyed_state(self._spark, self._savepoint, state, function=function, exploded=exploded,
+        return read_keyed_state(self._spark, self._savepoint, state, function=function,
+                                flatten_collection_types=flatten_collection_types,
                                 storage_options=self._options, allow_pickle=allow_pickle)
 
     def read_timers(self, *, function: Optional[str] = None) -> DataFrame:

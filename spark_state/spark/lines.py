@@ -121,6 +121,12 @@ COMPATIBILITY: tuple[Feature, ...] = (
             "per batch and key",
             ("tests/spark/test_provider.py::test_sparks_change_feed_of_our_state_equals_sparks_rocksdb_provider",),
             (("3.5", "Spark 4.0+ (3.5's reader has no change feed)"),)),
+    Feature("spark-state's data source (`format(\"spark-state\")`, SQL `USING`) gives the rows of the Python "
+            "readers (`read_keyed_state`, `read_timers`, `read_change_feed`, `read_function_operator_state`)",
+            ("tests/processor/test_data_source.py::test_the_data_source_equals_the_python_readers",
+             "tests/processor/test_data_source.py::test_on_spark_35_registering_names_the_line_and_the_functions"),
+            (("3.5", "Spark 4.0+ (the Python Data Source API); registering says so: the Python readers give the "
+                     "same rows"),)),
     Feature("`keyed_process` with event-time timers, a restart and a task retry inside `on_timer`",
             ("tests/process/test_time.py::test_event_time_page_view_counter_matches_the_model",
              "tests/process/test_time.py::test_restart_and_a_task_retry_inside_on_timer_give_identical_results")),

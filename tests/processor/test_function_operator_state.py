@@ -46,22 +46,22 @@ def test_operator_state_reads_as_the_function_keeps_it(spark, tmp_path, capsys):
         def read(state, batch=batch):
             frame = read_function_operator_state(spark, ckpt, state, batch=None if batch == 2 else batch)
             by_partition = defaultdict(list)
-            for p, place, value in sorted(map(tuple, frame.collect())):
+            for place, value, p in sorted(map(tuple, frame.collect())):
                 by_partition[p].append((place, value))
             return dict(by_partition), frame
 
         split, frame = read("split")
-        assert frame.columns == ["partition", "index", "value"]
+        assert frame.columns == ["index", "value", "partition_id"]
         assert {p: [v for _, v in rows] for p, rows in split.items()} == {
             p: after(batch, p)[0] for p in range(PARALLELISM)}
         union, _ = read("union")
         assert {p: [v for _, v in rows] for p, rows in union.items()} == {
             p: after(batch, p)[1] for p in range(PARALLELISM)}
         bcast, frame = read("bcast")
-        assert frame.columns == ["partition", "map_key", "value"]
+        assert frame.columns == ["map_key", "value", "partition_id"]
         assert bcast == {p: [("batches", batch + 1), ("writer", p)] for p in range(PARALLELISM)}
     with pytest.raises(UnknownStateError, match="bcast, split, union"):
         read_function_operator_state(spark, ckpt, "nope")
     assert main(["read", ckpt, "bcast", "--operator-state", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["columns"] == ["partition", "map_key", "value"] and out["total"] == 2 * PARALLELISM
+    assert out["columns"] == ["map_key", "value", "partition_id"] and out["total"] == 2 * PARALLELISM

@@ -1,6 +1,6 @@
 """A keyed function's state read outside the query (spark_state.processor) against a plain-Python
 model of it: every keyed state type and the timers, at the last and an earlier batch; as
-DataFrames (nested and exploded) and by point lookups from Python and the command line; only the
+DataFrames (nested and flattened) and by point lookups from Python and the command line; only the
 key's partition store is read by a lookup; a lookup during a running query sees the last
 committed batch, never the batch being written; the clear errors."""
 
@@ -103,7 +103,7 @@ def test_reads_equal_the_model_for_every_state_type(spark, finished):
         model = model_states(batches, len(batches) - 1 if batch is None else batch)
 
         def read(state, batch=batch):
-            return {tuple(r)[0]: tuple(r)[1:] for r in read_keyed_state(spark, ckpt, state, batch=batch).collect()}
+            return {tuple(r)[0]: tuple(r)[1:-1] for r in read_keyed_state(spark, ckpt, state, batch=batch).collect()}
 
         assert read("count") == {k: (s["count"],) for k, s in model.items()}
         assert read("recent") == {k: (s["recent"],) for k, s in model.items()}
@@ -111,26 +111,29 @@ def test_reads_equal_the_model_for_every_state_type(spark, finished):
         assert read("total") == {k: (s["total"],) for k, s in model.items()}
         assert {k: tuple(v[0]) for k, v in read("mean").items()} == {
             k: (sum(s["vals"]), len(s["vals"])) for k, s in model.items()}
-        exploded = read_keyed_state(spark, ckpt, "recent", batch=batch, exploded=True)
-        assert exploded.columns == ["k", "index", "value"]
-        assert sorted(map(tuple, exploded.collect())) == sorted(
+        flat = read_keyed_state(spark, ckpt, "recent", batch=batch, flatten_collection_types=True)
+        assert flat.columns == ["k", "index", "value", "partition_id"]
+        assert sorted(tuple(r)[:-1] for r in flat.collect()) == sorted(
             (k, i, v) for k, s in model.items() for i, v in enumerate(s["recent"]))
-        entries = read_keyed_state(spark, ckpt, "buckets", batch=batch, exploded=True)
-        assert entries.columns == ["k", "map_key", "value"]
-        assert sorted(map(tuple, entries.collect())) == sorted(
+        entries = read_keyed_state(spark, ckpt, "buckets", batch=batch, flatten_collection_types=True)
+        assert entries.columns == ["k", "map_key", "value", "partition_id"]
+        assert sorted(tuple(r)[:-1] for r in entries.collect()) == sorted(
             (k, b, n) for k, s in model.items() for b, n in s["buckets"].items())
     frame = read_keyed_state(spark, ckpt, "buckets")
-    assert frame.schema.simpleString() == "struct<k:string,value:map<bigint,bigint>>"
+    assert frame.schema.simpleString() == "struct<k:string,value:map<bigint,bigint>,partition_id:int>"
     assert frame.rdd.getNumPartitions() == PARALLELISM  # one task per partition store
+    with StateLookup(ckpt) as states:  # partition_id: the partition store that holds the key
+        assert all(states.lookup("buckets", r.k).partition == r.partition_id for r in frame.collect())
 
 
 def test_timers_read_as_registered(spark, finished):
     """Every (key, v) registered a processing-time timer at FAR_MS + v; none has fired."""
-    rows = read_timers(spark, finished["checkpoint"]).collect()
+    frame = read_timers(spark, finished["checkpoint"])
+    assert frame.columns == ["k", "domain", "expiration_timestamp_ms", "partition_id"]
     expected = {(k, "processing_time", FAR_MS + v) for batch in finished["batches"] for k, v in batch}
-    assert sorted(map(tuple, rows)) == sorted(expected)
+    assert sorted(tuple(r)[:-1] for r in frame.collect()) == sorted(expected)
     before = {(k, "processing_time", FAR_MS + v) for batch in finished["batches"][:2] for k, v in batch}
-    assert {tuple(r) for r in read_timers(spark, finished["checkpoint"], batch=1).collect()} == before
+    assert {tuple(r)[:-1] for r in read_timers(spark, finished["checkpoint"], batch=1).collect()} == before
 
 
 def test_the_change_feed_gives_each_batchs_changes(spark, finished):
@@ -141,7 +144,7 @@ def test_the_change_feed_gives_each_batchs_changes(spark, finished):
         for state, form in (("count", lambda s: s["count"]), ("recent", lambda s: s["recent"]),
                             ("buckets", lambda s: dict(s["buckets"]))):
             feed = read_change_feed(spark, ckpt, state, start_batch=start)
-            assert feed.columns == ["batch_id", "change_type", "k", "value"]
+            assert feed.columns == ["batch_id", "change_type", "k", "value", "partition_id"]
             expected = sorted((b, "update", k, form(model_states(batches, b)[k]))
                               for b in range(start, len(batches)) for k in {k for k, _ in batches[b]})
             found = sorted((r[0], r[1], r[2], dict(r[3]) if isinstance(r[3], dict) else r[3]) for r in feed.collect())
@@ -158,13 +161,19 @@ def test_the_command_line_reads_states_timers_and_changes(spark, finished, capsy
     model = model_states(batches, len(batches) - 1)
     assert main(["read", ckpt, "count", "--json", "--limit", "0"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["columns"] == ["k", "value"] and out["total"] == len(model)
+    assert out["columns"] == ["k", "value", "partition_id"] and out["total"] == len(model)
     assert {r["k"]: r["value"] for r in out["rows"]} == {k: s["count"] for k, s in model.items()}
     assert main(["read", ckpt, "--timers", "--json", "--limit", "3"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["rows"]) == 3 and out["total"] == len({(k, v) for b in batches for k, v in b})
-    assert main(["read", ckpt, "count", "--changes-from", "2", "--batch", "2", "--json"]) == 0
+    assert main(["read", ckpt, "count", "--start-batch", "2", "--end-batch", "2", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["total"] == len({k for k, _ in batches[2]})
+    assert main(["read", ckpt, "recent", "--flatten-collection-types", "--json", "--limit", "0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["columns"] == ["k", "index", "value", "partition_id"]
+    assert out["total"] == sum(len(s["recent"]) for s in model.values())
+    assert main(["read", ckpt, "count", "--end-batch", "2"]) == 1
+    assert "give --start-batch too" in capsys.readouterr().err
     assert main(["read", ckpt, "count"]) == 0
     assert "k\tvalue" in capsys.readouterr().out
     assert main(["read", ckpt, "--timers", "--operator", "0"]) == 1
@@ -334,8 +343,8 @@ def test_erasure_removes_the_keys_from_every_state_and_the_query_never_sees_them
     with pytest.raises(StateDataError, match=f"start at batch {len(batches) + 1} or later"):
         read_change_feed(spark, str(ckpt), "count", start_batch=0)
     feed = read_change_feed(spark, str(ckpt), "count", start_batch=len(batches) + 1).collect()
-    assert sorted(map(tuple, feed)) == [(len(batches) + 1, "update", "k1", 1),
-                                        (len(batches) + 1, "update", "k3", model["k3"]["count"] + 1)]
+    assert sorted(tuple(r)[:-1] for r in feed) == [(len(batches) + 1, "update", "k1", 1),
+                                                   (len(batches) + 1, "update", "k3", model["k3"]["count"] + 1)]
 
 
 def test_erasure_from_the_command_line_and_its_refusals(finished, capsys):

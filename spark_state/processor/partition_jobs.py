@@ -1,0 +1,95 @@
+"""The frame every reader of state as data runs in: one Spark task per partition store, rows as
+Arrow record batches, and a ``partition_id`` column last.
+
+A reader is planned on the driver as a :class:`PartitionJob`: its Spark schema (ending with
+``partition_id``, as Spark's ``statestore`` reader's rows do), the number ``n`` of partition
+stores, and a picklable ``rows(partition)`` giving that store's rows (without the partition id)
+in lists of at most :data:`BATCH_ROWS` (:func:`chunked`). Two carriers run the same job:
+
+* :func:`run_job` for the Python functions: ``spark.range(0, n, 1, n).mapInArrow(...)``, one
+  task per partition id;
+* the data source (:mod:`.datasource`): its ``read(partition)`` yields :meth:`PartitionJob.batches`.
+
+Memory: a task holds one list of at most :data:`BATCH_ROWS` rows and its record batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from ..spark.compat import arrow_schema
+
+__all__ = ["BATCH_ROWS", "PARTITION_ID", "PartitionJob", "chunked", "record_batch", "run_job"]
+
+#: Rows per Arrow record batch a task yields.
+BATCH_ROWS = 8192
+#: The last column of every reader's rows: the partition store the row comes from.
+PARTITION_ID = T.StructField("partition_id", T.IntegerType(), False)
+
+
+@dataclass(frozen=True)
+class PartitionJob:
+    """A reader's plan: ``schema`` (``partition_id`` last), ``partitions`` stores, and ``rows``,
+    picklable, giving partition ``p``'s rows without ``partition_id`` in lists of at most
+    :data:`BATCH_ROWS`."""
+
+    schema: T.StructType
+    partitions: int
+    rows: Callable[[int], Iterator[list[tuple]]]
+
+    def batches(self, partition: int) -> Iterator[pa.RecordBatch]:
+        """Partition ``partition``'s rows as record batches of the job's schema."""
+        arrow = arrow_schema(self.schema)
+        for rows in self.rows(partition):
+            yield record_batch(rows, arrow, partition)
+
+
+def run_job(spark: SparkSession, job: PartitionJob) -> DataFrame:
+    """``job`` as a DataFrame: one Spark task per partition store (``spark.range`` in ``n``
+    partitions; each task reads the partition ids of its range)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for partition in batch.column(0).to_pylist():
+                yield from job.batches(partition)
+
+    n = job.partitions
+    return spark.range(0, n, 1, n).mapInArrow(run, job.schema)
+
+
+def chunked(rows: Iterable[tuple], size: int = BATCH_ROWS) -> Iterator[list[tuple]]:
+    """``rows`` in lists of at most ``size`` (none empty)."""
+    chunk: list[tuple] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def record_batch(rows: list[tuple], schema: pa.Schema, partition: Optional[int] = None) -> pa.RecordBatch:
+    """``rows`` as a record batch of ``schema``; with ``partition``, the rows lack the last column
+    (``partition_id``), which is ``partition`` on every row."""
+    columns: list[Any] = list(zip(*rows)) if rows else [()] * (len(schema) - (partition is not None))
+    arrays = [pa.array([_arrow_value(v) for v in col], type=field.type) for col, field in zip(columns, schema)]
+    if partition is not None:
+        arrays.append(pa.array([partition] * len(rows), type=schema.field(len(schema) - 1).type))
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _arrow_value(value: Any) -> Any:
+    """A decoded value in the form pyarrow builds its type from: rows as dicts, maps as pairs."""
+    if isinstance(value, tuple) and hasattr(value, "asDict"):  # a pyspark Row (struct)
+        return {k: _arrow_value(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return [(k, _arrow_value(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_arrow_value(v) for v in value]
+    return value

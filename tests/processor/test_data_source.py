@@ -1,0 +1,238 @@
+"""``spark.read.format("spark-state")`` (and SQL's ``USING `spark-state```) gives the rows of the
+Python readers on the same checkpoint and savepoint: keyed value, list and map state (nested and
+flattened), timers, change feeds and a function's operator state; its options are checked with
+clear errors; on Spark 3.5, registering names the line and the Python functions. The metadata
+rows (``state_metadata``, ``format("spark-state-metadata")``, ``inspect --json``) of a checkpoint
+and a savepoint. Every state of a key in one pass (``read_keyed_states``) equals a join of the
+per-state DataFrames."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from pyspark.errors import AnalysisException
+
+import process_fns
+import state_data_fns
+from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, OPERATOR_OUTPUT, OperatorStates
+from spark_state.__main__ import main
+from spark_state.ops import savepoint
+from spark_state.process import checkpointed_process, keyed_process
+from spark_state.processor import (StateDataError, read_change_feed, read_function_operator_state, read_keyed_state,
+                                   read_keyed_states, read_timers, register_data_sources, state_metadata)
+from spark_state.processor.datasource import plan_from_options
+from spark_state.spark.lines import running_line
+from state_data_fns import AllStatesAndTimers
+from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
+
+pytestmark = pytest.mark.spark
+
+PARALLELISM = 3
+ON_35 = running_line().name == "3.5"
+
+
+def _rows(frame) -> list[tuple]:
+    """A DataFrame's rows, sorted, maps as sorted pairs (a map's order is not a row's content)."""
+    def plain(v):
+        if isinstance(v, dict):
+            return tuple(sorted((k, plain(x)) for k, x in v.items()))
+        if isinstance(v, list):
+            return tuple(plain(x) for x in v)
+        if isinstance(v, tuple):
+            return tuple(plain(x) for x in v)
+        return v
+    return sorted(plain(tuple(r)) for r in frame.collect())
+
+
+@pytest.fixture(scope="module")
+def states(spark, tmp_path_factory):
+    """A keyed function's checkpoint (every state kind, timers), its savepoint, and a
+    checkpointed function's checkpoint (list, union list and broadcast operator state)."""
+    ship_module_by_value(process_fns)
+    ship_module_by_value(state_data_fns)
+    tmp = tmp_path_factory.mktemp("datasource")
+    rng = random.Random(5)
+    batches = [[(f"k{rng.randrange(30)}", rng.randrange(0, 25)) for _ in range(40)] for _ in range(3)]
+    write_batches(tmp / "in", batches, INPUT_SCHEMA)
+    run_query(spark, lambda df: keyed_process(df, "k", AllStatesAndTimers(), ALL_STATES_OUTPUT,
+                                              parallelism=PARALLELISM, name="AllStates"),
+              provider_class=HDFS_PROVIDER, input_dir=str(tmp / "in"), schema=INPUT_SCHEMA,
+              checkpoint_dir=str(tmp / "ckpt"), output_mode="append")
+    savepoint(str(tmp / "ckpt"), str(tmp / "sp"), progress=False)
+    ops = [[(f"r{b}", b * 100 + i) for i in range(8)] for b in range(2)]
+    write_batches(tmp / "ops-in", ops, INPUT_SCHEMA)
+    run_query(spark, lambda df: checkpointed_process(df, OperatorStates(), OPERATOR_OUTPUT, parallelism=PARALLELISM,
+                                                     name="Ops"),
+              provider_class=HDFS_PROVIDER, input_dir=str(tmp / "ops-in"), schema=INPUT_SCHEMA,
+              checkpoint_dir=str(tmp / "ops"), output_mode="append")
+    savepoint(str(tmp / "ops"), str(tmp / "ops-sp"), progress=False)
+    if not ON_35:
+        register_data_sources(spark)
+    return {"ckpt": str(tmp / "ckpt"), "sp": str(tmp / "sp"), "ops": str(tmp / "ops"), "ops-sp": str(tmp / "ops-sp")}
+
+
+def _source(spark, path, **options):
+    reader = spark.read.format("spark-state")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(path)
+
+
+@pytest.mark.lines
+def test_on_spark_35_registering_names_the_line_and_the_functions(spark):
+    if not ON_35:
+        register_data_sources(spark)  # registers again: harmless
+        assert spark.read.format("spark-state") is not None
+        return
+    with pytest.raises(StateDataError, match=r"Spark 3\.5 has no Python Data Source API.*read_keyed_state"):
+        register_data_sources(spark)
+
+
+@pytest.mark.lines
+@pytest.mark.skipif(ON_35, reason="the Python Data Source API is Spark 4.0+ (the 3.5 test above checks the refusal)")
+def test_the_data_source_equals_the_python_readers(spark, states):
+    for path in (states["ckpt"], states["sp"]):
+        for state in ("count", "recent", "buckets", "total", "mean"):
+            # the source flattens by default, as Spark's reader does; the functions do not
+            flat = _source(spark, path, stateVarName=state)
+            assert flat.columns[-1] == "partition_id"
+            assert _rows(flat) == _rows(read_keyed_state(spark, path, state, flatten_collection_types=True)), state
+            nested = _source(spark, path, stateVarName=state, flattenCollectionTypes="false")
+            python = read_keyed_state(spark, path, state)
+            assert nested.schema == python.schema and _rows(nested) == _rows(python), state
+        timers = _source(spark, path, readRegisteredTimers="true")
+        assert timers.columns == ["k", "domain", "expiration_timestamp_ms", "partition_id"]
+        assert _rows(timers) == _rows(read_timers(spark, path)) and timers.count() > 0
+    assert _rows(_source(spark, states["ckpt"], stateVarName="count", batchId=1)) == _rows(
+        read_keyed_state(spark, states["ckpt"], "count", batch=1))
+    for state in ("count", "recent", "buckets"):
+        feed = _source(spark, states["ckpt"], stateVarName=state, readChangeFeed="true", changeStartBatchId=1,
+                       changeEndBatchId=2)
+        python = read_change_feed(spark, states["ckpt"], state, start_batch=1, end_batch=2)
+        assert feed.columns == python.columns and _rows(feed) == _rows(python) and feed.count() > 0
+    for state in ("split", "union", "bcast"):
+        python = read_function_operator_state(spark, states["ops"], state, function="Ops")
+        for path in (states["ops"], states["ops-sp"]):  # a savepoint reads as its checkpoint does
+            frame = _source(spark, path, operatorStateName=state, functionName="Ops")
+            assert frame.columns == python.columns and _rows(frame) == _rows(python) and frame.count() > 0
+        assert _rows(read_function_operator_state(spark, states["ops-sp"], state)) == _rows(python)
+
+
+@pytest.mark.skipif(ON_35, reason="the Python Data Source API is Spark 4.0+")
+def test_sql_reads_state_through_a_temporary_view(spark, states):
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW ds_counts USING `spark-state` "
+              f"OPTIONS (path '{states['ckpt']}', stateVarName 'count')")
+    found = spark.sql("SELECT k, value, partition_id FROM ds_counts").collect()
+    assert sorted(map(tuple, found)) == _rows(read_keyed_state(spark, states["ckpt"], "count"))
+    top = spark.sql("SELECT partition_id, count(*) AS n FROM ds_counts GROUP BY partition_id").collect()
+    assert sum(r.n for r in top) == len(found) and {r.partition_id for r in top} <= set(range(PARALLELISM))
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"stateVarNme": "count"}, r"unknown option 'stateVarNme'.*did you mean 'stateVarName'.*valid options: path, "
+                               r"stateVarName"),
+    ({}, "give exactly one of stateVarName, readRegisteredTimers=true or operatorStateName"),
+    ({"stateVarName": "count", "readRegisteredTimers": "true"}, "reads one thing"),
+    ({"stateVarName": "count", "readChangeFeed": "true"}, "needs changeStartBatchId"),
+    ({"stateVarName": "count", "readChangeFeed": "true", "changeStartBatchId": "0", "batchId": "1"},
+     "give changeEndBatchId, not batchId"),
+    ({"stateVarName": "count", "changeStartBatchId": "0"}, "go with readChangeFeed=true"),
+    ({"stateVarName": "count", "batchId": "last"}, "must be a batch id"),
+    ({"stateVarName": "count", "flattenCollectionTypes": "yes"}, "must be true or false"),
+    ({"operatorId": "0"}, r"format\('statestore'\)"),
+])
+def test_bad_options_give_clear_errors(states, options, message):
+    """The checks the source makes on the driver (the same function its schema() calls)."""
+    with pytest.raises(StateDataError, match=message):
+        plan_from_options({"path": states["ckpt"], **options})
+
+
+@pytest.mark.skipif(ON_35, reason="the Python Data Source API is Spark 4.0+")
+def test_spark_reports_the_sources_errors(spark, states):
+    """Spark raises the source's error (from its Python worker) as an AnalysisException whose text
+    holds the source's class and message; Spark hands the options over in lower case."""
+    with pytest.raises(AnalysisException, match=r"(?s)StateDataError: unknown option 'statevarnme'.*did you mean "
+                                                r"'stateVarName'"):
+        _source(spark, states["ckpt"], stateVarNme="count").collect()
+    with pytest.raises(AnalysisException, match=r"(?s)UnknownStateError: function 'AllStates' has no keyed state "
+                                                r"'cont' \(states: buckets, count"):
+        _source(spark, states["ckpt"], stateVarName="cont").collect()
+
+
+def _facts(rows):
+    """A metadata row without its location (a savepoint's differs from its checkpoint's)."""
+    return sorted(tuple((k, v) for k, v in r.items() if k != "location") for r in rows)
+
+
+def test_state_metadata_of_a_checkpoint_and_its_savepoint(spark, states, tmp_path, capsys):
+    """One row per keyed state, operator state, timer service and Spark operator store, with its
+    types, TTL, key columns, committed batches and partitions; `inspect --json` says the same."""
+    rows = state_metadata(states["ckpt"])
+    keyed = {r["name"]: r for r in rows if r["kind"] == "keyed_state"}
+    assert {n: (r["state_type"], r["value_type"], r["map_key_type"]) for n, r in keyed.items()} == {
+        "count": ("value", "bigint", None), "recent": ("list", "bigint", None), "buckets": ("map", "bigint", "bigint"),
+        "total": ("reducing", "bigint", None), "mean": ("aggregating", "struct<s:bigint,n:bigint>", None)}
+    assert all((r["function"], r["key_columns"], r["min_batch_id"], r["max_batch_id"], r["num_partitions"],
+                r["ttl_ms"], r["backend"]) == ("AllStates", "k string", 0, 2, PARALLELISM, None, "spark-state")
+               for r in keyed.values())
+    assert [(r["function"], r["key_columns"]) for r in rows if r["kind"] == "timers"] == [("AllStates", "k string")]
+    sp_rows = state_metadata(states["sp"])
+    assert _facts(sp_rows) == _facts({**r, "min_batch_id": 2} for r in rows)  # a savepoint holds one batch
+    assert all(r["location"].startswith(str(states["sp"]).rstrip("/")) or r["location"].startswith("file:")
+               for r in sp_rows)
+    ops = {r["name"]: r["state_type"] for r in state_metadata(states["ops"]) if r["kind"] == "operator_state"}
+    assert ops == {"split": "list", "union": "union", "bcast": "broadcast"}
+    assert main(["inspect", states["ckpt"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metadata"] == rows
+    assert main(["inspect", states["sp"], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metadata"] == sp_rows
+    assert main(["inspect", states["sp"]]) == 0
+    assert "keyed_state AllStates.buckets: map (key_columns k string, map_key_type bigint, value_type bigint), " \
+           "batches 2..2, 3 partitions, spark-state" in capsys.readouterr().out
+
+    # a Spark operator: one row per store, with the provider as the backend
+    write_batches(tmp_path / "in", [[("a", 1), ("b", 2)], [("a", 3)]], INPUT_SCHEMA)
+    run_query(spark, lambda df: df.groupBy("k").count(), provider_class=HDFS_PROVIDER, input_dir=str(tmp_path / "in"),
+              schema=INPUT_SCHEMA, checkpoint_dir=str(tmp_path / "agg"), output_mode="update")
+    [agg] = state_metadata(str(tmp_path / "agg"))
+    assert (agg["kind"], agg["operator_id"], agg["name"], agg["min_batch_id"], agg["max_batch_id"]) == (
+        "spark_operator", 0, "default", 0, 1)
+    assert agg["backend"] == "hdfs" and agg["num_partitions"] == 4 and agg["operator_name"]
+    if not ON_35:
+        frame = spark.read.format("spark-state-metadata").load(str(tmp_path / "agg"))
+        assert [r.asDict() for r in frame.collect()] == [agg]
+        frame = spark.read.format("spark-state-metadata").load(states["sp"])
+        assert sorted(map(tuple, frame.collect())) == sorted(tuple(r.values()) for r in sp_rows)
+
+
+def test_every_state_of_a_key_in_one_pass_equals_a_join_of_the_states(spark, states):
+    from pyspark.sql import functions as F
+
+    def _summary(key, found):  # nested: pickled by value to the tasks
+        """A key with all its states -> one row (the user's function)."""
+        yield (key, found.get("count"), len(found.get("recent", [])), sum(found.get("buckets", {}).values()),
+               found.get("total"), sorted(found))
+
+    for path in (states["ckpt"], states["sp"]):
+        frame = read_keyed_states(spark, path, _summary,
+                                  "k string, n bigint, recent int, buckets bigint, total bigint, names array<string>")
+        assert frame.columns == ["k", "n", "recent", "buckets", "total", "names", "partition_id"]
+        assert frame.rdd.getNumPartitions() == PARALLELISM
+        joined = None
+        for state in ("count", "recent", "buckets", "total", "mean"):
+            one = read_keyed_state(spark, path, state).select("k", "partition_id", F.col("value").alias(state))
+            joined = one if joined is None else joined.join(one, ["k", "partition_id"], "full_outer")
+        expected = joined.select(
+            "k", F.col("count"), F.size(F.coalesce("recent", F.array().cast("array<bigint>"))),
+            F.aggregate(F.map_values("buckets"), F.lit(0).cast("bigint"), lambda a, b: a + b), F.col("total"),
+            F.array_sort(F.array_compact(F.array(*[F.when(F.col(s).isNotNull(), F.lit(s)) for s in
+                                                  ("buckets", "count", "mean", "recent", "total")]))),
+            "partition_id")
+        assert sorted(map(tuple, frame.collect())) == sorted(map(tuple, expected.collect()))
+    two = read_keyed_states(spark, states["sp"], lambda k, s: [(k, sorted(s))], "k string, names array<string>",
+                            states=["count", "recent"])
+    assert {tuple(r.names) for r in two.collect()} == {("count", "recent")}
+    with pytest.raises(StateDataError, match="'partition_id', which the reader adds"):
+        read_keyed_states(spark, states["ckpt"], _summary, "partition_id int")
