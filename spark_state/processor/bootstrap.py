@@ -173,15 +173,16 @@ class SavepointWriter:
         return self
 
     def write(self, savepoint_dir: str, *, sources: Union[int, DataFrame],
-              savepoint_options: Optional[dict[str, str]] = None) -> BootstrapResult:
-        """Write the savepoint into ``savepoint_dir`` (new or empty); its manifest last."""
+              storage_options: Optional[dict[str, str]] = None) -> BootstrapResult:
+        """Write the savepoint into ``savepoint_dir`` (new or empty); its manifest last.
+        ``storage_options``: of the savepoint's storage (s3/hdfs credentials and settings)."""
         started = time.perf_counter()
         if not self._keyed and self._operators is None:
             raise BootstrapError("nothing to bootstrap: add with_keyed_state(...) or with_spark_operators(...)")
         count = sources if isinstance(sources, int) else count_sources(sources)
         if isinstance(count, bool) or count < 1:
             raise BootstrapError(f"sources must be the restored query's number of sources (>= 1), got {sources!r}")
-        options = dict(savepoint_options or {})
+        options = dict(storage_options or {})
         target = open_storage(savepoint_dir, options)
         check_empty_target(target, savepoint_dir)
         own_work = self._work_dir is None
@@ -290,7 +291,7 @@ class SavepointWriter:
             raise BootstrapError(f"the bootstrap of {name!r} wrote partitions {sorted(r.partition for r in rows)}, "
                                  f"expected 0..{n - 1}")
         for r in sorted(rows, key=lambda r: r.partition):
-            manifest.files.append(F.FileEntry(r.path, r.size, r.crc32, r.rows, r.keys))
+            manifest.files.append(F.file_entry_of_row(r))
             for m in r.maxima or ():
                 write_file(target, F.process_time_file(name, f"{maxima_dir(0)}/{m}"), b"", manifest)
         manifest.process.append(F.ProcessEntry(name, KEYED, opts.max_parallelism, n, f"bootstrap:{name}", None,

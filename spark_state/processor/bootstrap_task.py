@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import pyarrow as pa
 
 from ..engine.store import VersionedStore
 from ..ops import savepoint_format as F
-from ..ops.state_files import read_unlisted_entries, write_state_file
+from ..ops.state_files import write_state_file
 from ..process.clock import maxima_dir
 from ..process.functions import KeyedProcessFunction
 from ..process.keyed_loop import keyed_loop
@@ -39,16 +39,14 @@ from ..process.plan import ProcessPlan
 from ..process.stores import CACHE, PartitionStore
 from ..state.regroup import owned_key_groups
 from ..storage import CheckpointStorage, open_storage
-from .savepoint_source import SavepointSource, entry_of_state
+from .surgery import BaseEntries
 
-#: What each bootstrap task returns (one row).
-RESULT_SCHEMA = pa.schema([
-    pa.field("partition", pa.int32()), pa.field("path", pa.string()), pa.field("size", pa.int64()),
-    pa.field("crc32", pa.int64()), pa.field("rows", pa.int64()), pa.field("keys", pa.int64()),
-    pa.field("input_rows", pa.int64()), pa.field("maxima", pa.list_(pa.string())),
-])
-RESULT_DDL = ("partition int, path string, size bigint, crc32 bigint, rows bigint, keys bigint, input_rows bigint, "
-              "maxima array<string>")
+#: What each bootstrap task returns (one row): its partition, the manifest entry of the state file it
+#: wrote (:data:`~spark_state.ops.savepoint_format.FILE_ENTRY_FIELDS`), its input rows and the names
+#: of its event-time maxima files.
+RESULT_SCHEMA = pa.schema([pa.field("partition", pa.int32()), *F.FILE_ENTRY_FIELDS,
+                           pa.field("input_rows", pa.int64()), pa.field("maxima", pa.list_(pa.string()))])
+RESULT_DDL = f"partition int, {F.FILE_ENTRY_DDL}, input_rows bigint, maxima array<string>"
 
 
 class OutputDropped(KeyedProcessFunction):
@@ -74,29 +72,6 @@ class OutputDropped(KeyedProcessFunction):
 
 
 @dataclass(frozen=True)
-class BaseEntries:
-    """What a transform task starts from: partition files of a savepoint (checked against its
-    manifest), or of an earlier step of the same transform (``chained_url``: the files it just
-    wrote), without every entry of the states in ``replaced`` (UTF-8 names)."""
-
-    source: SavepointSource
-    replaced: tuple[bytes, ...]
-    chained_url: Optional[str] = None
-    chained_options: Mapping[str, str] = field(default_factory=dict)
-
-    def entries(self, partition: int, scratch_dir: Optional[str] = None) -> Iterator[tuple[bytes, bytes]]:
-        """The partition's entries, in key order, read a record batch at a time (a remote file
-        through a local copy in ``scratch_dir``, deleted when the entries end)."""
-        if self.chained_url is None:
-            found = self.source.entries(partition, scratch_dir)
-        else:
-            storage = open_storage(self.chained_url, dict(self.chained_options))
-            found = read_unlisted_entries(storage, F.process_file(self.source.function, partition), scratch_dir)
-        replaced = self.replaced
-        return ((k, v) for k, v in found if not any(entry_of_state(k, name) for name in replaced))
-
-
-@dataclass(frozen=True)
 class _Task:
     """What the keyed loop and its time phase read from a task (as :class:`~spark_state.process.runner._Task`)."""
 
@@ -107,7 +82,7 @@ class _Task:
     runs: Optional[Any] = None
 
 
-def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepoint_options: Mapping[str, str],
+def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, storage_options: Mapping[str, str],
                         batches: Iterator[pa.RecordBatch],
                         base: Optional[BaseEntries] = None) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body of a keyed bootstrap or transform (see the module docstring)."""
@@ -137,12 +112,10 @@ def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepo
         CACHE.take(storage.url, plan.parallelism, partition)  # the loop's commit cached it: the store is ours
         # The savepoint's one state-file writer (bounded memory; a large file spools to the
         # task's own temporary directory).
-        written = write_state_file(open_storage(savepoint_url, dict(savepoint_options)),
+        written = write_state_file(open_storage(savepoint_url, dict(storage_options)),
                                    F.process_file(name, partition), store.iterate(), scratch_dir=scratch)
         maxima = storage.list_dir(maxima_dir(0))
-        yield pa.record_batch([pa.array([partition], pa.int32()), pa.array([written.path]),
-                               pa.array([written.size], pa.int64()), pa.array([written.crc32], pa.int64()),
-                               pa.array([written.rows], pa.int64()), pa.array([written.keys], pa.int64()),
+        yield pa.record_batch([pa.array([partition], pa.int32()), *F.file_entry_arrays(written),
                                pa.array([counted.rows], pa.int64()),
                                pa.array([maxima], pa.list_(pa.string()))], schema=RESULT_SCHEMA)
     finally:
