@@ -20,10 +20,11 @@ size.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Optional
+from typing import Callable, Iterable, Iterator, Mapping, Optional
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -60,6 +61,8 @@ class BaseEntries:
     chained_url: Optional[str] = None
     chained_options: Mapping[str, str] = field(default_factory=dict)
     renamed: tuple[tuple[bytes, bytes], ...] = ()
+    #: entries whose key starts with one of these are dropped too (an operator state's)
+    dropped_prefixes: tuple[bytes, ...] = ()
 
     def entries(self, partition: int, scratch_dir: Optional[str] = None) -> Iterator[tuple[bytes, bytes]]:
         """The partition's entries, in key order, read a record batch at a time (a remote file
@@ -70,7 +73,9 @@ class BaseEntries:
             storage = open_storage(self.chained_url, dict(self.chained_options))
             found = read_unlisted_entries(storage, F.process_file(self.source.function, partition), scratch_dir)
         replaced = self.replaced
-        kept = ((k, v) for k, v in found if not any(entry_of_state(k, name) for name in replaced))
+        prefixes = self.dropped_prefixes
+        kept = ((k, v) for k, v in found
+                if not any(entry_of_state(k, name) for name in replaced) and not (prefixes and k.startswith(prefixes)))
         if not self.renamed:
             return kept
         def rename(key: bytes) -> bytes:
@@ -138,27 +143,41 @@ def rewrite(spark: SparkSession, source: SavepointSource, base: BaseEntries, url
 
 def rewrite_partition(name: str, url: str, options: Mapping[str, str], base: BaseEntries,
                       batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body of :func:`rewrite`: partition ``p``'s entries from ``base``, sorted
-    through a temporary store in a local directory of the executor (removed at the end), written
-    as ``process/<name>/<p>.arrow`` of the savepoint at ``url``."""
+    """The ``mapInArrow`` body of :func:`rewrite`: the task's partition written by
+    :func:`write_partition` with nothing added."""
     from pyspark import TaskContext
 
     for _ in batches:  # the job's rows only give it its partitions
         pass
     tc = TaskContext.get()
     partition = tc.partitionId() if tc is not None else 0
+    written = write_partition(name, url, options, base, partition, ())
+    yield pa.record_batch([pa.array([partition], pa.int32()), *F.file_entry_arrays(written)], schema=REWRITE_SCHEMA)
+
+
+def write_partition(name: str, url: str, options: Mapping[str, str], base: BaseEntries, partition: int,
+                    added: Iterable[tuple[bytes, bytes]]) -> F.FileEntry:
+    """Partition ``partition``'s entries from ``base`` and ``added`` written as
+    ``process/<name>/<partition>.arrow`` of the savepoint at ``url`` (:func:`write_sorted`)."""
+    return write_sorted(url, options, F.process_file(name, partition),
+                        lambda work: itertools.chain(base.entries(partition, work), added))
+
+
+def write_sorted(url: str, options: Mapping[str, str], path: str,
+                 entries: Callable[[str], Iterable[tuple[bytes, bytes]]]) -> F.FileEntry:
+    """``entries(work)`` (in any order; ``work`` is a scratch directory for local copies) sorted
+    through a temporary store in a local directory of the executor (removed at the end) and
+    written as state file ``path`` of the savepoint at ``url``; returns its manifest entry."""
     work = tempfile.mkdtemp(prefix="spark-state-surgery-")
     try:
         store = VersionedStore(open_storage(f"{work}/store"), reader_config(local_dir=work))
         try:
-            store.import_version(1, base.entries(partition, work))
-            written = write_state_file(open_storage(url, dict(options)), F.process_file(name, partition),
-                                       store.iterate(), scratch_dir=work)
+            store.import_version(1, entries(work))
+            return write_state_file(open_storage(url, dict(options)), path, store.iterate(), scratch_dir=work)
         finally:
             store.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    yield pa.record_batch([pa.array([partition], pa.int32()), *F.file_entry_arrays(written)], schema=REWRITE_SCHEMA)
 
 
 # ------------------------------------------------------------------------------ Spark's sources

@@ -36,6 +36,10 @@ called; removals and renames are per-partition Spark jobs (:mod:`.surgery`) that
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
@@ -59,9 +63,14 @@ from ..state import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDe
 from ..state.descriptors import StateDescriptor
 from ..storage import open_storage
 from .bootstrap_task import RESULT_DDL, bootstrap_partition
-from .errors import KeyMismatchError, StateDataError, UnknownStateError
+from .errors import StateDataError, UnknownStateError
+from .function_operator_state import read_function_operator_state
+from .operators import restored_copy
 from .read import read_keyed_state, read_timers
 from .savepoint_source import SavepointSource
+from .transform_checks import check_operator_rows, check_rows
+from .surgery_spark import check_spark_rows, replace_spark_state, spark_store
+from .surgery_operator_state import dropped_prefixes, keyspace_of, operator_mode, replace_operator_state
 from .surgery import BaseEntries, check_tick_source, keyed_state_names, rewrite, without_source
 
 #: descriptor class -> how the state's value is written
@@ -134,6 +143,25 @@ class _Rewrite:
     renamed: tuple[tuple[bytes, bytes], ...] = ()
 
 
+@dataclass
+class _OperatorReplacement:
+    """A function's operator state given the content of ``rows``."""
+
+    source: SavepointSource
+    descriptor: StateDescriptor
+    mode: int
+    rows: DataFrame
+
+
+@dataclass
+class _SparkReplacement:
+    """A store of Spark's operator given the content of ``rows``."""
+
+    operator: F.OperatorEntry
+    store: F.StoreEntry
+    rows: DataFrame
+
+
 class SavepointTransform:
     """A transform of one savepoint (see the module docstring). Every change is recorded when it
     is called, checked against the savepoint and the changes before it, and applied by
@@ -145,11 +173,12 @@ class SavepointTransform:
         self._savepoint = savepoint
         self._options = dict(storage_options or {})
         self._progress = progress
-        self._changes: list[Union[_Replacement, _Rewrite]] = []
+        self._changes: list[Union[_Replacement, _Rewrite, _OperatorReplacement]] = []
         #: function -> its keyed states after the changes so far (read from the files when first needed)
         self._states: dict[str, set[str]] = {}
         self._removed: list[str] = []
         self._dropped_source: Optional[int] = None
+        self._spark_changes: list[_SparkReplacement] = []
         self._done: list[str] = []
 
     def read_keyed_state(self, state: str, *, function: Optional[str] = None, exploded: bool = False,
@@ -173,10 +202,59 @@ class SavepointTransform:
         kind = next((k for cls, k in _KINDS if isinstance(descriptor, cls)), None)
         if kind is None:
             raise StateDataError(f"{type(descriptor).__name__} is not a keyed state descriptor")
-        _check_rows(source, descriptor, kind, rows)
+        check_rows(source, descriptor, kind, rows)
         self._changes.append(_Replacement(source, descriptor, kind, rows))
         self._states_of(source).add(descriptor.name)
         self._done.append(f"replace {source.function}.{descriptor.name}")
+        return self
+
+    def read_function_operator_state(self, state: str, *, function: Optional[str] = None,
+                                     allow_pickle: bool = False) -> DataFrame:
+        """Operator state ``state`` of ``function`` (list, union list or broadcast) as
+        :func:`~.function_operator_state.read_function_operator_state` reads it, from a copy of the
+        savepoint restored in a temporary directory (removed when the process exits)."""
+        work = tempfile.mkdtemp(prefix="spark-state-transform-read-")
+        atexit.register(shutil.rmtree, work, True)
+        checkpoint = restored_copy(self._savepoint, self._options, work)
+        return read_function_operator_state(self._spark, checkpoint, state, function=function,
+                                            process_root=os.path.join(work, "process"), allow_pickle=allow_pickle)
+
+    def replace_function_operator_state(self, descriptor: StateDescriptor, rows: DataFrame, *,
+                                        mode: Optional[str] = None,
+                                        function: Optional[str] = None) -> "SavepointTransform":
+        """Give operator state ``descriptor.name`` of ``function`` (keyed or checkpointed) the
+        content of ``rows``: ``partition``, ``index`` and ``value`` for a list state
+        (``ListStateDescriptor``, ``mode="list"`` or ``"union"``), ``partition``, ``map_key`` and
+        ``value`` for a broadcast state (``MapStateDescriptor``): the form
+        :meth:`read_function_operator_state` gives. A partition without rows holds the state
+        empty; a state the function does not hold is added (:mod:`.surgery_operator_state`).
+
+        :raises StateDataError: another descriptor or mode, a missing column, a column of another
+            type than the descriptor's, or a partition outside the function's layout."""
+        source = self._any_source(function)
+        chosen = operator_mode(descriptor, mode)
+        check_operator_rows(source, descriptor, chosen, rows)
+        self._changes.append(_OperatorReplacement(source, descriptor, chosen, rows))
+        self._done.append(f"replace {source.function}.{descriptor.name} (operator state)")
+        return self
+
+    def replace_spark_operator_state(self, operator_id: int, rows: DataFrame, *,
+                                     store_name: str = "default") -> "SavepointTransform":
+        """Give store ``store_name`` of Spark's operator ``operator_id`` the content of ``rows``
+        (``key`` and ``value`` structs, as :func:`~.operators.read_operator_state` gives them;
+        see :mod:`.surgery_spark`).
+
+        :raises UnknownStateError: no such operator or store (listing those the savepoint holds).
+        :raises StateDataError: ``key`` or ``value`` differ from the store's recorded schema
+            (naming both), the store is replaced twice, or keys its rows with a prefix."""
+        sp = open_storage(self._savepoint, self._options)
+        op, store = spark_store(read_manifest(sp), sp.url, operator_id, store_name)
+        check_spark_rows(op, store, rows)
+        if any(c.operator.id == op.id and c.store.name == store.name for c in self._spark_changes):
+            raise StateDataError(f"store {store_name!r} of Spark operator {operator_id} is replaced twice in one "
+                                 "transform: give all its rows at once")
+        self._spark_changes.append(_SparkReplacement(op, store, rows))
+        self._done.append(f"replace Spark operator {op.id} ({op.name}) store {store.name}")
         return self
 
     def remove_state(self, name: str, *, function: Optional[str] = None) -> "SavepointTransform":
@@ -248,6 +326,7 @@ class SavepointTransform:
         out = open_storage(target, out_options)
         check_empty_target(out, target)
         rewritten = {c.source.function for c in self._changes}
+        spark_replaced = tuple(f"{F.STATE_DIR}/{c.operator.id}/{c.store.name}/" for c in self._spark_changes)
         removed = set(self._removed)
         new = F.SavepointManifest(**{**manifest.__dict__, "files": [], "created_ms": int(time.time() * 1000),
                                      "format_version": F.FORMAT_VERSION,
@@ -257,6 +336,8 @@ class SavepointTransform:
                 continue
             if any(entry.path.startswith(f"{F.PROCESS_DIR}/{name}/") and entry.path.endswith(".arrow")
                    for name in rewritten):
+                continue
+            if entry.path.startswith(spark_replaced):
                 continue
             if self._dropped_source is not None and entry.path.startswith(F.SPARK_DIR + "/"):
                 edited = without_source(entry.path, read_verified(sp, manifest, entry.path), self._dropped_source)
@@ -270,13 +351,22 @@ class SavepointTransform:
         for c in self._changes:
             name = c.source.function
             chained = out.url if name in written else None
-            if isinstance(c, _Replacement):
+            if isinstance(c, _OperatorReplacement):
+                dropped = dropped_prefixes(c.descriptor.name_bytes, keyspace_of(c.source.entry))
+                base = BaseEntries(c.source, (), chained, out_options, (), dropped)
+                written[name] = replace_operator_state(self._spark, c.source, base, c.rows, c.descriptor, c.mode,
+                                                       out.url, out_options)
+            elif isinstance(c, _Replacement):
                 base = BaseEntries(c.source, (c.descriptor.name_bytes,), chained, out_options)
                 written[name] = self._run(c, base, out.url, out_options)
                 replaced.setdefault(name, []).append(c.descriptor.name)
             else:
                 base = BaseEntries(c.source, c.dropped, chained, out_options, c.renamed)
                 written[name] = rewrite(self._spark, c.source, base, out.url, out_options)
+        for sc in self._spark_changes:
+            files = replace_spark_state(self._spark, sp.url, self._options, manifest, sc.operator, sc.store, sc.rows,
+                                        out.url, out_options)
+            new.files.extend(files[p] for p in sorted(files))
         for name in sorted(written):
             new.files.extend(written[name][i] for i in sorted(written[name]))
         out.write_bytes(F.MANIFEST, new.to_json())
@@ -289,6 +379,17 @@ class SavepointTransform:
         if source.function in self._removed:
             raise UnknownStateError(f"function {source.function!r} is removed by this transform (remove_function)")
         return source
+
+    def _any_source(self, function: Optional[str]) -> SavepointSource:
+        """The function ``function`` of the savepoint, keyed or checkpointed (optional when it has
+        one keyed function)."""
+        if function is not None and function not in self._removed:
+            storage = open_storage(self._savepoint, self._options)
+            manifest = read_manifest(storage)
+            entry = next((p for p in manifest.process if p.name == function), None)
+            if entry is not None and entry.kind != KEYED:
+                return SavepointSource(storage.url, dict(self._options), manifest, entry)
+        return self._source(function)
 
     def _states_of(self, source: SavepointSource) -> set[str]:
         if source.function not in self._states:
@@ -331,53 +432,3 @@ class SavepointTransform:
 def _engine() -> EngineConfig:
     """The engine of a transform task's temporary store (RocksDB: a partition may not fit in memory)."""
     return EngineConfig(backend="rocksdb", snapshot_interval=0)
-
-
-def _check_rows(source: SavepointSource, descriptor: StateDescriptor, kind: str, rows: DataFrame) -> None:
-    """The replacement's key columns are the recorded ones and its ``value`` fits the descriptor."""
-    recorded = source.key_columns
-    types = {f.name: f.dataType for f in rows.schema.fields}
-    given = [(c, types[c].simpleString()) for c in recorded.columns if c in types]
-    if [c for c, _ in given] != list(recorded.columns) or [t for _, t in given] != list(recorded.types):
-        raise KeyMismatchError(
-            f"the rows for state {descriptor.name!r} of {source.function!r} need the key columns "
-            f"{recorded.describe()} (as recorded in the savepoint); they have {rows.schema.simpleString()}: "
-            "rename or cast them")
-    if "value" not in types:
-        raise StateDataError(f"the rows for state {descriptor.name!r} need a 'value' column; they have "
-                             f"{', '.join(types)} (read_keyed_state gives the form to write)")
-    expected = _expected_type(descriptor, kind)
-    if expected is not None and _canonical(types["value"]) != _canonical(expected):
-        raise StateDataError(
-            f"the 'value' column for state {descriptor.name!r} is {types['value'].simpleString()}, but the "
-            f"descriptor ({type(descriptor).__name__}) stores {expected.simpleString()}: cast the column, or "
-            "declare the descriptor with the column's type")
-
-
-def _expected_type(descriptor: StateDescriptor, kind: str) -> Optional[T.DataType]:
-    """The Spark type of the ``value`` column a descriptor takes (None: values of a Python or
-    custom serializer, checked by the serializer as they are written)."""
-    value = _spark_type_of(descriptor.serializer)
-    if value is None:
-        return None
-    if kind == "list":
-        return T.ArrayType(value, True)
-    if kind == "map":
-        key = _spark_type_of(getattr(descriptor, "key_serializer", None))
-        return T.MapType(key, value, True) if key is not None else None
-    return value
-
-
-def _spark_type_of(serializer: Any) -> Optional[T.DataType]:
-    from ..state.serializers import parse_type_string
-
-    text = getattr(serializer, "type_string", None)
-    return parse_type_string(text) if isinstance(text, str) else None
-
-
-def _canonical(data_type: T.DataType) -> str:
-    """A type's canonical form (the serializers'), nullability ignored: ``int`` is ``bigint``."""
-    from ..state.serializers import serializer_for
-
-    text = getattr(serializer_for(data_type), "type_string", None)
-    return text.replace(" not null", "") if isinstance(text, str) else data_type.simpleString()

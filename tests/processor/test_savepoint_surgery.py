@@ -243,3 +243,112 @@ def test_surgery_errors_name_both_sides_before_anything_is_written(spark, taken,
     with pytest.raises(UnknownStateError, match="removed by this transform"):
         t.remove_state("count")
     assert not (tmp_path / "sp").exists()
+
+
+def test_a_functions_operator_state_is_read_and_replaced_in_a_savepoint(spark, tmp_path):
+    """A checkpointed_process function's list and broadcast state replaced, its union list state
+    kept: the restored query's first batch starts from exactly those."""
+    import json
+
+    import process_fns
+    from process_fns import INPUT_SCHEMA, OPERATOR_OUTPUT, OperatorStates
+    from spark_state.process import checkpointed_process
+    from spark_state.state import ListStateDescriptor, MapStateDescriptor
+
+    ship_module_by_value(process_fns)
+    batches = [[(f"r{b}", b * 100 + i) for i in range(12)] for b in range(3)]
+    write_batches(tmp_path / "in", batches[:2], INPUT_SCHEMA)
+
+    def build(df):
+        return checkpointed_process(df, OperatorStates(), OPERATOR_OUTPUT, parallelism=PARALLELISM, name="Ops")
+
+    run_query(spark, build, provider_class=HDFS_PROVIDER, input_dir=str(tmp_path / "in"), schema=INPUT_SCHEMA,
+              checkpoint_dir=str(tmp_path / "ckpt"), output_mode="append")
+    sp, changed = str(tmp_path / "sp"), str(tmp_path / "sp2")
+    savepoint(str(tmp_path / "ckpt"), sp, progress=False)
+    write_batches(tmp_path / "in", batches[2:], INPUT_SCHEMA, start=2)
+
+    def read(t, state):
+        by_partition = defaultdict(list)
+        for r in t.read_function_operator_state(state, function="Ops").collect():
+            by_partition[r["partition"]].append((r[1], r["value"]))
+        return {p: [v for _, v in sorted(rows)] for p, rows in by_partition.items()}
+
+    t = SavepointTransform(spark, sp, progress=False)
+    union = read(t, "union")
+    assert sorted(v for vs in union.values() for v in vs) == sorted(v for rows in batches[:2] for _, v in rows)
+    split = spark.createDataFrame([(p, i, p * 1000 + i) for p in range(PARALLELISM) for i in range(2)],
+                                  "partition int, index int, value bigint")
+    bcast = spark.createDataFrame([(p, "writer", 40 + p) for p in range(PARALLELISM)],
+                                  "partition int, map_key string, value bigint")
+    split_d, bcast_d = ListStateDescriptor("split", LongType()), MapStateDescriptor("bcast", StringType(), LongType())
+    with pytest.raises(StateDataError, match="not mode='broadcast'"):
+        t.replace_function_operator_state(split_d, split, mode="broadcast", function="Ops")
+    with pytest.raises(StateDataError, match=r"name partitions 0\.\.5, but 'Ops' has 3 partitions"):
+        t.replace_function_operator_state(split_d, split.withColumn("partition", F.lit(5)).union(split),
+                                          function="Ops")
+    with pytest.raises(StateDataError, match="'value' column .* is string, .* stores bigint"):
+        t.replace_function_operator_state(split_d, split.withColumn("value", F.col("value").cast("string")),
+                                          function="Ops")
+    t.replace_function_operator_state(split_d, split, function="Ops")
+    t.replace_function_operator_state(bcast_d, bcast, function="Ops")
+    t.write(changed)
+
+    again = SavepointTransform(spark, changed, progress=False)
+    assert read(again, "split") == {p: [p * 1000, p * 1000 + 1] for p in range(PARALLELISM)}
+    assert read(again, "bcast") == {p: [40 + p] for p in range(PARALLELISM)}
+    assert read(again, "union") == union
+
+    restore(changed, str(tmp_path / "ckpt2"), progress=False)
+    run = run_query(spark, build, provider_class=HDFS_PROVIDER, input_dir=str(tmp_path / "in"), schema=INPUT_SCHEMA,
+                    checkpoint_dir=str(tmp_path / "ckpt2"), output_mode="append")
+    firsts = {r[1]: r for r in run.batches[2] if r[3] == 0}
+    assert sorted(firsts) == list(range(PARALLELISM))
+    for p, (_, _, _, _, _, restored_split, restored_union, writer) in firsts.items():
+        assert json.loads(restored_split) == [p * 1000, p * 1000 + 1]
+        assert json.loads(restored_union) == union.get(p, [])
+        assert writer == 40 + p
+
+
+def test_an_aggregations_state_rows_are_corrected_with_the_schema_checked(spark, taken, tmp_path):
+    """Spark's aggregation state in a savepoint: one key's count corrected, the rows written as
+    the provider holds them; the restored query continues from the corrected count."""
+    from streaming_harness import SPARKSTATE_PROVIDER
+
+    from spark_state.processor import read_operator_state
+
+    batches = taken["batches"]
+    inputs = tmp_path / "in"
+    write_batches(inputs, batches[:BEFORE], SCHEMA)
+
+    def counts(df):
+        return df.groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("total"))
+
+    run_query(spark, counts, provider_class=SPARKSTATE_PROVIDER, input_dir=str(inputs), schema=SCHEMA,
+              checkpoint_dir=str(tmp_path / "ckpt"), output_mode="update")
+    sp, changed = str(tmp_path / "sp"), str(tmp_path / "sp2")
+    savepoint(str(tmp_path / "ckpt"), sp, progress=False)
+    write_batches(inputs, batches[BEFORE:], SCHEMA, start=BEFORE)
+
+    state = read_operator_state(spark, sp).select("key", "value")
+    count_field = state.schema["value"].dataType.fields[0].name  # the count's buffer column
+    fixed = state.withColumn("value", F.when(
+        F.col("key.k") == "k1", F.col("value").withField(count_field, F.col("value")[count_field] + 1000))
+        .otherwise(F.col("value")))
+    t = SavepointTransform(spark, sp, progress=False)
+    with pytest.raises(StateDataError, match=r"need a 'value' column struct<.*>.*; they have struct<"):
+        t.replace_spark_operator_state(0, fixed.withColumn("value", F.struct(F.lit("x").alias(count_field))))
+    with pytest.raises(UnknownStateError, match=r"no Spark operator 7 \(operators: 0 "):
+        t.replace_spark_operator_state(7, fixed)
+    t.replace_spark_operator_state(0, fixed).write(changed)
+
+    restore(changed, str(tmp_path / "ckpt2"), progress=False)
+    run = run_query(spark, counts, provider_class=SPARKSTATE_PROVIDER, input_dir=str(inputs), schema=SCHEMA,
+                    checkpoint_dir=str(tmp_path / "ckpt2"), output_mode="update")
+    assert run.batch_ids == list(range(BEFORE, AFTER))
+    model = Model(batches)
+    for b in range(BEFORE, AFTER):
+        seen = sorted({k for k, _ in batches[b]})
+        expected = [(k, model.counts(b)[k] + (1000 if k == "k1" else 0), model.sums(b)[k]) for k in seen]
+        assert run.batches[b] == expected, f"batch {b}"
+    assert "k1" in {k for rows in batches[BEFORE:] for k, _ in rows}  # the correction shows
