@@ -369,7 +369,7 @@ def _read_frame(args) -> Callable[[Any], Any]:
     if args.operator is not None:
         return lambda spark: processor.read_operator_state(spark, args.path, operator_id=args.operator,
                                                            store_name=args.store, batch=args.batch,
-                                                           savepoint_options=common["storage_options"])
+                                                           storage_options=common["storage_options"])
     if args.timers:
         return lambda spark: processor.read_timers(spark, args.path, function=args.function, batch=args.batch, **common)
     if not args.state:

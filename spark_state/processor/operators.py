@@ -32,7 +32,7 @@ __all__ = ["read_operator_state"]
 
 
 def read_operator_state(spark: SparkSession, path: str, *, operator_id: int = 0, store_name: Optional[str] = None,
-                        batch: Optional[int] = None, savepoint_options: Optional[Mapping[str, str]] = None,
+                        batch: Optional[int] = None, storage_options: Optional[Mapping[str, str]] = None,
                         work_dir: Optional[str] = None) -> DataFrame:
     """Spark's state reader's DataFrame of operator ``operator_id``'s store ``store_name`` (default:
     Spark's default store) after ``batch`` (default: the last committed), from the checkpoint or
@@ -43,10 +43,10 @@ def read_operator_state(spark: SparkSession, path: str, *, operator_id: int = 0,
     if running_line().name == "3.5":
         raise StateDataError("Spark 3.5 has no state reader (format('statestore') is Spark 4.0+): "
                              "`spark-state inspect` counts each operator's rows on 3.5")
-    if is_savepoint(path, savepoint_options):
+    if is_savepoint(path, storage_options):
         if batch is not None:
             raise StateDataError(f"{path} is a savepoint, which holds one batch: omit batch=")
-        path = restored_copy(path, savepoint_options, work_dir)
+        path = restored_copy(path, storage_options, work_dir)
     reader = spark.read.format("statestore").option("operatorId", operator_id)
     if store_name is not None:
         reader = reader.option("storeName", store_name)

@@ -181,11 +181,12 @@ class SavepointTransform:
         self._spark_changes: list[_SparkReplacement] = []
         self._done: list[str] = []
 
-    def read_keyed_state(self, state: str, *, function: Optional[str] = None, exploded: bool = False,
-                         allow_pickle: bool = False) -> DataFrame:
-        """A keyed state of the savepoint as a DataFrame (:func:`~.read.read_keyed_state`)."""
-        return read_keyed_state(self._spark, self._savepoint, state, function=function, exploded=exploded,
-                                storage_options=self._options, allow_pickle=allow_pickle)
+    def read_keyed_state(self, state: str, *, function: Optional[str] = None, **options: Any) -> DataFrame:
+        """A keyed state of the savepoint as a DataFrame: :func:`~.read.read_keyed_state` with its
+        other ``options`` (how collections are read, ``allow_pickle``), the savepoint's storage
+        options given."""
+        return read_keyed_state(self._spark, self._savepoint, state, function=function,
+                                storage_options=self._options, **options)
 
     def read_timers(self, *, function: Optional[str] = None) -> DataFrame:
         return read_timers(self._spark, self._savepoint, function=function, storage_options=self._options)
