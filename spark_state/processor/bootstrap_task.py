@@ -32,7 +32,7 @@ from ..engine.store import VersionedStore
 from ..ops import savepoint_format as F
 from ..ops.state_files import write_state_file
 from ..process.clock import maxima_dir
-from ..process.functions import KeyedProcessFunction
+from ..process.functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction
 from ..process.keyed_loop import keyed_loop
 from ..process.location import Layout
 from ..process.plan import ProcessPlan
@@ -64,11 +64,56 @@ class OutputDropped(KeyedProcessFunction):
         self.function.close()
 
     def process_elements(self, rows: list, ctx: Any) -> Iterable[Any]:
-        produced = self.function.process_elements(rows, ctx)
-        if produced is not None:
-            for _ in produced:
-                pass
-        return ()
+        return _drained(self.function.process_elements(rows, ctx))
+
+
+class CoOutputDropped(KeyedCoProcessFunction):
+    """A ``keyed_co_process`` bootstrap function as the keyed loop calls it: each side's rows go
+    to its ``process_element1`` / ``process_element2``; the output is consumed and dropped."""
+
+    def __init__(self, function: KeyedCoProcessFunction) -> None:
+        self.function = function
+
+    def open(self, ctx: Any) -> None:
+        self.function.open(ctx)
+
+    def close(self) -> None:
+        self.function.close()
+
+    def process_element1(self, row: Any, ctx: Any) -> Iterable[Any]:
+        return _drained(self.function.process_element1(row, ctx))
+
+    def process_element2(self, row: Any, ctx: Any) -> Iterable[Any]:
+        return _drained(self.function.process_element2(row, ctx))
+
+
+class BroadcastOutputDropped(KeyedBroadcastProcessFunction):
+    """A ``keyed_broadcast_process`` bootstrap function as the keyed loop calls it: the
+    broadcast rows go to ``process_broadcast_element`` (before the keyed rows), the keyed rows
+    to ``process_element``; the output is consumed and dropped."""
+
+    def __init__(self, function: KeyedBroadcastProcessFunction) -> None:
+        self.function = function
+
+    def open(self, ctx: Any) -> None:
+        self.function.open(ctx)
+
+    def close(self) -> None:
+        self.function.close()
+
+    def process_broadcast_element(self, row: Any, ctx: Any) -> Iterable[Any]:
+        return _drained(self.function.process_broadcast_element(row, ctx))
+
+    def process_element(self, row: Any, ctx: Any) -> Iterable[Any]:
+        return _drained(self.function.process_element(row, ctx))
+
+
+def _drained(produced: Optional[Iterable[Any]]) -> Iterable[Any]:
+    """Run a generator of output rows to its end (its state changes happen as it runs); no rows."""
+    if produced is not None:
+        for _ in produced:
+            pass
+    return ()
 
 
 @dataclass(frozen=True)
