@@ -127,8 +127,9 @@ class FileEntry:
     keys: Optional[int] = None
 
 
-#: How a Spark task hands a state file's :class:`FileEntry` back to the driver: these columns of its
-#: result rows (:func:`file_entry_arrays` writes them, :func:`file_entry_of_row` reads them back).
+#: How a ``mapInArrow`` task hands a state file's :class:`FileEntry` back to the driver: these columns
+#: of its result rows (:func:`file_entry_arrays` writes them, :func:`file_entry_of_row` reads them
+#: back). An RDD task returns the :class:`FileEntry` itself.
 FILE_ENTRY_FIELDS = (pa.field("path", pa.string()), pa.field("size", pa.int64()), pa.field("crc32", pa.int64()),
                      pa.field("rows", pa.int64()), pa.field("keys", pa.int64()))
 #: :data:`FILE_ENTRY_FIELDS` as a Spark DDL fragment (for ``mapInArrow``'s schema).

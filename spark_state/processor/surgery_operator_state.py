@@ -74,14 +74,12 @@ def replace_operator_state(spark: SparkSession, source: SavepointSource, base: B
     encode = _Encoder(descriptor, mode, keyspace)
     place = "map_key" if mode == MODE_BROADCAST else "index"
 
-    def run(partition: int, items: Iterable[tuple[int, tuple[Any, Any]]]) -> Iterator[tuple]:
-        written = write_partition(name, url, opts, base, partition, encode(v for _, v in items))
-        yield (partition, written.path, written.size, written.crc32, written.rows, written.keys)
+    def run(partition: int, items: Iterable[tuple[int, tuple[Any, Any]]]) -> Iterator[tuple[int, F.FileEntry]]:
+        yield partition, write_partition(name, url, opts, base, partition, encode(v for _, v in items))
 
     routed = (rows.select("partition", place, "value").rdd.map(lambda r: (r[0], (r[1], r[2])))
               .partitionBy(n, lambda p: p))  # partition p of the job is the layout's partition p
-    found = routed.mapPartitionsWithIndex(run).collect()
-    return {p: F.FileEntry(path, size, crc, count, keys) for p, path, size, crc, count, keys in found}
+    return dict(routed.mapPartitionsWithIndex(run).collect())  # the tasks' FileEntry objects, pickled back
 
 
 class _Encoder:

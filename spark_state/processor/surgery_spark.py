@@ -102,16 +102,14 @@ def replace_spark_state(spark: SparkSession, url: str, options: Mapping[str, str
         return spark_partition_id(hash32, n), (provider_key(hash32, unsafe_row(key, key_types)),
                                                unsafe_row(value, value_types))
 
-    def run(partition: int, items: Iterable[tuple[int, tuple[bytes, bytes]]]) -> Iterator[tuple]:
+    def run(partition: int, items: Iterable[tuple[int, tuple[bytes, bytes]]]) -> Iterator[tuple[int, F.FileEntry]]:
         path = F.state_file(op_id, name, partition)
 
         def entries(work: str) -> Iterator[tuple[bytes, bytes]]:
             kept = read_state_entries(open_storage(url, source_options), manifest, path, work)
             return itertools.chain(((k, v) for k, v in kept if k[:1] == SYSTEM_PREFIX), (kv for _, kv in items))
 
-        written = write_sorted(out_url, target_options, path, entries)
-        yield (partition, written.path, written.size, written.crc32, written.rows, written.keys)
+        yield partition, write_sorted(out_url, target_options, path, entries)
 
     routed = rows.select("key", "value").rdd.map(encode).partitionBy(n, lambda p: p)
-    found = routed.mapPartitionsWithIndex(run).collect()
-    return {p: F.FileEntry(path, size, crc, count, keys) for p, path, size, crc, count, keys in found}
+    return dict(routed.mapPartitionsWithIndex(run).collect())  # the tasks' FileEntry objects, pickled back
