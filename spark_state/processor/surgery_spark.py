@@ -15,7 +15,7 @@ them: :func:`~.operators.read_operator_state`), whose fields must be the recorde
 and type, before anything is written. Each key is hashed and routed to its partition; each task
 writes its partition's file from the rows' entries and the savepoint file's system keys (the
 store's records), sorted through a temporary store. Stores with a prefix key (session windows,
-joins' keyWithIndexToValue) and rows of other than flat types
+joins' keyWithIndexToValue), stores of TTL-stamped values and rows of other than flat types
 (:data:`~spark_state.keys.unsafe_row_writer.WRITABLE_TYPES`) are refused.
 """
 
@@ -28,12 +28,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from ..keys.provider import provider_key
-from ..keys.system import SYSTEM_PREFIX
+from ..keys.system import SYSTEM_PREFIX, TTL_MARKER_TAG
 from ..keys.unsafe_row_writer import WRITABLE_TYPES, unsafe_row
 from ..ops import savepoint_format as F
-from ..ops.state_files import read_state_entries
+from ..ops.state_files import read_state_entries, verified_file
 from ..partitioning.spark_hash import spark_hash, spark_partition_id
-from ..storage import open_storage
+from ..storage import CheckpointStorage, open_storage
 from .errors import StateDataError, UnknownStateError
 from .surgery import write_sorted
 
@@ -58,6 +58,27 @@ def spark_store(manifest: F.SavepointManifest, where: str, operator_id: int,
         raise StateDataError(f"store {store_name!r} of Spark operator {operator_id} ({op.name}) keys its rows with a "
                              "prefix (session windows, joins): its rows are not rewritten here")
     return op, store
+
+
+def check_unstamped(storage: CheckpointStorage, manifest: F.SavepointManifest, op: F.OperatorEntry,
+                    store: F.StoreEntry) -> None:
+    """Refuse a store whose values are TTL-stamped (``[last access ms][row]``, a TTL marker among
+    its system keys, which go to every partition): the rows written here are plain value rows.
+    Reads partition 0's file from its last record batch back to its first data key.
+
+    Raises:
+        StateDataError: naming the store.
+    """
+    marker = SYSTEM_PREFIX + TTL_MARKER_TAG
+    path = F.state_file(op.id, store.name, 0)
+    with verified_file(storage, manifest, path) as local:
+        for batch in F.read_batches(local, storage.full_url(path), reverse=True):
+            keys = batch.column(0).to_pylist()
+            if any(k[:2] == marker for k in keys):
+                raise StateDataError(f"store {store.name!r} of Spark operator {op.id} ({op.name}) holds TTL-stamped "
+                                     "values: its rows are not rewritten here")
+            if keys and keys[0][:1] != SYSTEM_PREFIX:
+                return
 
 
 def check_spark_rows(op: F.OperatorEntry, store: F.StoreEntry, rows: DataFrame) -> tuple[list[str], list[str]]:

@@ -69,7 +69,7 @@ from .operators import restored_copy
 from .read import read_keyed_state, read_timers
 from .savepoint_source import SavepointSource
 from .transform_checks import check_operator_rows, check_rows
-from .surgery_spark import check_spark_rows, replace_spark_state, spark_store
+from .surgery_spark import check_spark_rows, check_unstamped, replace_spark_state, spark_store
 from .surgery_operator_state import dropped_prefixes, keyspace_of, operator_mode, replace_operator_state
 from .surgery import BaseEntries, check_tick_source, keyed_state_names, rewrite, without_source
 
@@ -247,10 +247,13 @@ class SavepointTransform:
 
         :raises UnknownStateError: no such operator or store (listing those the savepoint holds).
         :raises StateDataError: ``key`` or ``value`` differ from the store's recorded schema
-            (naming both), the store is replaced twice, or keys its rows with a prefix."""
+            (naming both), the store is replaced twice, keys its rows with a prefix or holds
+            TTL-stamped values."""
         sp = open_storage(self._savepoint, self._options)
-        op, store = spark_store(read_manifest(sp), sp.url, operator_id, store_name)
+        manifest = read_manifest(sp)
+        op, store = spark_store(manifest, sp.url, operator_id, store_name)
         check_spark_rows(op, store, rows)
+        check_unstamped(sp, manifest, op, store)
         if any(c.operator.id == op.id and c.store.name == store.name for c in self._spark_changes):
             raise StateDataError(f"store {store_name!r} of Spark operator {operator_id} is replaced twice in one "
                                  "transform: give all its rows at once")
