@@ -42,7 +42,7 @@ from .checkpoint_reader import OPERATOR_METADATA, SPARKSTATE_PROVIDER, OperatorI
 from .errors import ProcessStateNotFoundError, RetentionRaceError, TargetExistsError, TargetInsideSourceError
 from .progress import Progress
 from .process_locations import find_process_locations, where_looked
-from .state_files import write_state_file
+from .state_files import write_small_file, write_state_file
 from .state_io import process_entries, process_layout, reader_config, store_entries
 
 #: How often a savepoint of a running query starts again at a newer batch when retention
@@ -281,8 +281,7 @@ def _copy(source: CheckpointStorage, target: CheckpointStorage, path: str, manif
 def write_file(target: CheckpointStorage, dest: str, data: bytes, manifest: F.SavepointManifest) -> None:
     """Write ``data`` at ``dest`` in the savepoint and list it in ``manifest`` (size, CRC-32):
     for Spark's small files and clock files; state files are written by :func:`_write_state`."""
-    target.write_bytes(dest, data)
-    manifest.files.append(F.FileEntry(dest, len(data), F.crc32(data)))
+    manifest.files.append(write_small_file(target, dest, data))
 
 
 def _spark_files(ckpt: SparkCheckpoint, operators: list[OperatorInfo], n: int, logs: bool = True) -> list[str]:

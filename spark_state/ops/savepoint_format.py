@@ -127,6 +127,27 @@ class FileEntry:
     keys: Optional[int] = None
 
 
+#: How a ``mapInArrow`` task hands a state file's :class:`FileEntry` back to the driver: these columns
+#: of its result rows (:func:`file_entry_arrays` writes them, :func:`file_entry_of_row` reads them
+#: back). An RDD task returns the :class:`FileEntry` itself.
+FILE_ENTRY_FIELDS = (pa.field("path", pa.string()), pa.field("size", pa.int64()), pa.field("crc32", pa.int64()),
+                     pa.field("rows", pa.int64()), pa.field("keys", pa.int64()))
+#: :data:`FILE_ENTRY_FIELDS` as a Spark DDL fragment (for ``mapInArrow``'s schema).
+FILE_ENTRY_DDL = "path string, size bigint, crc32 bigint, rows bigint, keys bigint"
+
+
+def file_entry_arrays(entry: FileEntry) -> list[pa.Array]:
+    """One-row arrays of :data:`FILE_ENTRY_FIELDS` holding ``entry``."""
+    return [pa.array([entry.path], pa.string()), pa.array([entry.size], pa.int64()),
+            pa.array([entry.crc32], pa.int64()), pa.array([entry.rows], pa.int64()),
+            pa.array([entry.keys], pa.int64())]
+
+
+def file_entry_of_row(row: Any) -> FileEntry:
+    """The :class:`FileEntry` of a result row (a Spark ``Row``) with :data:`FILE_ENTRY_FIELDS`."""
+    return FileEntry(row.path, row.size, row.crc32, row.rows, row.keys)
+
+
 @dataclass
 class StoreEntry:
     name: str
@@ -285,17 +306,19 @@ def write_entries(sink: BinarySink, entries: Iterable[tuple[bytes, bytes]],
     return rows, keys
 
 
-def read_batches(path: str, where: str) -> Iterator[pa.RecordBatch]:
+def read_batches(path: str, where: str, reverse: bool = False) -> Iterator[pa.RecordBatch]:
     """The record batches of the state file at local ``path``, memory-mapped: a batch's
     buffers are views of the mapped file (the OS pages them in and out), so reading costs
     no memory of the file's size. Check the file first (:func:`check_sums`); ``where`` names
-    it in errors."""
+    it in errors. ``reverse``: last batch first (system keys, which sort last, without reading
+    the data before them)."""
     try:
         with pa.memory_map(path) as source:
             reader = pa.ipc.open_file(source)
             if not reader.schema.equals(SCHEMA, check_metadata=False):
                 raise SavepointError(f"{where} has schema {reader.schema}, not (key binary, value binary)")
-            for i in range(reader.num_record_batches):
+            count = reader.num_record_batches
+            for i in (range(count - 1, -1, -1) if reverse else range(count)):
                 # A batch keeps the mapping alive while it is referenced, after the file is closed
                 # (and unlinked) too.
                 yield reader.get_batch(i)

@@ -14,6 +14,8 @@ is never held whole, neither as bytes nor as a list of entries:
   and CRC-32 are checked against the savepoint manifest by streaming over it, and its record
   batches are read memory-mapped. The downloaded copy is deleted when the reader finishes or is
   closed. Nothing of a file is used before its check passed.
+* **Small files** (Spark's logs and metadata, clock files: :func:`write_small_file`) are
+  written as bytes; both writers return the file's manifest entry.
 * **Copying** (:func:`copy_verified`): a state file goes through the checked local file and
   ``upload_file``; Spark's small files (logs, metadata, clock files) are copied as bytes
   (:func:`.savepoint_manifest.read_verified`).
@@ -54,6 +56,13 @@ def write_state_file(storage: CheckpointStorage, path: str, entries: Iterable[tu
         rows, keys = F.write_entries(out, entries, on_batch)
         out.store(storage, path)
         return F.FileEntry(path, out.size, out.crc32, rows, keys)
+
+
+def write_small_file(storage: CheckpointStorage, path: str, data: bytes) -> F.FileEntry:
+    """Write ``data`` (one of Spark's small files, a clock file) at ``path``; returns its manifest
+    entry (path, size, CRC-32). State files are written by :func:`write_state_file`."""
+    storage.write_bytes(path, data)
+    return F.FileEntry(path, len(data), F.crc32(data))
 
 
 # ------------------------------------------------------------------------------ reading

@@ -13,7 +13,9 @@ starts from it with ``spark-state restore`` and continues::
 
 What the savepoint holds:
 
-* **keyed state** of a ``keyed_process`` function (``with_keyed_state``): a bootstrap function
+* **keyed state** of a ``keyed_process`` function (``with_keyed_state``; ``with_co_keyed_state``
+  and ``with_broadcast_keyed_state`` for ``keyed_co_process`` and ``keyed_broadcast_process``
+  functions, whose inputs are tagged by side as those operators tag them): a bootstrap function
   (a :class:`~spark_state.process.KeyedProcessFunction`, often the streaming function itself) is
   called per history row with the same descriptors and context as in the stream: the current
   key, every keyed state type with its TTL, and the timer service, whose timers of both domains
@@ -50,7 +52,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType, TimestampType
@@ -62,12 +64,15 @@ from ..ops.progress import Progress
 from ..ops.savepoint import check_empty_target, take, write_file
 from ..process.api import key_columns
 from ..process.clock import clock_path, maxima_dir
-from ..process.functions import KeyedProcessFunction
+from ..process.event_time import EventTime
+from ..process.functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction
+from ..process.inputs import BROADCAST_SIDE, LEFT, RIGHT, InputSide, check_same_key_types, renamed, union_inputs
 from ..process.offline import plan_offline
 from ..process.options import process_options
-from ..process.plan import KEYED
+from ..process.plan import KEYED, BroadcastSpec, Phases, ProcessPlan
+from ..state import MapStateDescriptor
 from ..storage import CheckpointStorage, open_storage
-from .bootstrap_task import RESULT_DDL, OutputDropped, bootstrap_partition
+from .bootstrap_task import RESULT_DDL, BroadcastOutputDropped, CoOutputDropped, OutputDropped, bootstrap_partition
 from .errors import BootstrapError
 
 #: The output modes of the one-batch run of Spark's operators.
@@ -79,11 +84,16 @@ class _Keyed:
     name: str
     history: DataFrame
     key: Union[str, list[str]]
-    function: KeyedProcessFunction
+    #: a KeyedProcessFunction, KeyedCoProcessFunction (``right``) or KeyedBroadcastProcessFunction (``broadcast``)
+    function: Any
     parallelism: Optional[int]
     max_parallelism: Optional[int]
     event_time: Optional[str]
     engine: Any
+    #: keyed_co_process: the second input's history and key columns
+    right: Optional[tuple[DataFrame, Union[str, list[str]]]] = None
+    #: keyed_broadcast_process: the broadcast input's history, broadcast states and order
+    broadcast: Optional[tuple[DataFrame, BroadcastSpec]] = None
 
 
 @dataclass
@@ -128,6 +138,59 @@ class SavepointWriter:
         ``history`` keyed by ``key``. ``parallelism`` and ``max_parallelism`` as the query will
         run it (defaults as ``keyed_process``'s); ``event_time``: a timestamp column of
         ``history`` (see the module docstring)."""
+        function = self._check(name, history, function, KeyedProcessFunction, event_time)
+        self._keyed.append(_Keyed(name, history, key, function, parallelism, max_parallelism, event_time, engine))
+        return self
+
+    def with_co_keyed_state(self, name: str, left_history: DataFrame, right_history: DataFrame,
+                            left_key: Union[str, list[str]], right_key: Union[str, list[str]],
+                            function: KeyedCoProcessFunction, *, parallelism: Optional[int] = None,
+                            max_parallelism: Optional[int] = None, event_time: Optional[str] = None,
+                            engine: Any = None) -> "SavepointWriter":
+        """The state of the ``keyed_co_process`` operator ``name``, from ``function`` called per
+        row of both histories: ``process_element1`` for ``left_history`` keyed by ``left_key``,
+        ``process_element2`` for ``right_history`` keyed by ``right_key`` (the key columns of the
+        same types). ``event_time``: a timestamp column of ``left_history``. Otherwise as
+        :meth:`with_keyed_state`."""
+        function = self._check(name, left_history, function, KeyedCoProcessFunction, event_time)
+        if right_history.isStreaming:
+            raise BootstrapError(f"the right history of {name!r} is a streaming DataFrame; a bootstrap reads a batch "
+                                 "DataFrame (spark.read...)")
+        self._keyed.append(_Keyed(name, left_history, left_key, function, parallelism, max_parallelism, event_time,
+                                  engine, right=(right_history, right_key)))
+        return self
+
+    def with_broadcast_keyed_state(self, name: str, history: DataFrame, key: Union[str, list[str]],
+                                   broadcast_history: DataFrame, function: KeyedBroadcastProcessFunction, *,
+                                   broadcast_states: Sequence[MapStateDescriptor],
+                                   broadcast_order: Union[str, Sequence[str], None] = None,
+                                   parallelism: Optional[int] = None, max_parallelism: Optional[int] = None,
+                                   event_time: Optional[str] = None, engine: Any = None) -> "SavepointWriter":
+        """The state of the ``keyed_broadcast_process`` operator ``name``: every partition's
+        ``process_broadcast_element`` is called per row of ``broadcast_history`` (sorted as the
+        query sorts a batch's broadcast rows: by ``broadcast_order``, then the whole row), then
+        ``process_element`` per row of ``history`` keyed by ``key``; the broadcast states
+        (``broadcast_states``, as the query declares them) and the keyed state are written.
+        Otherwise as :meth:`with_keyed_state`."""
+        function = self._check(name, history, function, KeyedBroadcastProcessFunction, event_time)
+        if broadcast_history.isStreaming:
+            raise BootstrapError(f"the broadcast history of {name!r} is a streaming DataFrame; a bootstrap reads a "
+                                 "batch DataFrame (spark.read...)")
+        descriptors = tuple(broadcast_states)
+        if not descriptors or not all(isinstance(d, MapStateDescriptor) for d in descriptors):
+            raise BootstrapError(f"the bootstrap of {name!r} needs broadcast_states=[MapStateDescriptor(...), ...]")
+        order = (broadcast_order,) if isinstance(broadcast_order, str) else tuple(broadcast_order or ())
+        missing = [c for c in order if c not in broadcast_history.columns]
+        if missing:
+            raise BootstrapError(f"broadcast_order column(s) {missing} of {name!r} are not columns of the broadcast "
+                                 f"history ({', '.join(broadcast_history.columns)})")
+        self._keyed.append(_Keyed(name, history, key, function, parallelism, max_parallelism, event_time, engine,
+                                  broadcast=(broadcast_history, BroadcastSpec(descriptors, order))))
+        return self
+
+    def _check(self, name: str, history: DataFrame, function: Any, kind: type, event_time: Optional[str]) -> Any:
+        """The function instance, once ``history`` is a batch DataFrame, ``name`` new, ``function``
+        a ``kind`` and ``event_time`` a timestamp column of ``history``."""
         if history.isStreaming:
             raise BootstrapError(f"the history of {name!r} is a streaming DataFrame; a bootstrap reads a batch "
                                  "DataFrame (spark.read...)")
@@ -135,16 +198,15 @@ class SavepointWriter:
             raise BootstrapError(f"keyed state {name!r} is added twice")
         if isinstance(function, type):
             function = function()
-        if not isinstance(function, KeyedProcessFunction):
-            raise BootstrapError(f"the bootstrap function of {name!r} must be a KeyedProcessFunction, "
+        if not isinstance(function, kind):
+            raise BootstrapError(f"the bootstrap function of {name!r} must be a {kind.__name__}, "
                                  f"got {type(function).__name__}")
         if event_time is not None:
             types = {f.name: f.dataType for f in history.schema.fields}
             if not isinstance(types.get(event_time), TimestampType):
                 raise BootstrapError(f"event_time={event_time!r} must name a timestamp column of the history of "
                                      f"{name!r} (its columns: {history.schema.simpleString()})")
-        self._keyed.append(_Keyed(name, history, key, function, parallelism, max_parallelism, event_time, engine))
-        return self
+        return function
 
     def with_spark_operators(self, history: DataFrame, query: Callable[[DataFrame], DataFrame], *,
                              output_mode: str = "update", batches: int = 1) -> "SavepointWriter":
@@ -171,15 +233,16 @@ class SavepointWriter:
         return self
 
     def write(self, savepoint_dir: str, *, sources: Union[int, DataFrame],
-              savepoint_options: Optional[dict[str, str]] = None) -> BootstrapResult:
-        """Write the savepoint into ``savepoint_dir`` (new or empty); its manifest last."""
+              storage_options: Optional[dict[str, str]] = None) -> BootstrapResult:
+        """Write the savepoint into ``savepoint_dir`` (new or empty); its manifest last.
+        ``storage_options``: of the savepoint's storage (s3/hdfs credentials and settings)."""
         started = time.perf_counter()
         if not self._keyed and self._operators is None:
             raise BootstrapError("nothing to bootstrap: add with_keyed_state(...) or with_spark_operators(...)")
         count = sources if isinstance(sources, int) else count_sources(sources)
         if isinstance(count, bool) or count < 1:
             raise BootstrapError(f"sources must be the restored query's number of sources (>= 1), got {sources!r}")
-        options = dict(savepoint_options or {})
+        options = dict(storage_options or {})
         target = open_storage(savepoint_dir, options)
         check_empty_target(target, savepoint_dir)
         own_work = self._work_dir is None
@@ -262,10 +325,13 @@ class SavepointWriter:
                                state_root=None, storage_options=None, engine=entry.engine)
         assert opts.max_parallelism is not None
         n, name, url = opts.parallelism, entry.name, target.url
-        function = OutputDropped(entry.function)
-        # with event time read by side (each row's event time on the context, the maxima recorded),
-        # else the plain input (a key's rows in one call)
-        plan, routed = plan_offline(history, keys, key_fields, function, opts, entry.event_time)
+        if entry.right is not None or entry.broadcast is not None:
+            plan, routed = self._two_inputs(entry, opts, keys, key_fields)
+        else:
+            # with event time read by side (each row's event time on the context, the maxima
+            # recorded), else the plain input (a key's rows in one call)
+            plan, routed = plan_offline(history, keys, key_fields, OutputDropped(entry.function), opts,
+                                        entry.event_time)
 
         def run(batches):
             return bootstrap_partition(plan, name, url, options, batches)
@@ -282,12 +348,40 @@ class SavepointWriter:
             raise BootstrapError(f"the bootstrap of {name!r} wrote partitions {sorted(r.partition for r in rows)}, "
                                  f"expected 0..{n - 1}")
         for r in sorted(rows, key=lambda r: r.partition):
-            manifest.files.append(F.FileEntry(r.path, r.size, r.crc32, r.rows, r.keys))
+            manifest.files.append(F.file_entry_of_row(r))
             for m in r.maxima or ():
                 write_file(target, F.process_time_file(name, f"{maxima_dir(0)}/{m}"), b"", manifest)
         manifest.process.append(F.ProcessEntry(name, KEYED, opts.max_parallelism, n, f"bootstrap:{name}", None,
                                                PLACED_BESIDE_CHECKPOINT, plan.key_record))
         return sum(r.keys for r in rows), sum(r.input_rows for r in rows)
+
+
+    @staticmethod
+    def _two_inputs(entry: _Keyed, opts: Any, keys: list[str], key_fields: list) -> tuple[ProcessPlan, DataFrame]:
+        """The plan and routed rows of a co-process or broadcast bootstrap: its inputs tagged by
+        side, as ``keyed_co_process`` / ``keyed_broadcast_process`` tag them."""
+        history = entry.history
+        event_time = EventTime(entry.event_time, 0) if entry.event_time else None
+        left = InputSide(LEFT, tuple(history.columns), renamed(LEFT, history.columns), tuple(keys), event_time)
+        if entry.right is not None:
+            right_history, right_key = entry.right
+            right_keys, _ = key_columns(right_history, right_key, f"the bootstrap of {entry.name!r} (right)")
+            check_same_key_types(history, keys, right_history, right_keys)
+            other = InputSide(RIGHT, tuple(right_history.columns), renamed(RIGHT, right_history.columns),
+                              tuple(right_keys))
+            function: Any = CoOutputDropped(entry.function)
+            phases = Phases(event_time=event_time is not None, two_inputs=True, bootstrap=True)
+        else:
+            assert entry.broadcast is not None
+            right_history, spec = entry.broadcast
+            other = InputSide(BROADCAST_SIDE, tuple(right_history.columns),
+                              renamed(BROADCAST_SIDE, right_history.columns))
+            function = BroadcastOutputDropped(entry.function)
+            phases = Phases(event_time=event_time is not None, broadcast=spec, bootstrap=True)
+        assert opts.max_parallelism is not None
+        plan = ProcessPlan(KEYED, function, opts, tuple(key_fields), (left, other), phases)
+        routed = union_inputs([(left, history), (other, right_history)], opts.parallelism, opts.max_parallelism, None)
+        return plan, routed
 
 
 def count_sources(df: DataFrame) -> int:

@@ -23,28 +23,24 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import pyarrow as pa
 
-from ..keys.entries import is_entry_of_state
 from ..ops import savepoint_format as F
-from ..ops.state_files import read_unlisted_entries, write_state_file
-from ..process.functions import KeyedProcessFunction
+from ..ops.state_files import write_state_file
+from ..process.functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction
 from ..process.offline import run_keyed_offline
 from ..process.plan import ProcessPlan
 from ..storage import open_storage
-from .savepoint_source import SavepointSource
+from .surgery import BaseEntries
 
-#: What each bootstrap task returns (one row).
-RESULT_SCHEMA = pa.schema([
-    pa.field("partition", pa.int32()), pa.field("path", pa.string()), pa.field("size", pa.int64()),
-    pa.field("crc32", pa.int64()), pa.field("rows", pa.int64()), pa.field("keys", pa.int64()),
-    pa.field("input_rows", pa.int64()), pa.field("maxima", pa.list_(pa.string())),
-])
-RESULT_DDL = ("partition int, path string, size bigint, crc32 bigint, rows bigint, keys bigint, input_rows bigint, "
-              "maxima array<string>")
+#: What each bootstrap task returns (one row): its partition, the manifest entry of the state file it
+#: wrote (:data:`~spark_state.ops.savepoint_format.FILE_ENTRY_FIELDS`), its input rows and the names
+#: of its event-time maxima files.
+RESULT_SCHEMA = pa.schema([pa.field("partition", pa.int32()), *F.FILE_ENTRY_FIELDS,
+                           pa.field("input_rows", pa.int64()), pa.field("maxima", pa.list_(pa.string()))])
+RESULT_DDL = f"partition int, {F.FILE_ENTRY_DDL}, input_rows bigint, maxima array<string>"
 
 
 class OutputDropped(KeyedProcessFunction):
@@ -62,37 +58,59 @@ class OutputDropped(KeyedProcessFunction):
         self.function.close()
 
     def process_elements(self, rows: list, ctx: Any) -> Iterable[Any]:
-        produced = self.function.process_elements(rows, ctx)
-        if produced is not None:
-            for _ in produced:
-                pass
-        return ()
+        return _drained(self.function.process_elements(rows, ctx))
 
 
-@dataclass(frozen=True)
-class BaseEntries:
-    """What a transform task starts from: partition files of a savepoint (checked against its
-    manifest), or of an earlier step of the same transform (``chained_url``: the files it just
-    wrote), without every entry of the states in ``replaced`` (UTF-8 names)."""
+class CoOutputDropped(KeyedCoProcessFunction):
+    """A ``keyed_co_process`` bootstrap function as the keyed loop calls it: each side's rows go
+    to its ``process_element1`` / ``process_element2``; the output is consumed and dropped."""
 
-    source: SavepointSource
-    replaced: tuple[bytes, ...]
-    chained_url: Optional[str] = None
-    chained_options: Mapping[str, str] = field(default_factory=dict)
+    def __init__(self, function: KeyedCoProcessFunction) -> None:
+        self.function = function
 
-    def entries(self, partition: int, scratch_dir: Optional[str] = None) -> Iterator[tuple[bytes, bytes]]:
-        """The partition's entries, in key order, read a record batch at a time (a remote file
-        through a local copy in ``scratch_dir``, deleted when the entries end)."""
-        if self.chained_url is None:
-            found = self.source.entries(partition, scratch_dir)
-        else:
-            storage = open_storage(self.chained_url, dict(self.chained_options))
-            found = read_unlisted_entries(storage, F.process_file(self.source.function, partition), scratch_dir)
-        replaced = self.replaced
-        return ((k, v) for k, v in found if not any(is_entry_of_state(k, name) for name in replaced))
+    def open(self, ctx: Any) -> None:
+        self.function.open(ctx)
+
+    def close(self) -> None:
+        self.function.close()
+
+    def process_element1(self, row: Any, ctx: Any) -> Iterable[Any]:
+        return _drained(self.function.process_element1(row, ctx))
+
+    def process_element2(self, row: Any, ctx: Any) -> Iterable[Any]:
+        return _drained(self.function.process_element2(row, ctx))
 
 
-def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepoint_options: Mapping[str, str],
+class BroadcastOutputDropped(KeyedBroadcastProcessFunction):
+    """A ``keyed_broadcast_process`` bootstrap function as the keyed loop calls it: the
+    broadcast rows go to ``process_broadcast_element`` (before the keyed rows), the keyed rows
+    to ``process_element``; the output is consumed and dropped."""
+
+    def __init__(self, function: KeyedBroadcastProcessFunction) -> None:
+        self.function = function
+
+    def open(self, ctx: Any) -> None:
+        self.function.open(ctx)
+
+    def close(self) -> None:
+        self.function.close()
+
+    def process_broadcast_element(self, row: Any, ctx: Any) -> Iterable[Any]:
+        return _drained(self.function.process_broadcast_element(row, ctx))
+
+    def process_element(self, row: Any, ctx: Any) -> Iterable[Any]:
+        return _drained(self.function.process_element(row, ctx))
+
+
+def _drained(produced: Optional[Iterable[Any]]) -> Iterable[Any]:
+    """Run a generator of output rows to its end (its state changes happen as it runs); no rows."""
+    if produced is not None:
+        for _ in produced:
+            pass
+    return ()
+
+
+def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, storage_options: Mapping[str, str],
                         batches: Iterator[pa.RecordBatch],
                         base: Optional[BaseEntries] = None) -> Iterator[pa.RecordBatch]:
     """The ``mapInArrow`` body of a keyed bootstrap or transform (see the module docstring)."""
@@ -108,12 +126,10 @@ def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, savepo
         with run_keyed_offline(plan, partition, open_storage(work), batches, start) as run:
             # The savepoint's one state-file writer (bounded memory; a large file spools to the
             # task's own temporary directory).
-            written = write_state_file(open_storage(savepoint_url, dict(savepoint_options)),
+            written = write_state_file(open_storage(savepoint_url, dict(storage_options)),
                                        F.process_file(name, partition), run.entries(), scratch_dir=scratch)
             maxima = run.maxima()
-        yield pa.record_batch([pa.array([partition], pa.int32()), pa.array([written.path]),
-                               pa.array([written.size], pa.int64()), pa.array([written.crc32], pa.int64()),
-                               pa.array([written.rows], pa.int64()), pa.array([written.keys], pa.int64()),
+        yield pa.record_batch([pa.array([partition], pa.int32()), *F.file_entry_arrays(written),
                                pa.array([run.input_rows], pa.int64()),
                                pa.array([maxima], pa.list_(pa.string()))], schema=RESULT_SCHEMA)
     finally:

@@ -47,7 +47,7 @@ def read_operator_state(spark: SparkSession, path: str, *, operator_id: int = 0,
     if is_savepoint(path, storage_options):
         if batch is not None:
             raise StateDataError(f"{path} is a savepoint, which holds one batch: omit batch=")
-        path = _restored(path, storage_options, work_dir)
+        path = restored_copy(path, storage_options, work_dir)
     reader = spark.read.format("statestore").option("operatorId", operator_id)
     if store_name is not None:
         reader = reader.option("storeName", store_name)
@@ -56,8 +56,9 @@ def read_operator_state(spark: SparkSession, path: str, *, operator_id: int = 0,
     return reader.load(path)
 
 
-def _restored(savepoint: str, options: Optional[Mapping[str, str]], work_dir: Optional[str]) -> str:
-    """A checkpoint restored from ``savepoint`` in a new directory (kept with the query id)."""
+def restored_copy(savepoint: str, options: Optional[Mapping[str, str]], work_dir: Optional[str]) -> str:
+    """A checkpoint restored from ``savepoint`` in a new directory (kept with the query id; its
+    functions' state under ``<work_dir>/process``)."""
     if work_dir is None:
         work_dir = tempfile.mkdtemp(prefix="spark-state-operator-read-")
         atexit.register(shutil.rmtree, work_dir, True)

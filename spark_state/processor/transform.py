@@ -25,13 +25,24 @@ the query that restores the savepoint must declare it). Replacements of one func
 after the other, each on the previous one's files. The key columns and the ``value`` column are
 checked against the recorded key columns and the descriptor's type before anything is written;
 the manifest, written last, lists every file with its size and CRC-32.
+
+Surgery (Flink's ``SavepointWriter.fromExistingSavepoint``): ``remove_state`` drops every entry of
+a keyed state, ``rename_state`` re-keys them under a new name, ``remove_function`` drops a
+function's files and manifest entry (and, with ``tick_source=``, its tick source from Spark's
+logs), and ``replace_keyed_state`` of a state the savepoint lacks adds it. Every change is checked
+when it is called (unknown state or function, a name clash) and applied by ``write``, in the order
+called; removals and renames are per-partition Spark jobs (:mod:`.surgery`) that run no user code.
 """
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 import time
-from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Union
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -41,20 +52,26 @@ from ..ops import savepoint_format as F
 from ..ops.progress import Progress
 from ..ops.savepoint_manifest import read_manifest
 from ..ops.savepoint import check_empty_target
-from ..ops.state_files import copy_verified
+from ..ops.state_files import copy_verified, read_verified, write_small_file
 from ..process.functions import KeyedProcessFunction
 from ..process.offline import plan_offline
 from ..process.options import ProcessOptions
+from ..process.plan import KEYED
 from ..process.location import LocationSpec
 from ..state import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
                      ValueStateDescriptor)
 from ..state.descriptors import StateDescriptor
-from ..state.type_strings import spark_type_of as _spark_type_of
 from ..storage import open_storage
-from .bootstrap_task import RESULT_DDL, BaseEntries, bootstrap_partition
-from .errors import KeyMismatchError, StateDataError
+from .bootstrap_task import RESULT_DDL, bootstrap_partition
+from .errors import StateDataError, UnknownStateError
+from .function_operator_state import read_function_operator_state
+from .operators import restored_copy
 from .read import read_keyed_state, read_timers
 from .savepoint_source import SavepointSource
+from .transform_checks import check_operator_rows, check_rows
+from .surgery_spark import check_spark_rows, check_unstamped, replace_spark_state, spark_store
+from .surgery_operator_state import dropped_prefixes, keyspace_of, operator_mode, replace_operator_state
+from .surgery import BaseEntries, check_tick_source, keyed_state_names, rewrite, without_source
 
 #: descriptor class -> how the state's value is written
 _KINDS = ((ValueStateDescriptor, "value"), (ListStateDescriptor, "list"), (MapStateDescriptor, "map"),
@@ -70,6 +87,8 @@ class TransformResult:
     #: function -> data entries of its state after the transform
     entries: dict[str, int]
     seconds: float
+    #: every change, in order ("remove f.s", "rename f.a -> b", "replace f.s", "remove function f")
+    changes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -115,23 +134,59 @@ class _Replacement:
     rows: DataFrame
 
 
-class SavepointTransform:
-    """A transform of one savepoint (see the module docstring)."""
+@dataclass
+class _Rewrite:
+    """A removal (``dropped``) or a rename (``renamed``) of keyed states of one function."""
 
-    def __init__(self, spark: SparkSession, savepoint: str, *, savepoint_options: Optional[Mapping[str, str]] = None,
+    source: SavepointSource
+    dropped: tuple[bytes, ...] = ()
+    renamed: tuple[tuple[bytes, bytes], ...] = ()
+
+
+@dataclass
+class _OperatorReplacement:
+    """A function's operator state given the content of ``rows``."""
+
+    source: SavepointSource
+    descriptor: StateDescriptor
+    mode: int
+    rows: DataFrame
+
+
+@dataclass
+class _SparkReplacement:
+    """A store of Spark's operator given the content of ``rows``."""
+
+    operator: F.OperatorEntry
+    store: F.StoreEntry
+    rows: DataFrame
+
+
+class SavepointTransform:
+    """A transform of one savepoint (see the module docstring). Every change is recorded when it
+    is called, checked against the savepoint and the changes before it, and applied by
+    :meth:`write`."""
+
+    def __init__(self, spark: SparkSession, savepoint: str, *, storage_options: Optional[Mapping[str, str]] = None,
                  progress: bool = True) -> None:
         self._spark = spark
         self._savepoint = savepoint
-        self._options = dict(savepoint_options or {})
+        self._options = dict(storage_options or {})
         self._progress = progress
-        self._replacements: list[_Replacement] = []
+        self._changes: list[Union[_Replacement, _Rewrite, _OperatorReplacement]] = []
+        #: function -> its keyed states after the changes so far (read from the files when first needed)
+        self._states: dict[str, set[str]] = {}
+        self._removed: list[str] = []
+        self._dropped_source: Optional[int] = None
+        self._spark_changes: list[_SparkReplacement] = []
+        self._done: list[str] = []
 
-    def read_keyed_state(self, state: str, *, function: Optional[str] = None, flatten_collection_types: bool = False,
-                         allow_pickle: bool = False) -> DataFrame:
-        """A keyed state of the savepoint as a DataFrame (:func:`~.read.read_keyed_state`)."""
+    def read_keyed_state(self, state: str, *, function: Optional[str] = None, **options: Any) -> DataFrame:
+        """A keyed state of the savepoint as a DataFrame: :func:`~.read.read_keyed_state` with its
+        other ``options`` (how collections are read, ``allow_pickle``), the savepoint's storage
+        options given."""
         return read_keyed_state(self._spark, self._savepoint, state, function=function,
-                                flatten_collection_types=flatten_collection_types,
-                                storage_options=self._options, allow_pickle=allow_pickle)
+                                storage_options=self._options, **options)
 
     def read_timers(self, *, function: Optional[str] = None) -> DataFrame:
         return read_timers(self._spark, self._savepoint, function=function, storage_options=self._options)
@@ -139,48 +194,218 @@ class SavepointTransform:
     def replace_keyed_state(self, descriptor: StateDescriptor, rows: DataFrame, *,
                             function: Optional[str] = None) -> "SavepointTransform":
         """Give keyed state ``descriptor.name`` of ``function`` (optional when the savepoint has one
-        keyed function) the content of ``rows`` (see the module docstring).
+        keyed function) the content of ``rows`` (see the module docstring). A state the
+        function's savepoint files do not hold is added.
 
         :raises KeyMismatchError: the key columns differ from the recorded ones.
         :raises StateDataError: no ``value`` column, or one of another type than the descriptor's."""
-        source = SavepointSource.open(self._savepoint, function, self._options)
+        source = self._source(function)
         kind = next((k for cls, k in _KINDS if isinstance(descriptor, cls)), None)
         if kind is None:
             raise StateDataError(f"{type(descriptor).__name__} is not a keyed state descriptor")
-        _check_rows(source, descriptor, kind, rows)
-        self._replacements.append(_Replacement(source, descriptor, kind, rows))
+        check_rows(source, descriptor, kind, rows)
+        self._changes.append(_Replacement(source, descriptor, kind, rows))
+        self._states_of(source).add(descriptor.name)
+        self._done.append(f"replace {source.function}.{descriptor.name}")
         return self
 
-    def write(self, target: str, *, target_options: Optional[Mapping[str, str]] = None) -> TransformResult:
-        """Write the transformed savepoint into ``target`` (new or empty); its manifest last."""
+    def read_function_operator_state(self, state: str, *, function: Optional[str] = None,
+                                     allow_pickle: bool = False) -> DataFrame:
+        """Operator state ``state`` of ``function`` (list, union list or broadcast) as
+        :func:`~.function_operator_state.read_function_operator_state` reads it, from a copy of the
+        savepoint restored in a temporary directory (removed when the process exits)."""
+        work = tempfile.mkdtemp(prefix="spark-state-transform-read-")
+        atexit.register(shutil.rmtree, work, True)
+        checkpoint = restored_copy(self._savepoint, self._options, work)
+        return read_function_operator_state(self._spark, checkpoint, state, function=function,
+                                            process_root=os.path.join(work, "process"), allow_pickle=allow_pickle)
+
+    def replace_function_operator_state(self, descriptor: StateDescriptor, rows: DataFrame, *,
+                                        mode: Optional[str] = None,
+                                        function: Optional[str] = None) -> "SavepointTransform":
+        """Give operator state ``descriptor.name`` of ``function`` (keyed or checkpointed) the
+        content of ``rows``: ``partition``, ``index`` and ``value`` for a list state
+        (``ListStateDescriptor``, ``mode="list"`` or ``"union"``), ``partition``, ``map_key`` and
+        ``value`` for a broadcast state (``MapStateDescriptor``): the form
+        :meth:`read_function_operator_state` gives. A partition without rows holds the state
+        empty; a state the function does not hold is added (:mod:`.surgery_operator_state`).
+
+        :raises StateDataError: another descriptor or mode, a missing column, a column of another
+            type than the descriptor's, or a partition outside the function's layout."""
+        source = self._any_source(function)
+        chosen = operator_mode(descriptor, mode)
+        check_operator_rows(source, descriptor, chosen, rows)
+        self._changes.append(_OperatorReplacement(source, descriptor, chosen, rows))
+        self._done.append(f"replace {source.function}.{descriptor.name} (operator state)")
+        return self
+
+    def replace_spark_operator_state(self, operator_id: int, rows: DataFrame, *,
+                                     store_name: str = "default") -> "SavepointTransform":
+        """Give store ``store_name`` of Spark's operator ``operator_id`` the content of ``rows``
+        (``key`` and ``value`` structs, as :func:`~.operators.read_operator_state` gives them;
+        see :mod:`.surgery_spark`).
+
+        :raises UnknownStateError: no such operator or store (listing those the savepoint holds).
+        :raises StateDataError: ``key`` or ``value`` differ from the store's recorded schema
+            (naming both), the store is replaced twice, keys its rows with a prefix or holds
+            TTL-stamped values."""
+        sp = open_storage(self._savepoint, self._options)
+        manifest = read_manifest(sp)
+        op, store = spark_store(manifest, sp.url, operator_id, store_name)
+        check_spark_rows(op, store, rows)
+        check_unstamped(sp, manifest, op, store)
+        if any(c.operator.id == op.id and c.store.name == store.name for c in self._spark_changes):
+            raise StateDataError(f"store {store_name!r} of Spark operator {operator_id} is replaced twice in one "
+                                 "transform: give all its rows at once")
+        self._spark_changes.append(_SparkReplacement(op, store, rows))
+        self._done.append(f"replace Spark operator {op.id} ({op.name}) store {store.name}")
+        return self
+
+    def remove_state(self, name: str, *, function: Optional[str] = None) -> "SavepointTransform":
+        """Remove keyed state ``name`` of ``function``: its values, schema record, TTL marker and
+        TTL index entries. A restored query that still declares the state starts it empty.
+
+        :raises UnknownStateError: the function holds no state ``name`` (listing those it holds)."""
+        source = self._source(function)
+        self._known(source, name)
+        self._changes.append(_Rewrite(source, dropped=(name.encode("utf-8"),)))
+        self._states_of(source).discard(name)
+        self._done.append(f"remove {source.function}.{name}")
+        return self
+
+    def rename_state(self, old: str, new: str, *, function: Optional[str] = None) -> "SavepointTransform":
+        """Rename keyed state ``old`` of ``function`` to ``new``: every entry of it (values,
+        schema record, TTL marker and index) is re-keyed under the new name, values unchanged.
+
+        :raises UnknownStateError: the function holds no state ``old``.
+        :raises StateDataError: it holds a state ``new`` already (remove it first)."""
+        source = self._source(function)
+        states = self._known(source, old)
+        if new in states:
+            raise StateDataError(f"cannot rename state {old!r} of {source.function!r} to {new!r}: the function "
+                                 f"holds a state {new!r} already; remove it first (remove_state({new!r}))")
+        if not new or len(new.encode("utf-8")) > 255:
+            raise StateDataError(f"a state name has 1 to 255 UTF-8 bytes, got {new!r}")
+        self._changes.append(_Rewrite(source, renamed=((old.encode("utf-8"), new.encode("utf-8")),)))
+        states.discard(old)
+        states.add(new)
+        self._done.append(f"rename {source.function}.{old} -> {new}")
+        return self
+
+    def remove_function(self, function: str, *, tick_source: Optional[int] = None) -> "SavepointTransform":
+        """Remove the state of function ``function`` (keyed or checkpointed): its files and its
+        manifest entry. Every function adds a source to its query, its tick source, so a query
+        without the function has one source fewer than Spark's logs: ``tick_source=`` (its
+        index among the query's sources) drops that source from the logs too (see
+        docs/state-as-data.md). A restored query that still runs the function is refused at its
+        first batch (its state of the batch before is missing).
+
+        :raises UnknownStateError: the savepoint holds no function ``function`` (listing those it holds).
+        :raises StateDataError: ``tick_source`` is no source of the query, or not a tick source."""
+        sp = open_storage(self._savepoint, self._options)
+        manifest = read_manifest(sp)
+        names = [p.name for p in manifest.process if p.name not in self._removed]
+        if function not in names:
+            raise UnknownStateError(f"the savepoint {self._savepoint} has no function {function!r} (functions: "
+                                    f"{', '.join(names) or 'none'})")
+        if tick_source is not None:
+            if self._dropped_source is not None:
+                raise StateDataError("one transform drops one tick source; write, then transform the result")
+            path = f"{F.SPARK_DIR}/offsets/{manifest.batch_id}"
+            check_tick_source(manifest, sp.url, read_verified(sp, manifest, path), tick_source, function)
+            self._dropped_source = tick_source
+        self._changes = [c for c in self._changes if c.source.function != function]  # their work is dropped
+        self._removed.append(function)
+        self._states[function] = set()
+        self._done.append(f"remove function {function}")
+        return self
+
+    def write(self, target: str, *, storage_options: Optional[Mapping[str, str]] = None) -> TransformResult:
+        """Write the transformed savepoint into ``target`` (new or empty); its manifest last.
+        ``storage_options``: of the target's storage (the source's are the constructor's)."""
         started = time.perf_counter()
         sp = open_storage(self._savepoint, self._options)
         manifest = read_manifest(sp)
-        out_options = dict(target_options or {})
+        out_options = dict(storage_options or {})
         out = open_storage(target, out_options)
         check_empty_target(out, target)
-        rewritten = {r.source.function for r in self._replacements}
+        rewritten = {c.source.function for c in self._changes}
+        spark_replaced = tuple(f"{F.STATE_DIR}/{c.operator.id}/{c.store.name}/" for c in self._spark_changes)
+        removed = set(self._removed)
         new = F.SavepointManifest(**{**manifest.__dict__, "files": [], "created_ms": int(time.time() * 1000),
-                                     "format_version": F.FORMAT_VERSION})
+                                     "format_version": F.FORMAT_VERSION,
+                                     "process": [p for p in manifest.process if p.name not in removed]})
         for entry in manifest.files:
+            if any(entry.path.startswith(f"{F.PROCESS_DIR}/{name}/") for name in removed):
+                continue
             if any(entry.path.startswith(f"{F.PROCESS_DIR}/{name}/") and entry.path.endswith(".arrow")
                    for name in rewritten):
+                continue
+            if entry.path.startswith(spark_replaced):
+                continue
+            if self._dropped_source is not None and entry.path.startswith(F.SPARK_DIR + "/"):
+                edited = without_source(entry.path, read_verified(sp, manifest, entry.path), self._dropped_source)
+                if edited is not None:
+                    new.files.append(write_small_file(out, *edited))
                 continue
             copy_verified(sp, manifest, entry.path, out)  # a state file streams through a local copy
             new.files.append(entry)
         replaced: dict[str, list[str]] = {}
         written: dict[str, dict[int, F.FileEntry]] = {}
-        for r in self._replacements:
-            name = r.source.function
-            chained = name in written
-            base = BaseEntries(r.source, (r.descriptor.name_bytes,), out.url if chained else None, out_options)
-            written[name] = self._run(r, base, out.url, out_options)
-            replaced.setdefault(name, []).append(r.descriptor.name)
+        for c in self._changes:
+            name = c.source.function
+            chained = out.url if name in written else None
+            if isinstance(c, _OperatorReplacement):
+                dropped = dropped_prefixes(c.descriptor.name_bytes, keyspace_of(c.source.entry))
+                base = BaseEntries(c.source, (), chained, out_options, (), dropped)
+                written[name] = replace_operator_state(self._spark, c.source, base, c.rows, c.descriptor, c.mode,
+                                                       out.url, out_options)
+            elif isinstance(c, _Replacement):
+                base = BaseEntries(c.source, (c.descriptor.name_bytes,), chained, out_options)
+                written[name] = self._run(c, base, out.url, out_options)
+                replaced.setdefault(name, []).append(c.descriptor.name)
+            else:
+                base = BaseEntries(c.source, c.dropped, chained, out_options, c.renamed)
+                written[name] = rewrite(self._spark, c.source, base, out.url, out_options)
+        for sc in self._spark_changes:
+            files = replace_spark_state(self._spark, sp.url, self._options, manifest, sc.operator, sc.store, sc.rows,
+                                        out.url, out_options)
+            new.files.extend(files[p] for p in sorted(files))
         for name in sorted(written):
             new.files.extend(written[name][i] for i in sorted(written[name]))
         out.write_bytes(F.MANIFEST, new.to_json())
         entries = {name: sum(f.keys or 0 for f in files.values()) for name, files in written.items()}
-        return TransformResult(out.url, sp.url, replaced, entries, round(time.perf_counter() - started, 3))
+        return TransformResult(out.url, sp.url, replaced, entries, round(time.perf_counter() - started, 3),
+                               list(self._done))
+
+    def _source(self, function: Optional[str]) -> SavepointSource:
+        source = SavepointSource.open(self._savepoint, function, self._options)
+        if source.function in self._removed:
+            raise UnknownStateError(f"function {source.function!r} is removed by this transform (remove_function)")
+        return source
+
+    def _any_source(self, function: Optional[str]) -> SavepointSource:
+        """The function ``function`` of the savepoint, keyed or checkpointed (optional when it has
+        one keyed function)."""
+        if function is not None and function not in self._removed:
+            storage = open_storage(self._savepoint, self._options)
+            manifest = read_manifest(storage)
+            entry = next((p for p in manifest.process if p.name == function), None)
+            if entry is not None and entry.kind != KEYED:
+                return SavepointSource(storage.url, dict(self._options), manifest, entry)
+        return self._source(function)
+
+    def _states_of(self, source: SavepointSource) -> set[str]:
+        if source.function not in self._states:
+            self._states[source.function] = keyed_state_names(source)
+        return self._states[source.function]
+
+    def _known(self, source: SavepointSource, name: str) -> set[str]:
+        states = self._states_of(source)
+        if name not in states:
+            raise UnknownStateError(f"function {source.function!r} of the savepoint {self._savepoint} holds no keyed "
+                                    f"state {name!r} (its states: {', '.join(sorted(states)) or 'none'})")
+        return states
 
     def _run(self, r: _Replacement, base: BaseEntries, url: str, options: dict[str, str]) -> dict[int, F.FileEntry]:
         """One replacement's job; returns the partition files it wrote."""
@@ -200,7 +425,7 @@ class SavepointTransform:
         found: dict[int, F.FileEntry] = {}
         try:
             for row in routed.mapInArrow(run, RESULT_DDL).toLocalIterator():
-                found[row.partition] = F.FileEntry(row.path, row.size, row.crc32, row.rows, row.keys)
+                found[row.partition] = F.file_entry_of_row(row)
                 bar.update(1)
         finally:
             bar.close()
@@ -210,46 +435,3 @@ class SavepointTransform:
 def _engine() -> EngineConfig:
     """The engine of a transform task's temporary store (RocksDB: a partition may not fit in memory)."""
     return EngineConfig(backend="rocksdb", snapshot_interval=0)
-
-
-def _check_rows(source: SavepointSource, descriptor: StateDescriptor, kind: str, rows: DataFrame) -> None:
-    """The replacement's key columns are the recorded ones and its ``value`` fits the descriptor."""
-    recorded = source.key_columns
-    types = {f.name: f.dataType for f in rows.schema.fields}
-    given = [(c, types[c].simpleString()) for c in recorded.columns if c in types]
-    if [c for c, _ in given] != list(recorded.columns) or [t for _, t in given] != list(recorded.types):
-        raise KeyMismatchError(
-            f"the rows for state {descriptor.name!r} of {source.function!r} need the key columns "
-            f"{recorded.describe()} (as recorded in the savepoint); they have {rows.schema.simpleString()}: "
-            "rename or cast them")
-    if "value" not in types:
-        raise StateDataError(f"the rows for state {descriptor.name!r} need a 'value' column; they have "
-                             f"{', '.join(types)} (read_keyed_state gives the form to write)")
-    expected = _expected_type(descriptor, kind)
-    if expected is not None and _canonical(types["value"]) != _canonical(expected):
-        raise StateDataError(
-            f"the 'value' column for state {descriptor.name!r} is {types['value'].simpleString()}, but the "
-            f"descriptor ({type(descriptor).__name__}) stores {expected.simpleString()}: cast the column, or "
-            "declare the descriptor with the column's type")
-
-
-def _expected_type(descriptor: StateDescriptor, kind: str) -> Optional[T.DataType]:
-    """The Spark type of the ``value`` column a descriptor takes (None: values of a Python or
-    custom serializer, checked by the serializer as they are written)."""
-    value = _spark_type_of(descriptor.serializer)
-    if value is None:
-        return None
-    if kind == "list":
-        return T.ArrayType(value, True)
-    if kind == "map":
-        key = _spark_type_of(getattr(descriptor, "key_serializer", None))
-        return T.MapType(key, value, True) if key is not None else None
-    return value
-
-
-def _canonical(data_type: T.DataType) -> str:
-    """A type's canonical form (the serializers'), nullability ignored: ``int`` is ``bigint``."""
-    from ..state.serializers import serializer_for
-
-    text = getattr(serializer_for(data_type), "type_string", None)
-    return text.replace(" not null", "") if isinstance(text, str) else data_type.simpleString()

@@ -180,3 +180,91 @@ def test_bad_arguments_fail_clearly(spark, tmp_path):
     assert count_sources(stream) == 1
     assert count_sources(stream.union(spark.readStream.schema(SCHEMA).parquet(str(tmp_path)))) == 2
     assert count_sources(_keyed(stream)) == 2
+
+
+TWO_SCHEMA = StructType([StructField("k", StringType()), StructField("v", LongType())])
+RULE_SCHEMA = StructType([StructField("k", StringType()), StructField("m", LongType())])
+
+
+def _two_input_runs(spark, tmp_path, build, writer_of, histories, lives, schemas):
+    """(reference run over each input's history + live, bootstrapped run over the live inputs):
+    the writer is made by ``writer_of(history frames)`` and written with the live query's sources."""
+    alls, live_dirs = [], []
+    for i, (history, live, schema) in enumerate(zip(histories, lives, schemas)):
+        write_batches(tmp_path / f"all{i}", [history, *live], schema)
+        write_batches(tmp_path / f"live{i}", live, schema)
+        alls.append(str(tmp_path / f"all{i}"))
+        live_dirs.append(str(tmp_path / f"live{i}"))
+    reference = run_query(spark, build, provider_class=SPARKSTATE_PROVIDER, input_dir=alls, schema=list(schemas),
+                          checkpoint_dir=str(tmp_path / "ref"), output_mode="append")
+    frames = [spark.createDataFrame(h, s) for h, s in zip(histories, schemas)]
+    live_df = build(*(spark.readStream.schema(s).parquet(d) for s, d in zip(schemas, live_dirs)))
+    writer_of(frames).write(str(tmp_path / "sp"), sources=live_df)
+    restore(str(tmp_path / "sp"), str(tmp_path / "boot"), progress=False)
+    boot = run_query(spark, build, provider_class=SPARKSTATE_PROVIDER, input_dir=live_dirs, schema=list(schemas),
+                     checkpoint_dir=str(tmp_path / "boot"), output_mode="append")
+    return reference, boot
+
+
+def test_a_bootstrapped_co_process_function_continues_as_if_it_had_read_the_history(spark, tmp_path):
+    import bootstrap_two_input_fns
+    from bootstrap_two_input_fns import PAIRS_OUTPUT, Pairs
+    from spark_state.process import keyed_co_process
+
+    ship_module_by_value(bootstrap_two_input_fns)
+    rng = random.Random(8)
+
+    def rows(n):
+        return [(f"k{rng.randrange(15)}", rng.randrange(1, 40)) for _ in range(n)]
+
+    def build(left, right):
+        return keyed_co_process(left, right, "k", "k", Pairs(), PAIRS_OUTPUT, parallelism=PARALLELISM,
+                                max_parallelism=MAX_PARALLELISM, name="Pairs")
+
+    reference, boot = _two_input_runs(
+        spark, tmp_path, build,
+        lambda frames: SavepointWriter(spark, progress=False).with_co_keyed_state(
+            "Pairs", frames[0], frames[1], "k", "k", Pairs(), parallelism=PARALLELISM,
+            max_parallelism=MAX_PARALLELISM),
+        [rows(120), rows(80)], [[rows(30), rows(30)], [rows(20), rows(20)]], [TWO_SCHEMA, TWO_SCHEMA])
+    assert boot.batch_ids == [1, 2]
+    for b in (1, 2):
+        assert boot.batches[b] == reference.batches[b] and boot.batches[b], f"batch {b}"
+    for state in ("left_sum", "rights"):
+        def read(ckpt, state=state):
+            return sorted(map(tuple, read_keyed_state(spark, ckpt, state).select("k", "value").collect()))
+        assert read(str(tmp_path / "boot")) == read(str(tmp_path / "ref")), state
+
+
+def test_a_bootstrapped_broadcast_function_continues_as_if_it_had_read_the_history(spark, tmp_path):
+    import bootstrap_two_input_fns
+    from bootstrap_two_input_fns import MULTIPLIERS, SCALED_OUTPUT, Scaled
+    from spark_state.process import keyed_broadcast_process
+
+    ship_module_by_value(bootstrap_two_input_fns)
+    rng = random.Random(9)
+
+    def rows(n):
+        return [(f"k{rng.randrange(15)}", rng.randrange(1, 40)) for _ in range(n)]
+
+    def build(events, rules):
+        return keyed_broadcast_process(events, "k", rules, Scaled(), SCALED_OUTPUT, broadcast_states=[MULTIPLIERS],
+                                       broadcast_order="m", parallelism=PARALLELISM,
+                                       max_parallelism=MAX_PARALLELISM, name="Scaled")
+
+    rules = [(f"k{i}", 10 + i) for i in range(0, 15, 2)]
+    reference, boot = _two_input_runs(
+        spark, tmp_path, build,
+        lambda frames: SavepointWriter(spark, progress=False).with_broadcast_keyed_state(
+            "Scaled", frames[0], "k", frames[1], Scaled(), broadcast_states=[MULTIPLIERS], broadcast_order="m",
+            parallelism=PARALLELISM, max_parallelism=MAX_PARALLELISM),
+        [rows(100), rules], [[rows(30), rows(30)], [[("k1", 100)], []]], [TWO_SCHEMA, RULE_SCHEMA])
+    assert boot.batch_ids == [1, 2]
+    for b in (1, 2):
+        assert boot.batches[b] == reference.batches[b] and boot.batches[b], f"batch {b}"
+    # the history's multipliers reach the live rows (k0 is never set again)
+    assert any(k == "k0" and scaled % 10 == 0 for k, _, scaled in boot.batches[1] + boot.batches[2])
+
+    with pytest.raises(BootstrapError, match="must be a KeyedBroadcastProcessFunction, got Activity"):
+        SavepointWriter(spark).with_broadcast_keyed_state("X", spark.range(1), "id", spark.range(1), Activity(),
+                                                          broadcast_states=[MULTIPLIERS])

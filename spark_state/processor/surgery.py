@@ -1,0 +1,221 @@
+"""Savepoint surgery on keyed functions' state: which states a function's savepoint files hold,
+the re-keying of a renamed state, and the per-partition Spark job that rewrites a function's
+state files without running any user code (removal and rename of states).
+
+A keyed state ``name`` owns these entries of a partition file (layouts in
+:mod:`spark_state.keys.keyed` and :mod:`spark_state.keys.system`)::
+
+    [kg u16][len u8][name][len u32][key][suffix]          its data entries
+    [0xFF][0x01][len u8][name][bucket u64][data key]      its TTL index (namespace = state name)
+    [0xFF][0x02][len u8][name]                            its TTL format marker
+    [0xFF][0x03][len u8][name]                            its schema record
+
+A rename rewrites the name in each of them (the TTL index entry twice: its namespace and the
+data key it names); values are unchanged (a schema record's value does not hold the name, a TTL
+stamp is the value's head). Renamed keys sort elsewhere, so a rewrite task loads the entries into
+a temporary store of the engine (on local disk, RocksDB) and writes the file from it, in key
+order, with the savepoint's one state-file writer: memory stays bounded whatever the partition's
+size.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Mapping, Optional
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from ..engine.store import VersionedStore
+from ..keys import keyed as K
+from ..keys import system as syskeys
+from ..keys.keygroup_prefix import KEY_GROUP
+from ..ops import savepoint_format as F
+from ..ops.checkpoint_reader import OffsetEntry
+from ..ops.state_files import read_unlisted_entries, verified_file, write_state_file
+from ..ops.state_io import reader_config
+from ..storage import open_storage
+from .errors import StateDataError
+from ..keys.entries import is_entry_of_state
+from .savepoint_source import SavepointSource
+
+#: What each rewrite task returns (one row): its partition and its file's manifest entry.
+REWRITE_SCHEMA = pa.schema([pa.field("partition", pa.int32()), *F.FILE_ENTRY_FIELDS])
+REWRITE_DDL = f"partition int, {F.FILE_ENTRY_DDL}"
+
+_RECORD_START = syskeys.SYSTEM_PREFIX + syskeys.KEYED_SCHEMA_TAG
+
+
+@dataclass(frozen=True)
+class BaseEntries:
+    """What a transform task starts from: partition files of a savepoint (checked against its
+    manifest), or of an earlier step of the same transform (``chained_url``: the files it just
+    wrote), without every entry of the states in ``replaced`` (UTF-8 names), and with the entries
+    of each state ``old`` of ``renamed`` re-keyed under ``new`` (:func:`renamed_key`; the
+    entries then leave key order, and the reader sorts them through a store)."""
+
+    source: SavepointSource
+    replaced: tuple[bytes, ...]
+    chained_url: Optional[str] = None
+    chained_options: Mapping[str, str] = field(default_factory=dict)
+    renamed: tuple[tuple[bytes, bytes], ...] = ()
+    #: entries whose key starts with one of these are dropped too (an operator state's)
+    dropped_prefixes: tuple[bytes, ...] = ()
+
+    def entries(self, partition: int, scratch_dir: Optional[str] = None) -> Iterator[tuple[bytes, bytes]]:
+        """The partition's entries, in key order, read a record batch at a time (a remote file
+        through a local copy in ``scratch_dir``, deleted when the entries end)."""
+        if self.chained_url is None:
+            found = self.source.entries(partition, scratch_dir)
+        else:
+            storage = open_storage(self.chained_url, dict(self.chained_options))
+            found = read_unlisted_entries(storage, F.process_file(self.source.function, partition), scratch_dir)
+        replaced = self.replaced
+        prefixes = self.dropped_prefixes
+        kept = ((k, v) for k, v in found
+                if not any(is_entry_of_state(k, name) for name in replaced)
+                and not (prefixes and k.startswith(prefixes)))
+        if not self.renamed:
+            return kept
+        def rename(key: bytes) -> bytes:
+            for old, new in self.renamed:
+                key = renamed_key(key, old, new)
+            return key
+
+        return ((rename(k), v) for k, v in kept)
+
+
+def renamed_key(key: bytes, old: bytes, new: bytes) -> bytes:
+    """``key`` with keyed state ``old``'s name replaced by ``new`` (UTF-8) if it is one of
+    ``old``'s entries (see the module docstring), else ``key`` unchanged."""
+    if key[:1] == syskeys.SYSTEM_PREFIX:
+        tag = key[1:2]
+        if tag not in (syskeys.TTL_INDEX_TAG, syskeys.TTL_MARKER_TAG, syskeys.KEYED_SCHEMA_TAG) \
+                or syskeys.name_of_named_key(key) != old:
+            return key
+        renamed = syskeys.named_key(tag, new, "state name")
+        if tag != syskeys.TTL_INDEX_TAG:
+            return renamed
+        rest = key[syskeys.INDEX_HEADER_BYTES + len(old):]  # [bucket u64][data key]
+        bucket = rest[:syskeys.BUCKET.size]
+        return renamed + bucket + renamed_key(rest[syskeys.BUCKET.size:], old, new)
+    if key[0] >= 0x80 or K.state_name_of(key) != old:  # operator state (0xFE), another state
+        return key
+    start = KEY_GROUP.size
+    return key[:start] + K.name_part(new) + key[start + 1 + len(old):]
+
+
+def keyed_state_names(source: SavepointSource) -> set[str]:
+    """The keyed states a function's savepoint files record (the union of every partition's
+    schema records; a partition none of whose keys held a state has no record of it).
+
+    Schema records are system keys, which sort last: each file is read from its last record
+    batch backwards, until a batch starts below the records (each file checked against the
+    manifest first)."""
+    storage = open_storage(source.url, dict(source.storage_options))
+    names: set[str] = set()
+    for i in range(source.entry.parallelism):
+        path = F.process_file(source.function, i)
+        with verified_file(storage, source.manifest, path) as local:
+            for batch in F.read_batches(local, storage.full_url(path), reverse=True):
+                keys = batch.column(0).to_pylist()
+                names.update(syskeys.name_of_record_key(k).decode("utf-8", "replace")
+                             for k in keys if k[:2] == _RECORD_START)
+                if keys and keys[0] < _RECORD_START:
+                    break
+    return names
+
+
+def rewrite(spark: SparkSession, source: SavepointSource, base: BaseEntries, url: str,
+            options: Mapping[str, str]) -> dict[int, F.FileEntry]:
+    """Rewrite every partition file of ``source``'s function into the savepoint at ``url`` as
+    ``base`` gives its entries (one Spark task per partition); returns the files written."""
+    name, n = source.function, source.entry.parallelism
+    opts = dict(options)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return rewrite_partition(name, url, opts, base, batches)
+
+    rows = spark.range(0, n, 1, n).mapInArrow(run, REWRITE_DDL).collect()
+    return {row.partition: F.file_entry_of_row(row) for row in rows}
+
+
+def rewrite_partition(name: str, url: str, options: Mapping[str, str], base: BaseEntries,
+                      batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body of :func:`rewrite`: the task's partition written by
+    :func:`write_partition` with nothing added."""
+    from pyspark import TaskContext
+
+    for _ in batches:  # the job's rows only give it its partitions
+        pass
+    tc = TaskContext.get()
+    partition = tc.partitionId() if tc is not None else 0
+    written = write_partition(name, url, options, base, partition, ())
+    yield pa.record_batch([pa.array([partition], pa.int32()), *F.file_entry_arrays(written)], schema=REWRITE_SCHEMA)
+
+
+def write_partition(name: str, url: str, options: Mapping[str, str], base: BaseEntries, partition: int,
+                    added: Iterable[tuple[bytes, bytes]]) -> F.FileEntry:
+    """Partition ``partition``'s entries from ``base`` and ``added`` written as
+    ``process/<name>/<partition>.arrow`` of the savepoint at ``url`` (:func:`write_sorted`)."""
+    return write_sorted(url, options, F.process_file(name, partition),
+                        lambda work: itertools.chain(base.entries(partition, work), added))
+
+
+def write_sorted(url: str, options: Mapping[str, str], path: str,
+                 entries: Callable[[str], Iterable[tuple[bytes, bytes]]]) -> F.FileEntry:
+    """``entries(work)`` (in any order; ``work`` is a scratch directory for local copies) sorted
+    through a temporary store in a local directory of the executor (removed at the end) and
+    written as state file ``path`` of the savepoint at ``url``; returns its manifest entry."""
+    work = tempfile.mkdtemp(prefix="spark-state-surgery-")
+    try:
+        store = VersionedStore(open_storage(f"{work}/store"), reader_config(local_dir=work))
+        try:
+            store.import_version(1, entries(work))
+            return write_state_file(open_storage(url, dict(options)), path, store.iterate(), scratch_dir=work)
+        finally:
+            store.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ Spark's sources
+def check_tick_source(manifest: F.SavepointManifest, sp_url: str, offsets: bytes, index: int, function: str) -> None:
+    """Refuse to drop source ``index`` of a savepoint whose offset log (``offsets``: the entry of
+    its batch) has no such source or holds there an offset that is not a tick source's (a
+    number, or ``-``: none yet).
+
+    Raises:
+        StateDataError: naming the sources' count or the offset found.
+    """
+    entry = OffsetEntry.decode(manifest.batch_id, offsets, f"{sp_url}/{F.SPARK_DIR}/offsets/{manifest.batch_id}")
+    lines = entry.source_lines
+    if not 0 <= index < len(lines):
+        raise StateDataError(f"tick_source={index} for {function!r}, but the savepoint's query has {len(lines)} "
+                             f"sources (0..{len(lines) - 1})")
+    line = lines[index].strip()
+    if not (line == "-" or line.isdigit()):
+        raise StateDataError(f"source {index} of the savepoint's query has offset {line!r}, not a tick source's (a "
+                             f"number): it is another source, not the tick source of {function!r}")
+
+
+def without_source(path: str, data: bytes, index: int) -> Optional[tuple[str, bytes]]:
+    """Spark's file ``path`` (``spark/...``) of a savepoint as it is for the query without source
+    ``index``: its line dropped from an offset log entry (one line per source, in the query's
+    order), its metadata directory ``sources/<index>`` dropped (None) and those after it
+    renumbered; other files unchanged."""
+    offsets, sources = f"{F.SPARK_DIR}/offsets/", f"{F.SPARK_DIR}/sources/"
+    if path.startswith(offsets) and path[len(offsets):].isdigit():
+        entry = OffsetEntry.decode(int(path[len(offsets):]), data, path)
+        lines = entry.source_lines[:index] + entry.source_lines[index + 1:]
+        return path, OffsetEntry(entry.batch_id, entry.version_line, entry.metadata, lines).encode()
+    if path.startswith(sources):
+        number, _, rest = path[len(sources):].partition("/")
+        if number.isdigit() and int(number) == index:
+            return None
+        if number.isdigit() and int(number) > index:
+            return f"{sources}{int(number) - 1}/{rest}", data
+    return path, data

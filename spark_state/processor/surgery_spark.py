@@ -1,0 +1,136 @@
+"""Savepoint surgery on Spark operators' state: a store's whole content replaced by the rows of a
+DataFrame (e.g. an aggregation's counts corrected), in the form the savepoint holds it.
+
+A savepoint holds store ``<store>`` of Spark's operator ``<op>`` as one state file per partition,
+``state/<op>/<store>/<p>.arrow`` (:mod:`spark_state.ops.savepoint_format`), whichever provider
+the query ran on (Spark's HDFS and RocksDB providers' rows are given this layout when the
+savepoint is taken): entries ``[key group u16][hash32 i32][key UnsafeRow] -> value UnsafeRow``
+(:mod:`spark_state.keys.provider`), where ``hash32`` is Spark's Murmur3 hash of the key's
+columns, the hash its shuffle routes the key by, so a key's partition is ``pmod(hash32, n)``.
+The manifest records each store's key and value schema, as Spark's schema file of the store
+(``spark/state/<op>/0[/<store>]/_metadata/schema``, copied beside) holds them.
+
+The rows have a ``key`` and a ``value`` struct column (as Spark's ``statestore`` reader gives
+them: :func:`~.operators.read_operator_state`), whose fields must be the recorded ones, by name
+and type, before anything is written. Each key is hashed and routed to its partition; each task
+writes its partition's file from the rows' entries and the savepoint file's system keys (the
+store's records), sorted through a temporary store. Stores with a prefix key (session windows,
+joins' keyWithIndexToValue), stores of TTL-stamped values and rows of other than flat types
+(:data:`~spark_state.keys.unsafe_row_writer.WRITABLE_TYPES`) are refused.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterable, Iterator, Mapping
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from ..keys.provider import provider_key
+from ..keys.system import SYSTEM_PREFIX, TTL_MARKER_TAG
+from ..keys.unsafe_row_writer import WRITABLE_TYPES, unsafe_row
+from ..ops import savepoint_format as F
+from ..ops.state_files import read_state_entries, verified_file
+from ..partitioning.spark_hash import spark_hash, spark_partition_id
+from ..storage import CheckpointStorage, open_storage
+from .errors import StateDataError, UnknownStateError
+from .surgery import write_sorted
+
+
+def spark_store(manifest: F.SavepointManifest, where: str, operator_id: int,
+                store_name: str) -> tuple[F.OperatorEntry, F.StoreEntry]:
+    """Store ``store_name`` of Spark's operator ``operator_id`` in the savepoint.
+
+    Raises:
+        UnknownStateError: no such operator or store (listing those the savepoint holds).
+        StateDataError: a store with a prefix key.
+    """
+    op = next((o for o in manifest.operators if o.id == operator_id), None)
+    if op is None:
+        found = ", ".join(f"{o.id} ({o.name})" for o in manifest.operators) or "none"
+        raise UnknownStateError(f"the savepoint {where} has no Spark operator {operator_id} (operators: {found})")
+    store = next((s for s in op.stores if s.name == store_name), None)
+    if store is None:
+        raise UnknownStateError(f"Spark operator {operator_id} ({op.name}) of the savepoint {where} has no store "
+                                f"{store_name!r} (stores: {', '.join(s.name for s in op.stores)})")
+    if store.num_cols_prefix_key:
+        raise StateDataError(f"store {store_name!r} of Spark operator {operator_id} ({op.name}) keys its rows with a "
+                             "prefix (session windows, joins): its rows are not rewritten here")
+    return op, store
+
+
+def check_unstamped(storage: CheckpointStorage, manifest: F.SavepointManifest, op: F.OperatorEntry,
+                    store: F.StoreEntry) -> None:
+    """Refuse a store whose values are TTL-stamped (``[last access ms][row]``, a TTL marker among
+    its system keys, which go to every partition): the rows written here are plain value rows.
+    Reads partition 0's file from its last record batch back to its first data key.
+
+    Raises:
+        StateDataError: naming the store.
+    """
+    marker = SYSTEM_PREFIX + TTL_MARKER_TAG
+    path = F.state_file(op.id, store.name, 0)
+    with verified_file(storage, manifest, path) as local:
+        for batch in F.read_batches(local, storage.full_url(path), reverse=True):
+            keys = batch.column(0).to_pylist()
+            if any(k[:2] == marker for k in keys):
+                raise StateDataError(f"store {store.name!r} of Spark operator {op.id} ({op.name}) holds TTL-stamped "
+                                     "values: its rows are not rewritten here")
+            if keys and keys[0][:1] != SYSTEM_PREFIX:
+                return
+
+
+def check_spark_rows(op: F.OperatorEntry, store: F.StoreEntry, rows: DataFrame) -> tuple[list[str], list[str]]:
+    """The key and value fields' Spark types, once the rows' ``key`` and ``value`` structs are
+    the store's recorded schemas (names and types; nullability aside).
+
+    Raises:
+        StateDataError: naming both schemas.
+    """
+    types = {f.name: f.dataType for f in rows.schema.fields}
+    out = []
+    for column, recorded in (("key", store.key_schema), ("value", store.value_schema)):
+        expected = T.StructType.fromJson(recorded)
+        given = types.get(column)
+        want = [(f.name, f.dataType.simpleString()) for f in expected.fields]
+        if not isinstance(given, T.StructType) or [(f.name, f.dataType.simpleString()) for f in given.fields] != want:
+            raise StateDataError(
+                f"the rows for store {store.name!r} of Spark operator {op.id} ({op.name}) need a {column!r} column "
+                f"{expected.simpleString()} (Spark's schema of the store, as the savepoint records it); they have "
+                f"{given.simpleString() if given is not None else 'none'} (read_operator_state gives the form)")
+        unwritable = [f"{n} {t}" for n, t in want if t not in WRITABLE_TYPES]
+        if unwritable:
+            raise StateDataError(f"the {column} of store {store.name!r} of Spark operator {op.id} has fields "
+                                 f"{', '.join(unwritable)}; rows of these types are written: "
+                                 f"{', '.join(WRITABLE_TYPES)}")
+        out.append([t for _, t in want])
+    return out[0], out[1]
+
+
+def replace_spark_state(spark: SparkSession, url: str, options: Mapping[str, str], manifest: F.SavepointManifest,
+                        op: F.OperatorEntry, store: F.StoreEntry, rows: DataFrame, out_url: str,
+                        out_options: Mapping[str, str]) -> dict[int, F.FileEntry]:
+    """Write every partition file of the store into the savepoint at ``out_url`` from ``rows`` and
+    the source savepoint's system keys (see the module docstring); returns the files written."""
+    key_types, value_types = check_spark_rows(op, store, rows)
+    n, name, op_id = op.partitions, store.name, op.id
+    source_options, target_options = dict(options), dict(out_options)
+
+    def encode(row: Any) -> tuple[int, tuple[bytes, bytes]]:
+        key, value = tuple(row[0]), tuple(row[1])
+        hash32 = spark_hash(key, key_types)
+        return spark_partition_id(hash32, n), (provider_key(hash32, unsafe_row(key, key_types)),
+                                               unsafe_row(value, value_types))
+
+    def run(partition: int, items: Iterable[tuple[int, tuple[bytes, bytes]]]) -> Iterator[tuple[int, F.FileEntry]]:
+        path = F.state_file(op_id, name, partition)
+
+        def entries(work: str) -> Iterator[tuple[bytes, bytes]]:
+            kept = read_state_entries(open_storage(url, source_options), manifest, path, work)
+            return itertools.chain(((k, v) for k, v in kept if k[:1] == SYSTEM_PREFIX), (kv for _, kv in items))
+
+        yield partition, write_sorted(out_url, target_options, path, entries)
+
+    routed = rows.select("key", "value").rdd.map(encode).partitionBy(n, lambda p: p)
+    return dict(routed.mapPartitionsWithIndex(run).collect())  # the tasks' FileEntry objects, pickled back

@@ -1,0 +1,86 @@
+"""The checks of a transform's rows before anything is written: the key columns and the ``value``
+column of a keyed state's rows (:meth:`~.transform.SavepointTransform.replace_keyed_state`), and
+the columns and partitions of a function's operator state rows
+(:meth:`~.transform.SavepointTransform.replace_function_operator_state`), against the recorded key
+columns and the descriptor's types."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as SQL
+from pyspark.sql import types as T
+
+from ..keys.operator import MODE_BROADCAST
+from ..state.descriptors import StateDescriptor
+from ..state.type_strings import spark_type_of
+from .errors import KeyMismatchError, StateDataError
+from .savepoint_source import SavepointSource
+
+
+def check_rows(source: SavepointSource, descriptor: StateDescriptor, kind: str, rows: DataFrame) -> None:
+    """The replacement's key columns are the recorded ones and its ``value`` fits the descriptor."""
+    recorded = source.key_columns
+    types = {f.name: f.dataType for f in rows.schema.fields}
+    given = [(c, types[c].simpleString()) for c in recorded.columns if c in types]
+    if [c for c, _ in given] != list(recorded.columns) or [t for _, t in given] != list(recorded.types):
+        raise KeyMismatchError(
+            f"the rows for state {descriptor.name!r} of {source.function!r} need the key columns "
+            f"{recorded.describe()} (as recorded in the savepoint); they have {rows.schema.simpleString()}: "
+            "rename or cast them")
+    if "value" not in types:
+        raise StateDataError(f"the rows for state {descriptor.name!r} need a 'value' column; they have "
+                             f"{', '.join(types)} (read_keyed_state gives the form to write)")
+    expected = _expected_type(descriptor, kind)
+    if expected is not None and _canonical(types["value"]) != _canonical(expected):
+        raise StateDataError(
+            f"the 'value' column for state {descriptor.name!r} is {types['value'].simpleString()}, but the "
+            f"descriptor ({type(descriptor).__name__}) stores {expected.simpleString()}: cast the column, or "
+            "declare the descriptor with the column's type")
+
+
+def check_operator_rows(source: SavepointSource, descriptor: StateDescriptor, mode: int, rows: DataFrame) -> None:
+    """The rows of an operator state have the columns and types the descriptor writes, and their
+    partitions are the function's (one small Spark job: their smallest and largest)."""
+    types = {f.name: f.dataType for f in rows.schema.fields}
+    place = "map_key" if mode == MODE_BROADCAST else "index"
+    value = spark_type_of(descriptor.serializer)
+    key = spark_type_of(getattr(descriptor, "key_serializer", None)) if mode == MODE_BROADCAST else T.LongType()
+    for column, expected in (("partition", T.LongType()), (place, key), ("value", value)):
+        if column not in types:
+            raise StateDataError(f"the rows for operator state {descriptor.name!r} need the columns partition, "
+                                 f"{place}, value; they have {rows.schema.simpleString()} "
+                                 "(read_function_operator_state gives the form to write)")
+        if expected is not None and _canonical(types[column]) != _canonical(expected):
+            raise StateDataError(
+                f"the {column!r} column for operator state {descriptor.name!r} is {types[column].simpleString()}, but "
+                f"the descriptor ({type(descriptor).__name__}) stores {expected.simpleString()}: cast the column")
+    n = source.entry.parallelism
+    found = rows.agg(SQL.min("partition"), SQL.max("partition")).first()
+    low, high = (found[0], found[1]) if found is not None else (None, None)
+    if low is not None and high is not None and (low < 0 or high >= n):
+        raise StateDataError(f"the rows for operator state {descriptor.name!r} name partitions {low}..{high}, but "
+                             f"{source.function!r} has {n} partitions (0..{n - 1})")
+
+
+def _expected_type(descriptor: StateDescriptor, kind: str) -> Optional[T.DataType]:
+    """The Spark type of the ``value`` column a descriptor takes (None: values of a Python or
+    custom serializer, checked by the serializer as they are written)."""
+    value = spark_type_of(descriptor.serializer)
+    if value is None:
+        return None
+    if kind == "list":
+        return T.ArrayType(value, True)
+    if kind == "map":
+        key = spark_type_of(getattr(descriptor, "key_serializer", None))
+        return T.MapType(key, value, True) if key is not None else None
+    return value
+
+
+def _canonical(data_type: T.DataType) -> str:
+    """A type's canonical form (the serializers'), nullability ignored: ``int`` is ``bigint``."""
+    from ..state.serializers import serializer_for
+
+    text = getattr(serializer_for(data_type), "type_string", None)
+    return text.replace(" not null", "") if isinstance(text, str) else data_type.simpleString()
