@@ -1,4 +1,4 @@
-"""State as data (spark_state.processor) at scale: read throughput and point-lookup latency of a
+"""State as data (spark_state.state_data) at scale: read throughput and point-lookup latency of a
 keyed function's state, on local disk and S3.
 
 The state is a real query's: ``keyed_process`` keeps a running count per key (value state
@@ -13,7 +13,7 @@ The state is a real query's: ``keyed_process`` keeps a running count per key (va
   whole history in one micro-batch) against the same one-batch aggregation on Spark's RocksDB
   provider over the same files (``--no-bootstrap`` skips both);
 
-* **cold**: ``spark_state.processor.lookup(checkpoint, "count", key)``, a new reader per lookup,
+* **cold**: ``spark_state.state_data.lookup(checkpoint, "count", key)``, a new reader per lookup,
   as ``spark-state get`` does: it loads the one partition store that holds the key (its snapshot
   and the changelogs after it) into a fresh local directory;
 * **warm**: one ``StateLookup`` asked for ``--warm`` random keys: each partition is loaded once,
@@ -68,7 +68,7 @@ def run_query(input_dir: str, checkpoint: str, parallelism: int, keys: int, read
 
     import spark_state
     from keyed_bench import process_function  # the keyed count: value state "count" per key
-    from spark_state.processor import read_keyed_state
+    from spark_state.state_data import read_keyed_state
 
     spark = spark_state.configure(SparkSession.builder.master("local[2]").appName("state-data-bench")
                                   .config("spark.ui.enabled", "false")
@@ -96,7 +96,7 @@ def run_query(input_dir: str, checkpoint: str, parallelism: int, keys: int, read
 def bootstrap(spark, input_dir: str, work: str, parallelism: int, keys: int) -> dict:
     """Bootstrap throughput (see the module docstring)."""
     from keyed_bench import process_function
-    from spark_state.processor import SavepointWriter
+    from spark_state.state_data import SavepointWriter
 
     history = spark.read.parquet(input_dir)
     t = time.perf_counter()
@@ -138,7 +138,7 @@ def percentiles(ms: list[float]) -> dict[str, float]:
 
 
 def measure(checkpoint: str, keys: int, cold: int, warm: int, options: dict) -> dict:
-    from spark_state.processor import StateLookup, lookup
+    from spark_state.state_data import StateLookup, lookup
 
     rng = random.Random(3)
     cold_ms = []

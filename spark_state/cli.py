@@ -2,7 +2,7 @@
 
 Commands: ``inspect``, ``savepoint``, ``restore``, ``rescale``, ``migrate``, ``move-state`` (the operations
 of :mod:`spark_state.ops`, the same functions as the Python API), ``get`` and ``erase`` (a point
-lookup, erasure of keys: :mod:`spark_state.processor`), ``demo``, ``jar`` and
+lookup, erasure of keys: :mod:`spark_state.state_data`), ``demo``, ``jar`` and
 ``server-conf`` (the confs of a Spark Connect server or other driver started elsewhere).
 
 Conventions (every command follows them; keep them when adding one):
@@ -270,8 +270,8 @@ def _run(args: argparse.Namespace, fn: Callable[[argparse.Namespace], Any]) -> i
 
 def _inspect(args):
     from .ops import inspect
-    from .processor import state_metadata
-    from .processor.savepoint_source import is_savepoint
+    from .state_data import state_metadata
+    from .state_data.savepoint_source import is_savepoint
 
     common = _common(args)
     if is_savepoint(args.checkpoint, common["storage_options"]):
@@ -344,7 +344,7 @@ def _move_state(args):
 
 
 def _get(args):
-    from .processor import StateLookup
+    from .state_data import StateLookup
 
     with StateLookup(args.path, function=args.function, allow_pickle=args.allow_pickle,
                      **_common(args)) as states:
@@ -383,7 +383,7 @@ def _read(args):
 
 def _read_frame(args) -> Callable[[Any], Any]:
     """The DataFrame ``read`` prints, as a function of the session (arguments checked first)."""
-    from . import processor
+    from . import state_data
 
     common = _common(args)
     if args.end_batch is not None and args.start_batch is None:
@@ -396,29 +396,30 @@ def _read_frame(args) -> Callable[[Any], Any]:
     if len(chosen) > 1:
         raise ValueError(f"{' and '.join(chosen)} read different things: give one")
     if args.operator is not None:
-        return lambda spark: processor.read_operator_state(spark, args.path, operator_id=args.operator,
+        return lambda spark: state_data.read_operator_state(spark, args.path, operator_id=args.operator,
                                                            store_name=args.store, batch=args.batch,
                                                            storage_options=common["storage_options"])
     if args.timers:
-        return lambda spark: processor.read_timers(spark, args.path, function=args.function, batch=args.batch, **common)
+        return lambda spark: state_data.read_timers(spark, args.path, function=args.function, batch=args.batch,
+                                                    **common)
     if not args.state:
         raise ValueError("name the keyed state to read (or give --timers or --operator ID)")
     if args.operator_state:
-        return lambda spark: processor.read_function_operator_state(spark, args.path, args.state,
+        return lambda spark: state_data.read_function_operator_state(spark, args.path, args.state,
                                                                     function=args.function, batch=args.batch,
                                                                     allow_pickle=args.allow_pickle, **common)
     if args.start_batch is not None:
-        return lambda spark: processor.read_change_feed(spark, args.path, args.state, start_batch=args.start_batch,
+        return lambda spark: state_data.read_change_feed(spark, args.path, args.state, start_batch=args.start_batch,
                                                         end_batch=args.end_batch, function=args.function,
                                                         allow_pickle=args.allow_pickle, **common)
-    return lambda spark: processor.read_keyed_state(spark, args.path, args.state, function=args.function,
+    return lambda spark: state_data.read_keyed_state(spark, args.path, args.state, function=args.function,
                                                     batch=args.batch,
                                                     flatten_collection_types=args.flatten_collection_types,
                                                     allow_pickle=args.allow_pickle, **common)
 
 
 def _erase(args):
-    from .processor import erase_keys
+    from .state_data import erase_keys
 
     keys = list(args.keys)
     if args.keys_file:

@@ -11,7 +11,7 @@ each state's recorded descriptor (kind, type, TTL) from its schema record.
 
 ``metadata`` gives the same facts as rows, one per keyed state, operator state and timer service
 of each function and per store of each Spark operator (:data:`METADATA_FIELDS`; the rows of
-``spark_state.processor.state_metadata`` and ``format("spark-state-metadata")``).
+``spark_state.state_data.state_metadata`` and ``format("spark-state-metadata")``).
 
 Nothing is written: stores are opened with a reader run context (never registers or
 fences), and only versions of committed batches are read. The TTL *duration* is a conf of
@@ -104,7 +104,7 @@ def inspect(checkpoint: str, *, process_root: Optional[str] = None, process_loca
 
 def metadata_rows(described: dict[str, Any]) -> list[dict[str, Any]]:
     """The metadata rows of an :func:`inspect`-shaped description (a savepoint's is built alike
-    by ``spark_state.processor.metadata``): per state of each function (its schema record), a
+    by ``spark_state.state_data.metadata``): per state of each function (its schema record), a
     timer service per keyed function, and per store of each Spark operator."""
     first, last = described.get("first_committed_batch"), described["last_committed_batch"]
     rows: list[dict[str, Any]] = []

@@ -56,7 +56,7 @@ releases) rank lowest; among those, the newest base, then the current parallelis
 
 Max parallelism is recorded in ``_operator.json`` by the first task and checked by every
 task; a run with another value fails with :class:`MaxParallelismMismatchError`. So are the key
-columns' names and Spark types (``key``; the readers of :mod:`spark_state.processor` build and
+columns' names and Spark types (``key``; the readers of :mod:`spark_state.state_data` build and
 hash keys with them): a run whose key types differ fails with :class:`StateLocationError` (its
 keys would hash to other key groups and encode to other bytes); a location written before the
 key was recorded gets it from the next run.

@@ -2,7 +2,7 @@
 state location, with no Spark streaming; give back what it wrote.
 
 This is the one entry of the keyed runtime for work that is not a micro-batch -- a bootstrap of
-keyed state from a DataFrame, a transform of a savepoint (:mod:`spark_state.processor`). On the
+keyed state from a DataFrame, a transform of a savepoint (:mod:`spark_state.state_data`). On the
 driver, :func:`plan_offline` gives the plan and routes the rows as ``keyed_process`` does (its
 own plan builder); in each task of a batch job over the routed rows, :func:`run_keyed_offline`
 runs the same keyed loop (:mod:`.keyed_loop`) as a streaming task, as batch 0:

@@ -123,8 +123,8 @@ COMPATIBILITY: tuple[Feature, ...] = (
             (("3.5", "Spark 4.0+ (3.5's reader has no change feed)"),)),
     Feature("spark-state's data source (`format(\"spark-state\")`, SQL `USING`) gives the rows of the Python "
             "readers (`read_keyed_state`, `read_timers`, `read_change_feed`, `read_function_operator_state`)",
-            ("tests/processor/test_data_source.py::test_the_data_source_equals_the_python_readers",
-             "tests/processor/test_data_source.py::test_on_spark_35_registering_names_the_line_and_the_functions"),
+            ("tests/state_data/test_data_source.py::test_the_data_source_equals_the_python_readers",
+             "tests/state_data/test_data_source.py::test_on_spark_35_registering_names_the_line_and_the_functions"),
             (("3.5", "Spark 4.0+ (the Python Data Source API); registering says so: the Python readers give the "
                      "same rows"),)),
     Feature("`keyed_process` with event-time timers, a restart and a task retry inside `on_timer`",

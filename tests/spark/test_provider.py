@@ -135,7 +135,7 @@ def test_state_data_source_reads_our_state(spark, agg_input, tmp_path, ours_prov
 def test_operator_state_reads_as_sparks_reader_from_checkpoints_and_savepoints(spark, agg_input, tmp_path):
     """read_operator_state of an aggregation on spark-state's provider, from its checkpoint (last and an
     earlier batch) and from a savepoint, equals Spark's own reader on the same query's HDFS checkpoint."""
-    from spark_state.processor import StateDataError, read_operator_state
+    from spark_state.state_data import StateDataError, read_operator_state
 
     _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours")
     _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs")

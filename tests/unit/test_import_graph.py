@@ -146,7 +146,7 @@ def test_no_import_cycle_in_the_package() -> None:
 #: lists them: a room imports only rooms before it. A top-level module is a room of its own.
 ROOM_ORDER = [
     "errors", "constants", "options", "memory", "version", "testing", "partitioning", "keys", "storage", "config",
-    "backends", "checkpoint", "engine", "ttl", "state", "provider", "spark", "process", "ops", "processor", "demos",
+    "backends", "checkpoint", "engine", "ttl", "state", "provider", "spark", "process", "ops", "state_data", "demos",
     "cli", "__main__", "",
 ]
 

@@ -1,7 +1,7 @@
 """spark_state.keys.unsafe_row_writer: the bytes Spark's UnsafeRowWriter writes (layout checked
 byte by byte for one row), read back by the reader of the same layout for every writable type,
 and the refusal of other types. (That the JVM finds the rows by these bytes is tested in
-tests/processor/test_savepoint_surgery.py: a restored aggregation continues from rows written here.)"""
+tests/state_data/test_savepoint_surgery.py: a restored aggregation continues from rows written here.)"""
 
 from __future__ import annotations
 

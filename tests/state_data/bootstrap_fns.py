@@ -1,4 +1,4 @@
-"""The keyed function of tests/processor/test_bootstrap.py (shipped to the Python workers by
+"""The keyed function of tests/state_data/test_bootstrap.py (shipped to the Python workers by
 value): value, list and map state, and an event-time timer per row that reports the key's count."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from ..ops.state_io import reader_config
 from ..process.plan import KEYED
 from ..storage import open_storage
 from .errors import KeyMismatchError
-from .keys import KeyColumns
+from .key_columns import KeyColumns
 from .source import choose_function
 
 

@@ -4,7 +4,7 @@ Flink's ``SavepointWriter`` for Spark: the state a streaming query would hold af
 the history, written as a savepoint without running the query over the history. A new query
 starts from it with ``spark-state restore`` and continues::
 
-    from spark_state.processor import SavepointWriter
+    from spark_state.state_data import SavepointWriter
     (SavepointWriter(spark)
         .with_keyed_state("Sessions", history, "user", SeedSessions(), parallelism=4, event_time="ts")
         .with_spark_operators(history, lambda s: s.groupBy("user").count())

@@ -2,7 +2,7 @@
 
 ::
 
-    from spark_state.processor import read_operator_state
+    from spark_state.state_data import read_operator_state
     read_operator_state(spark, "/ckpt").show()                          # operator 0, its default store
     read_operator_state(spark, "/savepoints/sp1", operator_id=1, store_name="left-keyToNumValues")
 

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_state.__main__ import main
-from spark_state.processor import KeyMismatchError, erase_keys, read_operator_state
+from spark_state.state_data import KeyMismatchError, erase_keys, read_operator_state
 from spark_state.spark.lines import running_line
 from streaming_harness import SPARKSTATE_PROVIDER, run_query, write_batches
 

@@ -2,7 +2,7 @@
 
 ::
 
-    from spark_state.processor import erase_keys
+    from spark_state.state_data import erase_keys
     erase_keys("/ckpt", ["alice", "bob"])          # every keyed function of the query
     erase_keys("/ckpt", ["alice"], operator_key=["user"])   # and Spark's operators' rows of user alice
     spark-state erase /ckpt alice bob [--function NAME] [--operator-key COL] [--keys-file FILE] [--json]
@@ -59,7 +59,7 @@ from ..ops.state_io import process_entries, reader_config, store_entries
 from ..process import location as L
 from ..process.plan import KEYED
 from .errors import KeyMismatchError
-from .keys import KeyColumns
+from .key_columns import KeyColumns
 from .source import KeyedSource, choose
 
 __all__ = ["ErasureResult", "erase_keys"]
@@ -107,7 +107,7 @@ def erase_keys(checkpoint: str, keys: Iterable[Any], *, function: Optional[str] 
 
     ``keys`` as :meth:`~.lookup.StateLookup.get` takes them (a value for one key column; a tuple or
     a dict for several); with ``as_text``, as typed on the command line, parsed by each function's
-    key columns (:meth:`~.keys.KeyColumns.parse`). ``force`` skips the running-query check (only
+    key columns (:meth:`~.key_columns.KeyColumns.parse`). ``force`` skips the running-query check (only
     for a query known stopped).
 
     :raises QueryRunningError: the checkpoint shows a batch under way.

@@ -1,4 +1,4 @@
-"""Errors of the state-as-data tools (``spark_state.processor``), under the operations tools' root.
+"""Errors of the state-as-data tools (``spark_state.state_data``), under the operations tools' root.
 
 Every message names the checkpoint, the function, the state or the key it is about, and what
 to do. The command line prints ``error: <message>`` and exits with status 1.

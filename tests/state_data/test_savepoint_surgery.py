@@ -22,8 +22,8 @@ from spark_state.ops import savepoint_format as SF
 from spark_state.ops.restore import read_manifest
 from spark_state.ops.state_files import read_state_entries
 from spark_state.process import keyed_process
-from spark_state.processor import SavepointTransform, StateDataError, UnknownStateError, read_keyed_state
-from spark_state.processor.savepoint_source import entry_of_state
+from spark_state.state_data import SavepointTransform, StateDataError, UnknownStateError, read_keyed_state
+from spark_state.state_data.savepoint_source import entry_of_state
 from spark_state.storage import open_storage
 from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
 from surgery_fns import OUTPUT, Counter, CounterRenamed, CounterWithBonus, CountOnly
@@ -315,7 +315,7 @@ def test_an_aggregations_state_rows_are_corrected_with_the_schema_checked(spark,
     the provider holds them; the restored query continues from the corrected count."""
     from streaming_harness import SPARKSTATE_PROVIDER
 
-    from spark_state.processor import read_operator_state
+    from spark_state.state_data import read_operator_state
 
     batches = taken["batches"]
     inputs = tmp_path / "in"

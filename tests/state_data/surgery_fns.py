@@ -1,4 +1,4 @@
-"""The keyed functions of tests/processor/test_savepoint_surgery.py (shipped to the Python workers
+"""The keyed functions of tests/state_data/test_savepoint_surgery.py (shipped to the Python workers
 by value): one counter function, ``Counter``, in the variants a surgery makes the restored query
 declare. Every variant emits ``(k, n)`` per row, ``n`` the key's row count after the row: the set
 of a batch's outputs does not depend on the order of a key's rows."""

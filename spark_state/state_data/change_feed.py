@@ -2,7 +2,7 @@
 
 ::
 
-    from spark_state.processor import read_change_feed
+    from spark_state.state_data import read_change_feed
     read_change_feed(spark, "/ckpt", "count", start_batch=3, end_batch=7).show()
 
 Rows, in batch order per key: ``batch_id`` (the batch that made the change), ``change_type``

@@ -2,7 +2,7 @@
 
 ::
 
-    from spark_state.processor import SavepointTransform
+    from spark_state.state_data import SavepointTransform
     t = SavepointTransform(spark, "/savepoints/sp1")
     counts = t.read_keyed_state("count")                                 # key columns, value
     fixed = counts.where("k != 'bot'").withColumn("value", F.col("value").cast("string"))

@@ -1,4 +1,4 @@
-"""spark_state.processor.keys: keys typed on the command line, keys given in Python, and the
+"""spark_state.state_data.key_columns: keys typed on the command line, keys given in Python, and the
 key bytes and key groups they make (against the runtime's key codec and Spark's hash)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import decimal
 import pytest
 
 from spark_state.partitioning.spark_hash import spark_hash
-from spark_state.processor import KeyMismatchError
-from spark_state.processor.keys import KeyColumns
+from spark_state.state_data import KeyMismatchError
+from spark_state.state_data.key_columns import KeyColumns
 
 
 def test_one_column_keys_parse_by_type():

@@ -8,7 +8,7 @@ as a Spark data source (:mod:`.datasource`, :mod:`.register`), what state there 
 ``spark-state erase``), bootstrap savepoints computed from history (:mod:`.bootstrap`) and
 savepoints transformed by DataFrame jobs (:mod:`.transform`)::
 
-    from spark_state.processor import StateLookup, erase_keys, lookup, read_keyed_state, read_timers
+    from spark_state.state_data import StateLookup, erase_keys, lookup, read_keyed_state, read_timers
     read_keyed_state(spark, "/ckpt", "counts").where("value > 10").show()
     lookup("/ckpt", "counts", "alice").value
     with StateLookup("/ckpt", function="Sessions") as states:

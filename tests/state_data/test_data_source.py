@@ -20,9 +20,9 @@ from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, OPERATOR_OUTPUT, Operat
 from spark_state.__main__ import main
 from spark_state.ops import savepoint
 from spark_state.process import checkpointed_process, keyed_process
-from spark_state.processor import (StateDataError, read_change_feed, read_function_operator_state, read_keyed_state,
+from spark_state.state_data import (StateDataError, read_change_feed, read_function_operator_state, read_keyed_state,
                                    read_keyed_states, read_timers, register_data_sources, state_metadata)
-from spark_state.processor.datasource import plan_from_options
+from spark_state.state_data.datasource import plan_from_options
 from spark_state.spark.lines import running_line
 from state_data_fns import AllStatesAndTimers
 from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches

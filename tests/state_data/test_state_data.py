@@ -1,4 +1,4 @@
-"""A keyed function's state read outside the query (spark_state.processor) against a plain-Python
+"""A keyed function's state read outside the query (spark_state.state_data) against a plain-Python
 model of it: every keyed state type and the timers, at the last and an earlier batch; as
 DataFrames (nested and flattened) and by point lookups from Python and the command line; only the
 key's partition store is read by a lookup; a lookup during a running query sees the last
@@ -23,7 +23,7 @@ from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, all_states_add, all_sta
 from spark_state.__main__ import main
 from spark_state.process import keyed_process
 from spark_state.ops import QueryRunningError, restore, savepoint
-from spark_state.processor import (KeyMismatchError, SavepointTransform, StateDataError, StateLookup,
+from spark_state.state_data import (KeyMismatchError, SavepointTransform, StateDataError, StateLookup,
                                    UnknownStateError, erase_keys, lookup, read_change_feed, read_keyed_state,
                                    read_timers)
 from spark_state.state import ValueStateDescriptor

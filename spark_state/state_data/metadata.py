@@ -3,7 +3,7 @@ spark-state.
 
 ::
 
-    from spark_state.processor import state_metadata
+    from spark_state.state_data import state_metadata
     for row in state_metadata("/ckpt"):            # or a savepoint's directory; no Spark needed
         print(row["kind"], row["function"], row["name"], row["state_type"], row["value_type"])
     spark.read.format("spark-state-metadata").load("/ckpt")     # the same rows (register_data_sources)

@@ -1,4 +1,4 @@
-"""Bootstrap (spark_state.processor.SavepointWriter): a savepoint computed from history by batch
+"""Bootstrap (spark_state.state_data.SavepointWriter): a savepoint computed from history by batch
 jobs, restored with spark-state restore, then fed the stream, equals a query that read the history
 as its batch 0 and then the same stream -- batch ids included: a keyed function (value, list and map
 state, event-time timers and the watermark), an aggregation and a deduplication (against Spark's
@@ -19,7 +19,7 @@ from bootstrap_fns import OUTPUT, Activity, CountAsText
 from spark_state.ops import restore
 from spark_state.process import keyed_process
 from spark_state.process.clock import resolve
-from spark_state.processor import BootstrapError, SavepointWriter, count_sources, read_keyed_state, read_timers
+from spark_state.state_data import BootstrapError, SavepointWriter, count_sources, read_keyed_state, read_timers
 from spark_state.storage import open_storage
 from streaming_harness import ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER, run_query, ship_module_by_value, write_batches
 

@@ -3,7 +3,7 @@ sees a key with all its states and yields rows, so no join of one DataFrame per 
 
 ::
 
-    from spark_state.processor import read_keyed_states
+    from spark_state.state_data import read_keyed_states
 
     def summary(key, states):                  # states: {"count": 7, "recent": [3, 4], ...}
         yield key, states.get("count", 0), len(states.get("recent", []))

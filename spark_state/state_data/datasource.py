@@ -2,7 +2,7 @@
 
 ::
 
-    from spark_state.processor import register_data_sources
+    from spark_state.state_data import register_data_sources
     register_data_sources(spark)                      # once per session (Spark 4.0+; :mod:`.register`)
     spark.read.format("spark-state").option("stateVarName", "count").load("/ckpt")
     spark.sql("CREATE TEMPORARY VIEW counts USING `spark-state` OPTIONS (path '/ckpt', stateVarName 'count')")
@@ -87,7 +87,7 @@ def parse_options(options: Mapping[str, str], valid: tuple[str, ...] = tuple(OPT
         elif low in _SPARK_OPERATOR_OPTIONS:
             raise StateDataError(
                 f"option {key!r} selects one of Spark's own operators, which format('statestore') reads (Spark 4.0+; "
-                "spark_state.processor.read_operator_state also reads savepoints); format('spark-state') reads "
+                "spark_state.state_data.read_operator_state also reads savepoints); format('spark-state') reads "
                 "keyed functions")
         else:
             close = difflib.get_close_matches(low, list(canonical), n=1)

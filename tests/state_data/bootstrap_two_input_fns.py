@@ -1,4 +1,4 @@
-"""The two-input functions of tests/processor/test_bootstrap.py's co-process and broadcast
+"""The two-input functions of tests/state_data/test_bootstrap.py's co-process and broadcast
 bootstraps (shipped to the Python workers by value). Their states do not depend on the order of a
 key's rows; their output rows do, identically in the runs compared."""
 

@@ -2,7 +2,7 @@
 
 ::
 
-    from spark_state.processor import StateLookup
+    from spark_state.state_data import StateLookup
     with StateLookup("/ckpt") as states:            # the query's checkpointLocation, or a savepoint
         states.get("counts", "alice")               # -> 42, or None
         states.lookup("events", 7, batch=12)        # -> LookupResult (value, batch, partition, ...)
@@ -13,7 +13,7 @@ What a lookup reads. Batch ``b``'s state is batch version ``b + 1`` of the funct
 location (:mod:`spark_state.process.location`); without ``batch``, ``b`` is the last batch in
 Spark's commit log, which Spark writes only after every task committed its state: a lookup
 never sees an uncommitted version, even while the query runs. The key's key group
-(:mod:`.keys`) names the one partition store that holds it; only that store is loaded (its
+(:mod:`.key_columns`) names the one partition store that holds it; only that store is loaded (its
 snapshot and the changelogs after it) -- the other partitions are not read. The state's schema
 record, stored with it, says how to decode the entries (:mod:`.codecs`).
 

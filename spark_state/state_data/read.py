@@ -2,7 +2,7 @@
 
 ::
 
-    from spark_state.processor import read_keyed_state, read_timers
+    from spark_state.state_data import read_keyed_state, read_timers
     read_keyed_state(spark, "/ckpt", "counts")                    # key columns, value, partition_id
     read_keyed_state(spark, "/ckpt", "events", flatten_collection_types=True)  # ..., index, value, partition_id
     read_timers(spark, "/ckpt", function="Sessions", batch=12)    # key columns, domain,
@@ -234,7 +234,7 @@ def spark_type(snapshot: dict, state: str) -> T.DataType:
     if value is None:
         raise UnreadableStateError(
             f"state {state!r} is serialized by {snapshot.get('class') or snapshot.get('codec')}, whose values have "
-            "no Spark type: read them one key at a time with spark_state.processor.StateLookup")
+            "no Spark type: read them one key at a time with spark_state.state_data.StateLookup")
     return value
 
 
@@ -243,7 +243,7 @@ def _check_names(key_columns: list[str], added: "list[str] | tuple[str, ...]") -
     if clash:
         raise StateDataError(
             f"the key column(s) {clash} have the name of a column the reader adds ({', '.join(added)}), so the "
-            "DataFrame cannot have both; read this state one key at a time with spark_state.processor.StateLookup")
+            "DataFrame cannot have both; read this state one key at a time with spark_state.state_data.StateLookup")
 
 
 # ------------------------------------------------------------------------------ task side

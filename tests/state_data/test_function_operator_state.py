@@ -1,5 +1,5 @@
 """Operator state of a function (list, union list, broadcast) read per partition outside the query
-(spark_state.processor.read_function_operator_state) equals what the function restores at the next
+(spark_state.state_data.read_function_operator_state) equals what the function restores at the next
 batch, for the last and an earlier batch; an unknown state lists the ones there are."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import process_fns
 from spark_state.__main__ import main
 from process_fns import INPUT_SCHEMA, OPERATOR_OUTPUT, OperatorStates
 from spark_state.process import checkpointed_process
-from spark_state.processor import UnknownStateError, read_function_operator_state
+from spark_state.state_data import UnknownStateError, read_function_operator_state
 from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
 
 pytestmark = pytest.mark.spark

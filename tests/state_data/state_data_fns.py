@@ -1,4 +1,4 @@
-"""The keyed function of tests/processor (shipped to the Python workers by value): every keyed
+"""The keyed function of tests/state_data (shipped to the Python workers by value): every keyed
 state type (process_fns.AllStates) plus a processing-time timer per row, far in the future, so
 that the state also holds timers that never fire while the test runs."""
 

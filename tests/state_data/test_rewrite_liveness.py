@@ -17,7 +17,7 @@ from spark_state.checkpoint.layout import parse_manifest_name
 from spark_state.constants import MANIFEST_DIR
 from spark_state.ops.errors import QueryRunningError
 from spark_state.process import keyed_process
-from spark_state.processor import erase_keys
+from spark_state.state_data import erase_keys
 from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
 
 pytestmark = pytest.mark.spark

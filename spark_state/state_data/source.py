@@ -1,6 +1,6 @@
 """Which keyed function's state a reader reads, and what the state location records about it.
 
-:class:`KeyedSource` is what every reader of :mod:`spark_state.processor` starts from: the
+:class:`KeyedSource` is what every reader of :mod:`spark_state.state_data` starts from: the
 query's checkpoint (Spark's commit log says which batches are committed), the function's state
 location (found by the operations tools' rules, :mod:`spark_state.ops.process_locations`), and
 what ``_operator.json`` records -- key columns (:class:`~.keys.KeyColumns`) and max parallelism.
@@ -20,7 +20,7 @@ from ..process import location as L
 from ..process.plan import KEYED
 from ..storage import CheckpointStorage
 from .errors import UnknownStateError
-from .keys import KeyColumns
+from .key_columns import KeyColumns
 
 
 class KeyedSource:

@@ -2,7 +2,7 @@
 
 ::
 
-    from spark_state.processor import read_function_operator_state
+    from spark_state.state_data import read_function_operator_state
     read_function_operator_state(spark, "/ckpt", "offsets", function="Reader").show()
 
 Operator state (Flink's list, union list and broadcast state; :mod:`spark_state.process.operator_state`)

@@ -24,7 +24,7 @@ def register_data_sources(spark: SparkSession) -> None:
     if getattr(spark, "dataSource", None) is None:
         raise StateDataError(
             f"Spark {line.name} has no Python Data Source API (Spark 4.0+), so format('{NAME}') cannot be "
-            "registered: read state with the Python functions (spark_state.processor.read_keyed_state, read_timers, "
+            "registered: read state with the Python functions (spark_state.state_data.read_keyed_state, read_timers, "
             "read_change_feed, read_function_operator_state)")
     from .datasource_classes import SparkStateDataSource, StateMetadataDataSource
 
