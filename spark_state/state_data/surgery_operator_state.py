@@ -2,9 +2,9 @@
 content replaced by the rows of a DataFrame, one Spark task per partition of the function's layout.
 
 The rows are those :func:`~.function_operator_state.read_function_operator_state` gives:
-``partition`` (the layout's partition), then ``index`` and ``value`` (list and union list state:
-the element's place in the partition's list, and the element) or ``map_key`` and ``value``
-(broadcast state). Each task writes its partition's file from the savepoint's entries without
+``index`` and ``value`` (list and union list state: the element's place in the partition's
+list, and the element) or ``map_key`` and ``value`` (broadcast state), then ``partition_id``
+(the layout's partition). Each task writes its partition's file from the savepoint's entries without
 every entry of the state (any mode) and its schema record, plus the rows' entries and the
 descriptor's record (layout: :mod:`spark_state.keys.operator`; values are the descriptor
 serializer's bytes, so a value of another type fails in the serializer, naming the state).
@@ -77,7 +77,7 @@ def replace_operator_state(spark: SparkSession, source: SavepointSource, base: B
     def run(partition: int, items: Iterable[tuple[int, tuple[Any, Any]]]) -> Iterator[tuple[int, F.FileEntry]]:
         yield partition, write_partition(name, url, opts, base, partition, encode(v for _, v in items))
 
-    routed = (rows.select("partition", place, "value").rdd.map(lambda r: (r[0], (r[1], r[2])))
+    routed = (rows.select("partition_id", place, "value").rdd.map(lambda r: (r[0], (r[1], r[2])))
               .partitionBy(n, lambda p: p))  # partition p of the job is the layout's partition p
     return dict(routed.mapPartitionsWithIndex(run).collect())  # the tasks' FileEntry objects, pickled back
 

@@ -36,10 +36,6 @@ called; removals and renames are per-partition Spark jobs (:mod:`.surgery`) that
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
@@ -65,7 +61,6 @@ from ..storage import open_storage
 from .bootstrap_task import RESULT_DDL, bootstrap_partition
 from .errors import StateDataError, UnknownStateError
 from .function_operator_state import read_function_operator_state
-from .operators import restored_copy
 from .read import read_keyed_state, read_timers
 from .savepoint_source import SavepointSource
 from .transform_checks import check_operator_rows, check_rows
@@ -211,22 +206,18 @@ class SavepointTransform:
 
     def read_function_operator_state(self, state: str, *, function: Optional[str] = None,
                                      allow_pickle: bool = False) -> DataFrame:
-        """Operator state ``state`` of ``function`` (list, union list or broadcast) as
-        :func:`~.function_operator_state.read_function_operator_state` reads it, from a copy of the
-        savepoint restored in a temporary directory (removed when the process exits)."""
-        work = tempfile.mkdtemp(prefix="spark-state-transform-read-")
-        atexit.register(shutil.rmtree, work, True)
-        checkpoint = restored_copy(self._savepoint, self._options, work)
-        return read_function_operator_state(self._spark, checkpoint, state, function=function,
-                                            process_root=os.path.join(work, "process"), allow_pickle=allow_pickle)
+        """Operator state ``state`` of ``function`` (list, union list or broadcast) of the
+        savepoint, as :func:`~.function_operator_state.read_function_operator_state` reads it."""
+        return read_function_operator_state(self._spark, self._savepoint, state, function=function,
+                                            storage_options=self._options, allow_pickle=allow_pickle)
 
     def replace_function_operator_state(self, descriptor: StateDescriptor, rows: DataFrame, *,
                                         mode: Optional[str] = None,
                                         function: Optional[str] = None) -> "SavepointTransform":
         """Give operator state ``descriptor.name`` of ``function`` (keyed or checkpointed) the
-        content of ``rows``: ``partition``, ``index`` and ``value`` for a list state
-        (``ListStateDescriptor``, ``mode="list"`` or ``"union"``), ``partition``, ``map_key`` and
-        ``value`` for a broadcast state (``MapStateDescriptor``): the form
+        content of ``rows``: ``index``, ``value`` and ``partition_id`` for a list state
+        (``ListStateDescriptor``, ``mode="list"`` or ``"union"``), ``map_key``, ``value`` and
+        ``partition_id`` for a broadcast state (``MapStateDescriptor``): the form
         :meth:`read_function_operator_state` gives. A partition without rows holds the state
         empty; a state the function does not hold is added (:mod:`.surgery_operator_state`).
 

@@ -47,17 +47,17 @@ def check_operator_rows(source: SavepointSource, descriptor: StateDescriptor, mo
     place = "map_key" if mode == MODE_BROADCAST else "index"
     value = spark_type_of(descriptor.serializer)
     key = spark_type_of(getattr(descriptor, "key_serializer", None)) if mode == MODE_BROADCAST else T.LongType()
-    for column, expected in (("partition", T.LongType()), (place, key), ("value", value)):
+    for column, expected in (("partition_id", T.LongType()), (place, key), ("value", value)):
         if column not in types:
-            raise StateDataError(f"the rows for operator state {descriptor.name!r} need the columns partition, "
-                                 f"{place}, value; they have {rows.schema.simpleString()} "
+            raise StateDataError(f"the rows for operator state {descriptor.name!r} need the columns "
+                                 f"{place}, value, partition_id; they have {rows.schema.simpleString()} "
                                  "(read_function_operator_state gives the form to write)")
         if expected is not None and _canonical(types[column]) != _canonical(expected):
             raise StateDataError(
                 f"the {column!r} column for operator state {descriptor.name!r} is {types[column].simpleString()}, but "
                 f"the descriptor ({type(descriptor).__name__}) stores {expected.simpleString()}: cast the column")
     n = source.entry.parallelism
-    found = rows.agg(SQL.min("partition"), SQL.max("partition")).first()
+    found = rows.agg(SQL.min("partition_id"), SQL.max("partition_id")).first()
     low, high = (found[0], found[1]) if found is not None else (None, None)
     if low is not None and high is not None and (low < 0 or high >= n):
         raise StateDataError(f"the rows for operator state {descriptor.name!r} name partitions {low}..{high}, but "

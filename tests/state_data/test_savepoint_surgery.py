@@ -23,7 +23,7 @@ from spark_state.ops.restore import read_manifest
 from spark_state.ops.state_files import read_state_entries
 from spark_state.process import keyed_process
 from spark_state.state_data import SavepointTransform, StateDataError, UnknownStateError, read_keyed_state
-from spark_state.state_data.savepoint_source import entry_of_state
+from spark_state.keys.entries import is_entry_of_state
 from spark_state.storage import open_storage
 from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
 from surgery_fns import OUTPUT, Counter, CounterRenamed, CounterWithBonus, CountOnly
@@ -123,7 +123,7 @@ def _entries(path: str, function: str = NAME) -> list[bytes]:
 
 
 def _of(keys: list[bytes], state: str) -> list[bytes]:
-    return [k for k in keys if entry_of_state(k, state.encode())]
+    return [k for k in keys if is_entry_of_state(k, state.encode())]
 
 
 def test_a_removed_state_is_gone_and_the_query_continues_with_or_without_it(spark, taken, tmp_path):
@@ -137,7 +137,7 @@ def test_a_removed_state_is_gone_and_the_query_continues_with_or_without_it(spar
     result = SavepointTransform(spark, taken["sp"], progress=False).remove_state("total").write(changed)
     assert result.changes == ["remove Counter.total"]
     after = _entries(changed)
-    assert _of(after, "total") == [] and sorted(after) == sorted(k for k in before if not entry_of_state(k, b"total"))
+    assert _of(after, "total") == [] and sorted(after) == sorted(k for k in before if not is_entry_of_state(k, b"total"))
     with pytest.raises(UnknownStateError, match="total"):
         _state(spark, changed, "total")
 
@@ -271,21 +271,21 @@ def test_a_functions_operator_state_is_read_and_replaced_in_a_savepoint(spark, t
     def read(t, state):
         by_partition = defaultdict(list)
         for r in t.read_function_operator_state(state, function="Ops").collect():
-            by_partition[r["partition"]].append((r[1], r["value"]))
+            by_partition[r["partition_id"]].append((r[0], r["value"]))
         return {p: [v for _, v in sorted(rows)] for p, rows in by_partition.items()}
 
     t = SavepointTransform(spark, sp, progress=False)
     union = read(t, "union")
     assert sorted(v for vs in union.values() for v in vs) == sorted(v for rows in batches[:2] for _, v in rows)
     split = spark.createDataFrame([(p, i, p * 1000 + i) for p in range(PARALLELISM) for i in range(2)],
-                                  "partition int, index int, value bigint")
+                                  "partition_id int, index int, value bigint")
     bcast = spark.createDataFrame([(p, "writer", 40 + p) for p in range(PARALLELISM)],
-                                  "partition int, map_key string, value bigint")
+                                  "partition_id int, map_key string, value bigint")
     split_d, bcast_d = ListStateDescriptor("split", LongType()), MapStateDescriptor("bcast", StringType(), LongType())
     with pytest.raises(StateDataError, match="not mode='broadcast'"):
         t.replace_function_operator_state(split_d, split, mode="broadcast", function="Ops")
     with pytest.raises(StateDataError, match=r"name partitions 0\.\.5, but 'Ops' has 3 partitions"):
-        t.replace_function_operator_state(split_d, split.withColumn("partition", F.lit(5)).union(split),
+        t.replace_function_operator_state(split_d, split.withColumn("partition_id", F.lit(5)).union(split),
                                           function="Ops")
     with pytest.raises(StateDataError, match="'value' column .* is string, .* stores bigint"):
         t.replace_function_operator_state(split_d, split.withColumn("value", F.col("value").cast("string")),
