@@ -17,10 +17,14 @@ Conventions (every command follows them; keep them when adding one):
 * Exit status: 0 on success only; 1 when the operation failed (``error: <message>`` on
   stderr; with ``--json`` also ``{"error": ..., "message": ...}`` on stdout, see
   :func:`.arguments.failed`); 2 for bad arguments (argparse's usage message).
-* Options with values: ``--partitions N``, ``--batch N``, ``--backend rocksdb|hashmap``,
-  ``--to spark-state|hdfs|rocksdb``; process state: ``--process-root DIR`` and
-  ``--process-location NAME=URL`` (repeatable); storage: ``--option KEY=VALUE`` (repeatable,
-  checkpoint storage options such as ``s3.endpoint_url``).
+* Flags are named like the Python API's arguments (``--batch`` is ``batch``, ``--operator-id``
+  is ``operator_id``). Options with values: ``--partitions N``, ``--batch N``, ``--backend
+  rocksdb|hashmap``, ``--to spark-state|hdfs|rocksdb``; process state: ``--process-root DIR`` and
+  ``--process-location NAME=URL`` (repeatable); storage: ``--storage-option KEY=VALUE``
+  (repeatable: ``storage_options``, of every location the command reads or writes, such as
+  ``s3.endpoint_url``) and, on the commands that write a second location (savepoint, restore,
+  migrate), ``--target-storage-option KEY=VALUE`` (``target_storage_options``: that location's,
+  when it needs others). A former flag name stays as a hidden alias that warns on stderr.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .arguments import command, common, process_options, storage_options
+from .arguments import command, common, process_options, storage_options, target_storage_option, target_storage_options
 
 #: --process-root of restore, which writes process state
 _RESTORE_ROOT_HELP = ("write the restored keyed_process/checkpointed_process state under DIR/<new query id>/<name> "
@@ -32,6 +32,7 @@ def add_commands(sub) -> None:
                    help="take the savepoint even if it holds no state (no stateful operator of Spark's, and no "
                         "process state found: a query that keeps none)")
     process_options(p)
+    target_storage_option(p, "the savepoint directory")
 
     p = command(sub, "restore", "create a new checkpoint from a savepoint, optionally at another partition count",
                 _restore)
@@ -43,6 +44,7 @@ def add_commands(sub) -> None:
     p.add_argument("--keep-query-id", action="store_true",
                    help="keep the savepoint's query id (default: a new one, like a new Flink job)")
     process_options(p, _RESTORE_ROOT_HELP)
+    target_storage_option(p, "the new checkpoint and the process state restored")
 
     p = command(sub, "rescale", "change the partition count of a stopped query's checkpoint in place", _rescale)
     p.add_argument("checkpoint", help="the query's checkpointLocation")
@@ -57,6 +59,7 @@ def add_commands(sub) -> None:
     p.add_argument("target", help="the new checkpoint directory")
     p.add_argument("--to", required=True, choices=("spark-state", "hdfs", "rocksdb"), help="the target provider")
     p.add_argument("--batch", type=int, help="the committed batch to migrate (default: the latest)")
+    target_storage_option(p, "the new checkpoint and the process state copied beside it")
 
     p = command(sub, "move-state", "move a stopped query's keyed-function state from the former default location "
                                    "(./spark-state/<query id>/<name>) beside its checkpoint "
@@ -96,7 +99,8 @@ def _savepoint(args):
     from ..ops import savepoint
 
     r = savepoint(args.checkpoint, args.savepoint, args.batch, progress=not args.no_progress,
-                  allow_no_state=args.allow_no_state, **common(args))
+                  allow_no_state=args.allow_no_state, target_storage_options=target_storage_options(args),
+                  **common(args))
     return r.to_dict(), (f"savepoint of batch {r.batch_id} (query {r.query_id}) written to {r.savepoint}: "
                          f"{len(r.operators)} operator(s), {len(r.process_states)} process state(s), {r.keys} keys, "
                          f"{r.bytes} bytes in {r.files} files, {r.seconds:.1f} s")
@@ -106,7 +110,8 @@ def _restore(args):
     from ..ops import restore
 
     r = restore(args.savepoint, args.checkpoint, partitions=args.partitions, backend=args.backend,
-                keep_query_id=args.keep_query_id, progress=not args.no_progress, **common(args))
+                keep_query_id=args.keep_query_id, progress=not args.no_progress,
+                target_storage_options=target_storage_options(args), **common(args))
     locations = "".join(f"\n  process state {n}: {u}" for n, u in r.process_locations.items())
     return r.to_dict(), (f"restored batch {r.batch_id} into {r.checkpoint} at {r.partitions} partitions "
                          f"(query id {r.query_id}, {r.keys} keys, {r.seconds:.1f} s); start the unchanged query "
@@ -125,7 +130,7 @@ def _migrate(args):
     from ..ops import migrate
 
     r = migrate(args.checkpoint, args.target, to=args.to, batch=args.batch, progress=not args.no_progress,
-                storage_options=storage_options(args))
+                storage_options=storage_options(args), target_storage_options=target_storage_options(args))
     d = r.to_dict()
     return d, (f"migrated batch {d['batch_id']} of {d['checkpoint']} from {d['from_provider']} to {d['to_provider']}: "
                f"{d['target']} ({d['keys']} keys, {d['seconds']:.1f} s); restart the unchanged query on it")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from .arguments import command, common, process_options
+from .arguments import command, common, deprecated_alias, process_options
 
 
 def add_commands(sub) -> None:
@@ -27,9 +27,9 @@ def add_commands(sub) -> None:
 
     p = command(sub, "read", "print a state of a checkpoint or savepoint as rows, through a local Spark session: a "
                              "keyed state, a keyed function's timers (--timers), a keyed state's change feed "
-                             "(--start-batch), or a Spark operator's state (--operator)", _read)
+                             "(--start-batch), or a Spark operator's state (--operator-id)", _read)
     p.add_argument("path", help="the query's checkpointLocation, or a savepoint directory")
-    p.add_argument("state", nargs="?", help="the keyed state's name (not with --timers or --operator)")
+    p.add_argument("state", nargs="?", help="the keyed state's name (not with --timers or --operator-id)")
     p.add_argument("--function", metavar="NAME", help="the keyed function's name (needed when the query has several)")
     p.add_argument("--batch", type=int, help="the committed batch to read (default: the latest)")
     p.add_argument("--flatten-collection-types", action="store_true",
@@ -41,8 +41,10 @@ def add_commands(sub) -> None:
                    help="with --start-batch: the last batch of the change feed (default: the last committed)")
     p.add_argument("--operator-state", action="store_true",
                    help="the state named is a function's operator state (list, union list or broadcast), per partition")
-    p.add_argument("--operator", type=int, metavar="ID", help="a Spark operator's state, as Spark's reader shows it")
-    p.add_argument("--store", metavar="NAME", help="with --operator: the store (joins have four)")
+    p.add_argument("--operator-id", type=int, metavar="ID", help="a Spark operator's state, as Spark's reader shows it")
+    deprecated_alias(p, "--operator", "--operator-id", type=int)
+    p.add_argument("--store-name", metavar="NAME", help="with --operator-id: the store (joins have four)")
+    deprecated_alias(p, "--store", "--store-name")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="rows to print (0: all; default 20)")
     p.add_argument("--master", default="local[2]", help="the Spark master of the session (default local[2])")
     p.add_argument("--allow-pickle", action="store_true",
@@ -111,19 +113,19 @@ def _read_frame(args) -> Callable[[Any], Any]:
     if args.start_batch is not None and args.batch is not None:
         raise ValueError("a change feed reads batches --start-batch..--end-batch: give --end-batch, not --batch")
     chosen = [name for name, on in (("--timers", args.timers), ("--start-batch", args.start_batch is not None),
-                                    ("--operator", args.operator is not None),
+                                    ("--operator-id", args.operator_id is not None),
                                     ("--operator-state", args.operator_state)) if on]
     if len(chosen) > 1:
         raise ValueError(f"{' and '.join(chosen)} read different things: give one")
-    if args.operator is not None:
-        return lambda spark: state_data.read_operator_state(spark, args.path, operator_id=args.operator,
-                                                           store_name=args.store, batch=args.batch,
+    if args.operator_id is not None:
+        return lambda spark: state_data.read_operator_state(spark, args.path, operator_id=args.operator_id,
+                                                           store_name=args.store_name, batch=args.batch,
                                                            storage_options=given["storage_options"])
     if args.timers:
         return lambda spark: state_data.read_timers(spark, args.path, function=args.function, batch=args.batch,
                                                     **given)
     if not args.state:
-        raise ValueError("name the keyed state to read (or give --timers or --operator ID)")
+        raise ValueError("name the keyed state to read (or give --timers or --operator-id ID)")
     if args.operator_state:
         return lambda spark: state_data.read_function_operator_state(spark, args.path, args.state,
                                                                     function=args.function, batch=args.batch,
