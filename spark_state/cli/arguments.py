@@ -65,6 +65,8 @@ class _DeprecatedAlias(argparse.Action):
         if not self.warned:
             self.warned = True
             print(f"warning: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        if self.nargs == 0:  # a switch: it stores its constant
+            values = self.const
         if self.append:  # a new list: the default one is shared (as argparse's own append does)
             values = [*(getattr(namespace, self.dest, None) or []), values]
         setattr(namespace, self.dest, values)

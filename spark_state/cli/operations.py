@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .arguments import command, common, process_options, storage_options, target_storage_option, target_storage_options
+from .arguments import (command, common, deprecated_alias, process_options, storage_options, target_storage_option,
+                        target_storage_options)
 
 #: --process-root of restore, which writes process state
 _RESTORE_ROOT_HELP = ("write the restored keyed_process/checkpointed_process state under DIR/<new query id>/<name> "
@@ -19,8 +20,9 @@ def add_commands(sub) -> None:
                                 "--json includes the metadata rows (one per state, timer service and Spark "
                                 "operator store)", _inspect)
     p.add_argument("checkpoint", help="the query's checkpointLocation, or a savepoint directory")
-    p.add_argument("--no-load", action="store_true",
+    p.add_argument("--no-load-stores", action="store_true",
                    help="do not load any state (faster on large state; no TTL or descriptor details)")
+    deprecated_alias(p, "--no-load", "--no-load-stores", nargs=0, const=True)
     process_options(p)
 
     p = command(sub, "savepoint", "copy a query's state at a committed batch into a self-contained savepoint "
@@ -79,7 +81,7 @@ def _inspect(args):
     if is_savepoint(args.checkpoint, given["storage_options"]):
         rows = state_metadata(args.checkpoint, **given)
         return {"savepoint": args.checkpoint, "metadata": rows}, _describe_metadata(args.checkpoint, rows)
-    result = inspect(args.checkpoint, load_stores=not args.no_load, **given)
+    result = inspect(args.checkpoint, load_stores=not args.no_load_stores, **given)
     return result, _describe_inspect(result)
 
 

@@ -252,3 +252,27 @@ def test_the_api_names_of_storage_options_and_no_former_name(checkpoint, tmp_pat
     assert restored.batch_id == 2
     with pytest.raises(TypeError, match="savepoint_options"):
         ops.restore(str(tmp_path / "sp"), str(tmp_path / "r2"), savepoint_options={}, progress=False)  # type: ignore
+
+
+def test_former_flag_names_still_work_and_warn_once(capsys):
+    """The flags renamed to the API's argument names keep their former names, hidden, with one
+    warning line on stderr."""
+    from spark_state.cli import main
+
+    assert main(["read", "/nowhere", "--timers", "--operator", "0"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("warning: --operator is deprecated; use --operator-id") == 1
+    assert "--timers and --operator-id read different things: give one" in err
+    assert main(["inspect", "/nowhere", "--no-load", "--option", "retry.attempts=2", "--option", "s3.region=x"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("warning: --no-load is deprecated; use --no-load-stores") == 1
+    assert err.count("warning: --option is deprecated; use --storage-option") == 1
+    assert "/nowhere is not a Spark streaming checkpoint" in err
+    for flag in ("--option", "--operator", "--store", "--no-load"):
+        assert flag + " " not in _help(main, "read" if flag in ("--operator", "--store") else "inspect", capsys)
+
+
+def _help(main, command, capsys) -> str:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    return capsys.readouterr().out
