@@ -21,7 +21,7 @@ Names are relative to :data:`~spark_state.constants.CONF_PREFIX`
 (``spark.sql.streaming.stateStore.sparkState.``), the way they are passed to
 ``spark_state.configure(builder, options={...})`` and :meth:`EngineConfig.from_options`.
 Storage options carry the ``storage.`` prefix there and go without it in ``storage_options=``
-and ``--option`` (``storage.s3.endpoint_url`` -> ``s3.endpoint_url``).
+and ``--storage-option`` (``storage.s3.endpoint_url`` -> ``s3.endpoint_url``).
 
 This module imports nothing but :mod:`spark_state.constants`, so any layer can use it.
 """
@@ -127,7 +127,7 @@ GROUPS: tuple[Group, ...] = (
         "Read by checkpoint storage (`spark_state.storage.open_storage`): the provider's and the keyed "
         "functions'. As confs and in `engine=` "
         "options they carry the `storage.` prefix; in `storage_options=` (the Python API and "
-        "`VersionedStore`) and the command line's `--option KEY=VALUE` they go without it. A keyed "
+        "`VersionedStore`) and the command line's `--storage-option KEY=VALUE` they go without it. A keyed "
         "function takes the session's, then its `engine=` argument's, then its `storage_options=`, each "
         "overriding the one before key by key. On the "
         "provider with an `s3a://` checkpoint, `s3.endpoint_url`, the credentials and the region also "

@@ -167,7 +167,7 @@ def render_cli() -> str:
         return cli.main(argv, prog=PROG)
 
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    out = [_HEADER.format(source="the argparse parsers of `spark_state/cli.py`"), "# Command line\n",
+    out = [_HEADER.format(source="the argparse parsers of `spark_state/cli/`"), "# Command line\n",
            "`spark-state` (installed with the package; the same as `python -m spark_state`) runs the "
            "operations of [Operations](operations.md) and the demo. Conventions: `--help` on every "
            "command; `--json` prints the result as one JSON document on stdout; progress bars go to "

@@ -74,11 +74,16 @@ class MigrateResult:
 
 
 def migrate(checkpoint: str, target: str, *, to: str, batch: Optional[int] = None,
-            storage_options: Optional[dict[str, str]] = None, progress: bool = True) -> MigrateResult:
+            storage_options: Optional[dict[str, str]] = None, target_storage_options: Optional[dict[str, str]] = None,
+            progress: bool = True) -> MigrateResult:
     """Write ``target``, a checkpoint of ``checkpoint``'s query at its committed ``batch``
     (default the latest) for provider ``to`` (``spark-state``, ``hdfs`` or ``rocksdb``).
     Process state beside the checkpoint is copied beside ``target``; elsewhere it stays where it
-    is (see the module docstring)."""
+    is (see the module docstring).
+
+    ``storage_options`` apply to every location the call reads or writes (the checkpoint, its
+    process state, ``target``); ``target_storage_options``, when given, replace them for
+    ``target`` and the state copied beside it."""
     started = time.perf_counter()
     if to not in PROVIDERS:
         raise ValueError(f"--to must be one of {', '.join(PROVIDERS)}, got {to!r}")
@@ -103,7 +108,8 @@ def migrate(checkpoint: str, target: str, *, to: str, batch: Optional[int] = Non
         sp = savepoint(checkpoint, f"{tmp}/savepoint", n, process_root="", storage_options=storage_options,
                        progress=progress, allow_no_state=True)
         restored = restore(sp.savepoint, target, keep_query_id=True, storage_options=storage_options,
-                           progress=progress, provider_class=to_class, split_writer=writer)
+                           target_storage_options=target_storage_options, progress=progress, provider_class=to_class,
+                           split_writer=writer)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return MigrateResult(src.url, restored.checkpoint, n, provider_short_name(from_class),

@@ -76,9 +76,14 @@ class RestoreResult:
 def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int] = None, backend: str = "rocksdb",
             keep_query_id: bool = False, process_root: Optional[str] = None,
             process_locations: Optional[dict[str, str]] = None, storage_options: Optional[dict[str, str]] = None,
-            savepoint_options: Optional[dict[str, str]] = None, progress: bool = True,
+            target_storage_options: Optional[dict[str, str]] = None, progress: bool = True,
             provider_class: Optional[str] = None, split_writer: Optional[SplitWriter] = None) -> RestoreResult:
     """Create ``new_checkpoint`` from the savepoint (see the module docstring).
+
+    ``storage_options`` (``s3.*``, ``retry.*``, ``hdfs.*``) apply to every location the call reads
+    or writes: the savepoint, the new checkpoint and the process state it writes (a location
+    ignores the options of other schemes). ``target_storage_options``, when given, replace them
+    for the locations written (the new checkpoint and its process state).
 
     ``provider_class`` and ``split_writer`` are for ``migrate``: another target provider and
     the writer of its store format."""
@@ -87,11 +92,12 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
         raise ValueError(f"--partitions must be a positive integer, got {partitions!r}")
     if backend not in ("rocksdb", "hashmap"):
         raise ValueError(f"--backend must be rocksdb or hashmap, got {backend!r}")
-    sp = open_storage(savepoint_dir, dict(savepoint_options or {}))
+    sp = open_storage(savepoint_dir, dict(storage_options or {}))
+    written_options = dict((storage_options if target_storage_options is None else target_storage_options) or {})
     manifest = read_manifest(sp)
     for entry in manifest.spark_files():  # cheap: check Spark's files before writing anything
         read_verified(sp, manifest, entry.path)
-    target = SparkCheckpoint(new_checkpoint, storage_options, must_exist=False)
+    target = SparkCheckpoint(new_checkpoint, written_options, must_exist=False)
     if target.storage.exists("metadata") or target.batch_ids("offsets"):
         raise TargetExistsError(f"{target.url} is already a checkpoint; restore into a new directory")
     n = partitions or manifest.partitions
@@ -111,7 +117,7 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
     for name, url in targets.items():
         # State beside the new checkpoint (not a checkpoint yet) is an interrupted restore's:
         # written again, by a later tool run, whose copies supersede it.
-        if url != beside.full_url(name) and open_storage(url, dict(storage_options or {})).exists(L.META_FILE):
+        if url != beside.full_url(name) and open_storage(url, written_options).exists(L.META_FILE):
             raise TargetExistsError(
                 f"the state location {url} of process operator {name!r} already holds state; pass "
                 f"--process-root or --process-location {name}=<new location>")
@@ -135,7 +141,7 @@ def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int
 
                         keys += write_split(split, store_of, version, config, run_id)
         for proc in manifest.process:
-            storage = open_storage(targets[proc.name], dict(storage_options or {}))
+            storage = open_storage(targets[proc.name], written_options)
 
             def partition_entries(i: int, proc=proc):
                 return read_state_entries(sp, manifest, F.process_file(proc.name, i))

@@ -74,7 +74,7 @@ class SavepointResult:
 def savepoint(checkpoint: str, savepoint_dir: str, batch: Optional[int] = None, *,
               process_root: Optional[str] = None, process_locations: Optional[dict[str, str]] = None,
               storage_options: Optional[dict[str, str]] = None,
-              savepoint_options: Optional[dict[str, str]] = None, progress: bool = True,
+              target_storage_options: Optional[dict[str, str]] = None, progress: bool = True,
               store_reader: Optional[StoreReader] = None, allow_no_state: bool = False) -> SavepointResult:
     """Write a savepoint of ``checkpoint`` at committed ``batch`` (default: the latest) into
     ``savepoint_dir``, a new or empty directory outside the checkpoint (see :func:`check_target`).
@@ -87,10 +87,16 @@ def savepoint(checkpoint: str, savepoint_dir: str, batch: Optional[int] = None, 
     A query whose checkpoint has no stateful operator of Spark's and whose process state is
     found nowhere is refused (:class:`ProcessStateNotFoundError`): its savepoint would hold no
     state, and a query that keeps its state elsewhere could not be restored from it.
-    ``allow_no_state=True`` takes it anyway (a query that keeps no state)."""
+    ``allow_no_state=True`` takes it anyway (a query that keeps no state).
+
+    ``storage_options`` (``s3.*``, ``retry.*``, ``hdfs.*``) apply to every location the call reads
+    or writes: the checkpoint, the process state and the savepoint directory (a location ignores the
+    options of other schemes). ``target_storage_options``, when given, replace them for the
+    savepoint directory alone (e.g. another bucket's credentials)."""
     started = time.perf_counter()
     ckpt = SparkCheckpoint(checkpoint, storage_options)
-    target = open_storage(savepoint_dir, dict(savepoint_options or {}))
+    target = open_storage(savepoint_dir, dict((storage_options if target_storage_options is None
+                                               else target_storage_options) or {}))
     check_target(ckpt, target, savepoint_dir)
     last_error: Optional[Exception] = None
     for _attempt in range(RETRIES + 1):

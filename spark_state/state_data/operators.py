@@ -63,6 +63,6 @@ def restored_copy(savepoint: str, options: Optional[Mapping[str, str]], work_dir
         work_dir = tempfile.mkdtemp(prefix="spark-state-operator-read-")
         atexit.register(shutil.rmtree, work_dir, True)
     target = os.path.join(work_dir, "checkpoint")
-    restore(savepoint, target, keep_query_id=True, savepoint_options=dict(options or {}), progress=False,
+    restore(savepoint, target, keep_query_id=True, storage_options=dict(options or {}), progress=False,
             process_root=os.path.join(work_dir, "process"))
     return target

@@ -311,13 +311,14 @@ class SavepointTransform:
         self._done.append(f"remove function {function}")
         return self
 
-    def write(self, target: str, *, storage_options: Optional[Mapping[str, str]] = None) -> TransformResult:
+    def write(self, target: str, *, target_storage_options: Optional[Mapping[str, str]] = None) -> TransformResult:
         """Write the transformed savepoint into ``target`` (new or empty); its manifest last.
-        ``storage_options``: of the target's storage (the source's are the constructor's)."""
+        The constructor's ``storage_options`` apply to ``target`` too; ``target_storage_options``,
+        when given, replace them for ``target`` alone."""
         started = time.perf_counter()
         sp = open_storage(self._savepoint, self._options)
         manifest = read_manifest(sp)
-        out_options = dict(storage_options or {})
+        out_options = dict(self._options if target_storage_options is None else target_storage_options)
         out = open_storage(target, out_options)
         check_empty_target(out, target)
         rewritten = {c.source.function for c in self._changes}

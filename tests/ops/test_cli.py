@@ -16,6 +16,7 @@ import pytest
 import test_operator_equivalence as E
 from ops_support import assert_equal_to_uninterrupted, reference, run
 from spark_state import ops
+from spark_state.errors import ConfigError
 
 pytestmark = pytest.mark.spark
 
@@ -206,3 +207,72 @@ def test_savepoint_of_a_running_query_is_consistent(spark, tmp_path, tmp_path_fa
     cont = run(spark, case, restored, dirs)
     before = type(full)(full.provider_class, {b: r for b, r in full.batches.items() if b <= sp.batch_id})
     assert_equal_to_uninterrupted(case, [before, cont], want, f"savepoint of batch {sp.batch_id} of a running query")
+
+
+@pytest.mark.s3
+def test_storage_options_reach_every_location_and_target_options_the_one_written(checkpoint, tmp_path, s3_location):
+    """``--storage-option`` applies to every location a command reads or writes (here a local
+    checkpoint, which ignores s3.* options, and a savepoint on S3); ``--target-storage-option``
+    gives the location written its own; the former ``--option`` still works and warns."""
+    url, options = s3_location
+    given = [arg for key, value in options.items() for arg in ("--storage-option", f"{key}={value}")]
+    out = cli("savepoint", str(checkpoint), f"{url}/sp", "--json", *given)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["savepoint"] == f"{url}/sp" and not out.stderr
+    # the savepoint on S3 is read with the same options, the local checkpoint written with them
+    ok = cli("restore", f"{url}/sp", str(tmp_path / "r1"), "--json", *given)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["batch_id"] == 2 and (tmp_path / "r1" / "metadata").exists()
+
+    # only the savepoint directory needs options: --target-storage-option, nothing for the checkpoint
+    target = [arg for key, value in options.items() for arg in ("--target-storage-option", f"{key}={value}")]
+    out = cli("savepoint", str(checkpoint), f"{url}/sp2", "--json", *target)
+    assert out.returncode == 0, out.stderr
+    # they replace --storage-option's for the savepoint directory: a bad one there fails, naming it
+    bad = cli("savepoint", str(checkpoint), f"{url}/sp3", *given, "--target-storage-option", "s3.nope=1")
+    assert bad.returncode == 1 and "unknown storage option 's3.nope'" in bad.stderr
+
+    old = [arg for key, value in options.items() for arg in ("--option", f"{key}={value}")]
+    ok = cli("restore", f"{url}/sp2", str(tmp_path / "r2"), "--json", *old)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stderr.count("warning: --option is deprecated; use --storage-option") == 1
+    assert ops.inspect(str(tmp_path / "r2"))["last_committed_batch"] == 2
+
+
+def test_the_api_names_of_storage_options_and_no_former_name(checkpoint, tmp_path):
+    """``storage_options`` reach the savepoint directory too (s3.* options are ignored by a
+    local one, an unknown key is refused there); the former ``savepoint_options`` is no argument."""
+    s3 = {"s3.endpoint_url": "http://127.0.0.1:1", "s3.region": "us-east-1"}
+    assert ops.savepoint(str(checkpoint), str(tmp_path / "sp"), storage_options=s3, progress=False).batch_id == 2
+    with pytest.raises(ConfigError, match="unknown storage option 'nope'"):
+        ops.savepoint(str(checkpoint), str(tmp_path / "sp2"), target_storage_options={"nope": "1"}, progress=False)
+    with pytest.raises(TypeError, match="savepoint_options"):
+        ops.savepoint(str(checkpoint), str(tmp_path / "sp3"), savepoint_options={}, progress=False)  # type: ignore
+    restored = ops.restore(str(tmp_path / "sp"), str(tmp_path / "r"), storage_options=s3, progress=False)
+    assert restored.batch_id == 2
+    with pytest.raises(TypeError, match="savepoint_options"):
+        ops.restore(str(tmp_path / "sp"), str(tmp_path / "r2"), savepoint_options={}, progress=False)  # type: ignore
+
+
+def test_former_flag_names_still_work_and_warn_once(capsys):
+    """The flags renamed to the API's argument names keep their former names, hidden, with one
+    warning line on stderr."""
+    from spark_state.cli import main
+
+    assert main(["read", "/nowhere", "--timers", "--operator", "0"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("warning: --operator is deprecated; use --operator-id") == 1
+    assert "--timers and --operator-id read different things: give one" in err
+    assert main(["inspect", "/nowhere", "--no-load", "--option", "retry.attempts=2", "--option", "s3.region=x"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("warning: --no-load is deprecated; use --no-load-stores") == 1
+    assert err.count("warning: --option is deprecated; use --storage-option") == 1
+    assert "/nowhere is not a Spark streaming checkpoint" in err
+    for flag in ("--option", "--operator", "--store", "--no-load"):
+        assert flag + " " not in _help(main, "read" if flag in ("--operator", "--store") else "inspect", capsys)
+
+
+def _help(main, command, capsys) -> str:
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    return capsys.readouterr().out

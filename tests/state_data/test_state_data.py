@@ -176,8 +176,8 @@ def test_the_command_line_reads_states_timers_and_changes(spark, finished, capsy
     assert "give --start-batch too" in capsys.readouterr().err
     assert main(["read", ckpt, "count"]) == 0
     assert "k\tvalue" in capsys.readouterr().out
-    assert main(["read", ckpt, "--timers", "--operator", "0"]) == 1
-    assert "give one" in capsys.readouterr().err
+    assert main(["read", ckpt, "--timers", "--operator-id", "0"]) == 1
+    assert "--timers and --operator-id read different things: give one" in capsys.readouterr().err
 
 
 def test_a_read_of_an_unknown_state_lists_the_states(spark, finished):

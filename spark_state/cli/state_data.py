@@ -1,0 +1,163 @@
+"""The state-as-data commands: ``get``, ``read`` and ``erase``, each one call of
+:mod:`spark_state.state_data` (see :mod:`spark_state.cli` for the conventions)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+from .arguments import command, common, deprecated_alias, process_options
+
+
+def add_commands(sub) -> None:
+    """Add the state-as-data commands to the subparsers ``sub``."""
+    p = command(sub, "get", "print one key's value in one keyed state of a query, from its last committed batch "
+                            "or a savepoint (reads only the partition store that holds the key; safe on a running "
+                            "query)", _get)
+    p.add_argument("path", help="the query's checkpointLocation, or a savepoint directory")
+    p.add_argument("state", help="the keyed state's name (its descriptor's name)")
+    p.add_argument("key", help="the key: its value as text for one key column (42, alice, 2024-01-31, 0x00ff for "
+                               "binary), or a JSON array of the key columns' values ('[\"eu\", 42]')")
+    p.add_argument("--function", metavar="NAME", help="the keyed function's name (needed when the query has several)")
+    p.add_argument("--batch", type=int, help="the committed batch to read (default: the latest; a savepoint's: its "
+                                             "batch)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="decode pickled values (unpickling runs whatever the stored bytes say: trusted storage only)")
+    process_options(p)
+
+    p = command(sub, "read", "print a state of a checkpoint or savepoint as rows, through a local Spark session: a "
+                             "keyed state, a keyed function's timers (--timers), a keyed state's change feed "
+                             "(--start-batch), or a Spark operator's state (--operator-id)", _read)
+    p.add_argument("path", help="the query's checkpointLocation, or a savepoint directory")
+    p.add_argument("state", nargs="?", help="the keyed state's name (not with --timers or --operator-id)")
+    p.add_argument("--function", metavar="NAME", help="the keyed function's name (needed when the query has several)")
+    p.add_argument("--batch", type=int, help="the committed batch to read (default: the latest)")
+    p.add_argument("--flatten-collection-types", action="store_true",
+                   help="list and map state: one row per element or entry (default: one row per key)")
+    p.add_argument("--timers", action="store_true", help="the keyed function's registered timers")
+    p.add_argument("--start-batch", type=int, metavar="BATCH",
+                   help="the change feed: the changes batches BATCH..--end-batch made to the state")
+    p.add_argument("--end-batch", type=int, metavar="BATCH",
+                   help="with --start-batch: the last batch of the change feed (default: the last committed)")
+    p.add_argument("--operator-state", action="store_true",
+                   help="the state named is a function's operator state (list, union list or broadcast), per partition")
+    p.add_argument("--operator-id", type=int, metavar="ID", help="a Spark operator's state, as Spark's reader shows it")
+    deprecated_alias(p, "--operator", "--operator-id", type=int)
+    p.add_argument("--store-name", metavar="NAME", help="with --operator-id: the store (joins have four)")
+    deprecated_alias(p, "--store", "--store-name")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="rows to print (0: all; default 20)")
+    p.add_argument("--master", default="local[2]", help="the Spark master of the session (default local[2])")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="decode pickled values (unpickling runs whatever the stored bytes say: trusted storage only)")
+    process_options(p)
+
+    p = command(sub, "erase", "delete keys from every state of a stopped query's keyed functions (values, lists, "
+                              "maps, timers, TTL index), as of its last committed batch", _erase)
+    p.add_argument("checkpoint", help="the query's checkpointLocation")
+    p.add_argument("keys", nargs="*", metavar="KEY", help="a key, typed as for `get` (repeatable)")
+    p.add_argument("--keys-file", metavar="FILE", help="more keys, one per line (as typed for `get`)")
+    p.add_argument("--function", metavar="NAME", help="only this keyed function (default: every keyed function)")
+    p.add_argument("--operator-key", action="append", default=[], metavar="COL",
+                   help="also erase the rows of Spark's stateful operators whose key has this column (repeatable, "
+                        "one per key column) equal to a key; KEY values then are those columns' values")
+    p.add_argument("--force", action="store_true",
+                   help="skip the running-query check (only when you know the query is stopped)")
+    process_options(p)
+
+
+def _get(args):
+    from ..state_data import StateLookup
+
+    with StateLookup(args.path, function=args.function, allow_pickle=args.allow_pickle,
+                     **common(args)) as states:
+        r = states.lookup(args.state, states.key_columns.parse(args.key), batch=args.batch)
+    d = r.to_dict()
+    shown = json.dumps(d["value"]) if r.found else "(no value)"
+    return d, (f"{shown}\n  {r.function}.{r.state} ({r.kind} state), key {d['key']}, batch {r.batch}, "
+               f"key group {r.key_group}, partition {r.partition}")
+
+
+def _read(args):
+    frame_of = _read_frame(args)  # checks the arguments before a session starts
+    from pyspark.sql import SparkSession
+
+    from ..spark.session import configure
+
+    active = SparkSession.getActiveSession()  # called from Python with a session running: use it
+    spark = active or configure(
+        SparkSession.builder.master(args.master).appName("spark-state read")
+        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")).getOrCreate()
+    if active is None:
+        spark.sparkContext.setLogLevel("ERROR")
+    try:
+        frame = frame_of(spark)
+        total = frame.count()
+        shown = frame.limit(args.limit) if args.limit else frame
+        columns, rows = frame.columns, [r.asDict(recursive=True) for r in shown.collect()]
+    finally:
+        if active is None:
+            spark.stop()
+    text = "\n".join(["\t".join(columns)] + ["\t".join(json.dumps(r[c], default=str) for c in columns) for r in rows]
+                     + ([f"({total} rows, {len(rows)} shown: --limit 0 prints all)"] if len(rows) < total else
+                        [f"({total} rows)"]))
+    return {"columns": columns, "rows": rows, "total": total}, text
+
+
+def _read_frame(args) -> Callable[[Any], Any]:
+    """The DataFrame ``read`` prints, as a function of the session (arguments checked first)."""
+    from .. import state_data
+
+    given = common(args)
+    if args.end_batch is not None and args.start_batch is None:
+        raise ValueError("--end-batch ends a change feed: give --start-batch too")
+    if args.start_batch is not None and args.batch is not None:
+        raise ValueError("a change feed reads batches --start-batch..--end-batch: give --end-batch, not --batch")
+    chosen = [name for name, on in (("--timers", args.timers), ("--start-batch", args.start_batch is not None),
+                                    ("--operator-id", args.operator_id is not None),
+                                    ("--operator-state", args.operator_state)) if on]
+    if len(chosen) > 1:
+        raise ValueError(f"{' and '.join(chosen)} read different things: give one")
+    if args.operator_id is not None:
+        return lambda spark: state_data.read_operator_state(spark, args.path, operator_id=args.operator_id,
+                                                           store_name=args.store_name, batch=args.batch,
+                                                           storage_options=given["storage_options"])
+    if args.timers:
+        return lambda spark: state_data.read_timers(spark, args.path, function=args.function, batch=args.batch,
+                                                    **given)
+    if not args.state:
+        raise ValueError("name the keyed state to read (or give --timers or --operator-id ID)")
+    if args.operator_state:
+        return lambda spark: state_data.read_function_operator_state(spark, args.path, args.state,
+                                                                    function=args.function, batch=args.batch,
+                                                                    allow_pickle=args.allow_pickle, **given)
+    if args.start_batch is not None:
+        return lambda spark: state_data.read_change_feed(spark, args.path, args.state, start_batch=args.start_batch,
+                                                        end_batch=args.end_batch, function=args.function,
+                                                        allow_pickle=args.allow_pickle, **given)
+    return lambda spark: state_data.read_keyed_state(spark, args.path, args.state, function=args.function,
+                                                    batch=args.batch,
+                                                    flatten_collection_types=args.flatten_collection_types,
+                                                    allow_pickle=args.allow_pickle, **given)
+
+
+def _erase(args):
+    from ..state_data import erase_keys
+
+    keys = list(args.keys)
+    if args.keys_file:
+        with open(args.keys_file, encoding="utf-8") as lines_in:
+            keys += [line.rstrip("\n") for line in lines_in if line.strip()]
+    if not keys:
+        raise ValueError("give at least one key (KEY arguments or --keys-file)")
+    r = erase_keys(args.checkpoint, keys, function=args.function, operator_key=args.operator_key or None,
+                   force=args.force, progress=not args.no_progress, as_text=True, **common(args))
+    lines = [f"erased {len(keys)} key(s) from the state of batch {r.batch} of {r.checkpoint}, committed as batch "
+             f"{r.erasure_batch} ({r.entries_removed} entries, {r.seconds:.1f} s); restart the query"]
+    for name, f in r.functions.items():
+        entries = ", ".join(f"{what} {n}" for what, n in f["entries"].items()) or "nothing"
+        lines.append(f"  {name}: {f['keys_found']} of the keys found; removed {entries}")
+    for operator, stores in r.operators.items():
+        for store, removed in stores.items():
+            entries = ", ".join(f"{what} {n}" for what, n in removed.items()) or "nothing"
+            lines.append(f"  operator {operator}, store {store}: removed {entries}")
+    return r.to_dict(), "\n".join(lines)
