@@ -23,7 +23,7 @@ from spark_state.ops.restore import read_manifest
 from spark_state.ops.state_files import read_state_entries
 from spark_state.process import keyed_process
 from spark_state.state_data import SavepointTransform, StateDataError, UnknownStateError, read_keyed_state
-from spark_state.state_data.savepoint_source import entry_of_state
+from spark_state.keys.entries import is_entry_of_state as entry_of_state
 from spark_state.storage import open_storage
 from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
 from surgery_fns import OUTPUT, Counter, CounterRenamed, CounterWithBonus, CountOnly
@@ -230,7 +230,7 @@ def test_surgery_errors_name_both_sides_before_anything_is_written(spark, taken,
         t.remove_state("nope")
     with pytest.raises(StateDataError, match="holds a state 'count' already"):
         t.rename_state("total", "count")
-    with pytest.raises(UnknownStateError, match=r"no function 'Other' \(functions: Counter\)"):
+    with pytest.raises(UnknownStateError, match=r"no function named 'Other' \(functions found: Counter\)"):
         t.remove_function("Other")
     with pytest.raises(StateDataError, match="has 2 sources"):
         t.remove_function(NAME, tick_source=2)
@@ -271,7 +271,7 @@ def test_a_functions_operator_state_is_read_and_replaced_in_a_savepoint(spark, t
     def read(t, state):
         by_partition = defaultdict(list)
         for r in t.read_function_operator_state(state, function="Ops").collect():
-            by_partition[r["partition"]].append((r[1], r["value"]))
+            by_partition[r["partition_id"]].append((r[0], r["value"]))  # (index or map_key, value, partition_id)
         return {p: [v for _, v in sorted(rows)] for p, rows in by_partition.items()}
 
     t = SavepointTransform(spark, sp, progress=False)
