@@ -17,6 +17,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import pyarrow as pa
 
 from .. import constants as C
+from ..arrow_chunks import entry_batches
 from ..errors import CheckpointCorruptError
 from ..storage.localdisk import disk_errno
 from .base import BackendFactory, Change, KVBackend, SnapshotFile
@@ -94,15 +95,8 @@ class HashMapBackend(KVBackend):
         keys = self._sorted_keys()
         data = self._data
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
-            step = C.ARROW_BATCH_ROWS
-            for i in range(0, len(keys), step):
-                chunk = keys[i:i + step]
-                writer.write_batch(
-                    pa.record_batch(
-                        [pa.array(chunk, pa.binary()), pa.array([data[k] for k in chunk], pa.binary())],
-                        schema=_SCHEMA,
-                    )
-                )
+            for batch in entry_batches(((k, data[k]) for k in keys), _SCHEMA, C.ARROW_BATCH_ROWS):
+                writer.write_batch(batch)
         return [SnapshotFile(SNAPSHOT_FILE, path, os.path.getsize(path), shared=False)]
 
     def close(self) -> None:

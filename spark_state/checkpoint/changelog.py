@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import constants as C
+from ..arrow_chunks import chunks, entry_arrays
 from ..errors import CheckpointCorruptError, IncompatibleFormatError
 
 SCHEMA = pa.schema([("op", pa.int8()), ("key", pa.binary()), ("value", pa.binary())])
@@ -36,10 +37,9 @@ def encode(version: int, changes: Mapping[bytes, Optional[bytes]]) -> bytes:
 
 def batches_of(changes: Mapping[bytes, Optional[bytes]]) -> Iterator[tuple[pa.Array, pa.Array]]:
     """``{key: value or None}`` as the ``(keys, values)`` record batches :func:`write` takes."""
-    keys, values = list(changes.keys()), list(changes.values())
-    step = C.ARROW_BATCH_ROWS  # chunks of bounded size: one binary array holds at most 2 GiB
-    for i in range(0, len(keys), step):
-        yield pa.array(keys[i:i + step], pa.binary()), pa.array(values[i:i + step], pa.binary())
+    # chunks of bounded size: one binary array holds at most 2 GiB
+    for chunk in chunks(changes.items(), C.ARROW_BATCH_ROWS):
+        yield entry_arrays(chunk)
 
 
 def encode_columns(version: int, keys: pa.ChunkedArray, values: pa.ChunkedArray) -> bytes:

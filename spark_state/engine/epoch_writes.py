@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import constants as C
+from ..arrow_chunks import chunks
 from ..keys.system import SYSTEM_PREFIX
 from ..backends.base import KVBackend
 from ..checkpoint import changelog
@@ -131,14 +132,7 @@ class SpilledWrites(EpochWrites):
         self._counts: Optional[tuple[int, int, int]] = None  # rows, deletes, user puts
 
     def _chunks(self) -> Iterator[list[tuple[bytes, bytes]]]:
-        chunk: list[tuple[bytes, bytes]] = []
-        for item in self._spill.items():
-            chunk.append(item)
-            if len(chunk) == C.ARROW_BATCH_ROWS:
-                yield chunk
-                chunk = []
-        if chunk:
-            yield chunk
+        return chunks(self._spill.items(), C.ARROW_BATCH_ROWS)
 
     def _count(self) -> tuple[int, int, int]:
         if self._counts is None:

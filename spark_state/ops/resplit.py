@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
+from ..arrow_chunks import entry_batches
 from ..config import EngineConfig
 from ..keys.provider import MalformedProviderKeyError, route_hashes
 from . import savepoint_format as F
@@ -54,16 +55,8 @@ def partition_of_rows(keys: pa.BinaryArray, n: int) -> np.ndarray:
 
 
 def batches_of(entries: Iterable[tuple[bytes, bytes]], rows: int = F.BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    ks: list[bytes] = []
-    vs: list[bytes] = []
-    for k, v in entries:
-        ks.append(k)
-        vs.append(v)
-        if len(ks) >= rows:
-            yield pa.record_batch([pa.array(ks, pa.binary()), pa.array(vs, pa.binary())], schema=F.SCHEMA)
-            ks, vs = [], []
-    if ks:
-        yield pa.record_batch([pa.array(ks, pa.binary()), pa.array(vs, pa.binary())], schema=F.SCHEMA)
+    """A store's entries as record batches of the savepoint's entry schema (what :meth:`Split.add` takes)."""
+    return entry_batches(entries, F.SCHEMA, rows)
 
 
 class Split:

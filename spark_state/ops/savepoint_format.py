@@ -74,6 +74,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Protocol
 
 import pyarrow as pa
 
+from ..arrow_chunks import chunks, entry_batch, entry_size
 from ..keys.system import SYSTEM_PREFIX
 from ..version import __version__
 from .errors import SavepointError
@@ -365,30 +366,13 @@ def _batches(entries: Iterable[tuple[bytes, bytes]]) -> Iterator[tuple[pa.Record
     """``entries`` as record batches of at most :data:`BATCH_ROWS` rows and about
     :data:`BATCH_BYTES` (a batch ends at the first entry that reaches it), each with its count of
     data keys. An empty input gives one empty batch, so that an empty state file holds one
-    record batch. The Python lists of a batch are dropped before it is yielded: while it is
+    record batch. The Python list of a batch is dropped before it is yielded: while it is
     written, only its Arrow copy is held."""
-    ks: list[bytes] = []
-    vs: list[bytes] = []
-    size = 0
-    batches = 0
-    for k, v in entries:
-        ks.append(k)
-        vs.append(v)
-        size += len(k) + len(v)
-        if len(ks) >= BATCH_ROWS or size >= BATCH_BYTES:
-            batch, data_keys = _batch(ks, vs)
-            ks, vs, size = [], [], 0
-            batches += 1
-            yield batch, data_keys
-    if ks or not batches:
-        batch, data_keys = _batch(ks, vs)
-        del ks, vs
+    for chunk in chunks(entries, BATCH_ROWS, BATCH_BYTES, entry_size, at_least_one=True):
+        data_keys = sum(1 for k, _ in chunk if k[:1] != SYSTEM_PREFIX)
+        batch = entry_batch(chunk, SCHEMA)
+        del chunk
         yield batch, data_keys
-
-
-def _batch(ks: list[bytes], vs: list[bytes]) -> tuple[pa.RecordBatch, int]:
-    data_keys = sum(1 for k in ks if k[:1] != SYSTEM_PREFIX)
-    return pa.record_batch([pa.array(ks, pa.binary()), pa.array(vs, pa.binary())], schema=SCHEMA), data_keys
 
 
 def describe(manifest: SavepointManifest) -> dict[str, Any]:

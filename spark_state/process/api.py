@@ -180,17 +180,27 @@ def keyed_co_process(
         name=name, state_location=state_location, state_root=state_root, storage_options=storage_options,
         engine=engine, late_rows=late_rows)
     _no_heartbeat(idle_heartbeat)
-    sides = (
-        InputSide(LEFT, tuple(left.columns), renamed(LEFT, left.columns), tuple(lkeys),
-                  event_time_of(left, "keyed_co_process (left)")),
-        InputSide(RIGHT, tuple(right.columns), renamed(RIGHT, right.columns), tuple(rkeys),
-                  event_time_of(right, "keyed_co_process (right)")),
-    )
-    phases = _phases(function, event_time=any(s.event_time is not None for s in sides), two_inputs=True)
-    plan = ProcessPlan(KEYED, function, options, tuple(lfields), sides, phases)
-    routed = union_inputs([(sides[0], left), (sides[1], right)], options.parallelism, _max_p(options),
-                          tick_stream(left, options.location.name, timers=phases.timers))
+    times = (event_time_of(left, "keyed_co_process (left)"), event_time_of(right, "keyed_co_process (right)"))
+    phases = _phases(function, event_time=any(t is not None for t in times), two_inputs=True)
+    plan, routed = plan_co(left, right, lkeys, rkeys, lfields, function, options, phases, times,
+                           tick_stream(left, options.location.name, timers=phases.timers))
     return _keyed(routed, plan)
+
+
+def plan_co(left: DataFrame, right: DataFrame, left_keys: Sequence[str], right_keys: Sequence[str],
+            key_fields: Sequence[Any], function: Any, options: ProcessOptions, phases: Phases,
+            event_times: tuple[Optional[EventTime], Optional[EventTime]],
+            ticks: Optional[DataFrame]) -> tuple[ProcessPlan, DataFrame]:
+    """The plan of a two-input keyed function over ``left`` and ``right`` (``key_fields``: the
+    left key's; the sides' key types are checked by the caller), and both inputs tagged by side
+    and routed for it: the one place it is built, for :func:`keyed_co_process` and for offline
+    runs (:mod:`.offline`). ``event_times``: each side's; ``ticks`` as for :func:`plan_keyed`."""
+    sides = (
+        InputSide(LEFT, tuple(left.columns), renamed(LEFT, left.columns), tuple(left_keys), event_times[0]),
+        InputSide(RIGHT, tuple(right.columns), renamed(RIGHT, right.columns), tuple(right_keys), event_times[1]),
+    )
+    plan = ProcessPlan(KEYED, function, options, tuple(key_fields), sides, phases)
+    return plan, union_inputs([(sides[0], left), (sides[1], right)], options.parallelism, _max_p(options), ticks)
 
 
 def keyed_broadcast_process(
@@ -244,17 +254,28 @@ def keyed_broadcast_process(
     if missing:
         raise ProcessDefinitionError(
             f"broadcast_order column(s) {missing} not in the broadcast input's columns {broadcast_df.columns}")
+    event_time = event_time_of(df, "keyed_broadcast_process")
+    phases = _phases(function, event_time=event_time is not None, broadcast=BroadcastSpec(descriptors, order))
+    plan, routed = plan_broadcast(df, broadcast_df, keys, key_fields, function, options, phases, event_time,
+                                  tick_stream(df, options.location.name, timers=phases.timers))
+    return _keyed(routed, plan)
+
+
+def plan_broadcast(df: DataFrame, broadcast_df: DataFrame, keys: Sequence[str], key_fields: Sequence[Any],
+                   function: Any, options: ProcessOptions, phases: Phases, event_time: Optional[EventTime],
+                   ticks: Optional[DataFrame]) -> tuple[ProcessPlan, DataFrame]:
+    """The plan of a keyed function with a broadcast input (``phases.broadcast`` names its
+    states), and ``df`` and ``broadcast_df`` tagged by side and routed for it (every partition
+    gets every broadcast row): the one place it is built, for :func:`keyed_broadcast_process`
+    and for offline runs (:mod:`.offline`). ``event_time``: the keyed input's (the broadcast
+    input carries none); ``ticks`` as for :func:`plan_keyed`."""
     sides = (
-        InputSide(LEFT, tuple(df.columns), renamed(LEFT, df.columns), tuple(keys),
-                  event_time_of(df, "keyed_broadcast_process")),
+        InputSide(LEFT, tuple(df.columns), renamed(LEFT, df.columns), tuple(keys), event_time),
         InputSide(BROADCAST_SIDE, tuple(broadcast_df.columns), renamed(BROADCAST_SIDE, broadcast_df.columns)),
     )
-    phases = _phases(function, event_time=sides[0].event_time is not None,
-                     broadcast=BroadcastSpec(descriptors, order))
     plan = ProcessPlan(KEYED, function, options, tuple(key_fields), sides, phases)
-    routed = union_inputs([(sides[0], df), (sides[1], broadcast_df)], options.parallelism, _max_p(options),
-                          tick_stream(df, options.location.name, timers=phases.timers))
-    return _keyed(routed, plan)
+    return plan, union_inputs([(sides[0], df), (sides[1], broadcast_df)], options.parallelism, _max_p(options),
+                              ticks)
 
 
 def checkpointed_process(

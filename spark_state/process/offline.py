@@ -3,9 +3,10 @@ state location, with no Spark streaming; give back what it wrote.
 
 This is the one entry of the keyed runtime for work that is not a micro-batch -- a bootstrap of
 keyed state from a DataFrame, a transform of a savepoint (:mod:`spark_state.state_data`). On the
-driver, :func:`plan_offline` gives the plan and routes the rows as ``keyed_process`` does (its
-own plan builder); in each task of a batch job over the routed rows, :func:`run_keyed_offline`
-runs the same keyed loop (:mod:`.keyed_loop`) as a streaming task, as batch 0:
+driver, :func:`plan_offline` gives the plan and routes the rows as ``keyed_process``,
+``keyed_co_process`` or ``keyed_broadcast_process`` does (their own plan builders); in each
+task of a batch job over the routed rows, :func:`run_keyed_offline` runs the same keyed loop
+(:mod:`.keyed_loop`) as a streaming task, as batch 0:
 
 1. the partition's store (layout ``(parallelism, 0)``, batch version 0) is opened under the
    given location -- empty, or holding ``base`` (entries in key order) as version 1;
@@ -32,13 +33,13 @@ from pyspark.sql import DataFrame
 from ..engine.store import VersionedStore
 from ..state.regroup import owned_key_groups
 from ..storage import CheckpointStorage
-from .api import plan_keyed
+from .api import plan_broadcast, plan_co, plan_keyed
 from .clock import maxima_dir
 from .event_time import EventTime
 from .keyed_loop import LoopTask, keyed_loop
 from .location import Layout
 from .options import ProcessOptions
-from .plan import Phases, ProcessPlan
+from .plan import BroadcastSpec, Phases, ProcessPlan
 from .stores import PartitionStore
 
 __all__ = ["OfflineRun", "plan_offline", "run_keyed_offline"]
@@ -48,16 +49,35 @@ _BATCH = 0
 
 
 def plan_offline(df: DataFrame, keys: Sequence[str], key_fields: Sequence[Any], function: Any,
-                 options: ProcessOptions, event_time: Optional[str] = None) -> tuple[ProcessPlan, DataFrame]:
+                 options: ProcessOptions, event_time: Optional[str] = None, *,
+                 right: Optional[tuple[DataFrame, Sequence[str]]] = None,
+                 broadcast: Optional[tuple[DataFrame, BroadcastSpec]] = None) -> tuple[ProcessPlan, DataFrame]:
     """The plan of an offline run of keyed ``function`` over ``df`` (driver side), and ``df``
-    routed for it exactly as :func:`~.api.keyed_process` routes a streaming query's rows (one
-    :func:`~.api.plan_keyed` for both): partition ``i`` of the routed DataFrame is the input of
+    routed for it exactly as the streaming entry point routes a query's rows (one plan builder
+    of :mod:`.api` for both): partition ``i`` of the routed DataFrame is the input of
     :func:`run_keyed_offline` for partition ``i``.
+
+    One input: :func:`~.api.plan_keyed`, as :func:`~.api.keyed_process`. ``right`` (the second
+    input and its key columns; their types must equal ``df``'s keys', checked by the caller):
+    :func:`~.api.plan_co`, as :func:`~.api.keyed_co_process`. ``broadcast`` (the broadcast input
+    and its states and order): :func:`~.api.plan_broadcast`, as
+    :func:`~.api.keyed_broadcast_process`. Not both.
 
     The plan has the bootstrap phase: the time phase runs without firing, and timers of both
     domains may be registered for the query that restores the state. ``event_time``: the column
-    of each row's event time (read by side, the batch's event-time maxima recorded)."""
+    of each row of ``df`` with its event time (read by side, the batch's event-time maxima
+    recorded; the other input has none)."""
+    if right is not None and broadcast is not None:
+        raise ValueError("an offline run has a second input or a broadcast input, not both")
     time = EventTime(event_time, 0) if event_time else None
+    if right is not None:
+        phases = Phases(event_time=time is not None, two_inputs=True, bootstrap=True)
+        other, right_keys = right
+        return plan_co(df, other, keys, right_keys, key_fields, function, options, phases, (time, None), None)
+    if broadcast is not None:
+        other, spec = broadcast
+        phases = Phases(event_time=time is not None, broadcast=spec, bootstrap=True)
+        return plan_broadcast(df, other, keys, key_fields, function, options, phases, time, None)
     return plan_keyed(df, keys, key_fields, function, options, Phases(event_time=time is not None, bootstrap=True),
                       time, None)
 

@@ -8,11 +8,10 @@ TTL index and markers -- is the engine's own), values without TTL stamps.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import pyarrow as pa
 
 from .. import constants as C
+from ..arrow_chunks import chunks, entry_arrays
 from ..engine.changes import committed_changes
 from ..engine.store import VersionedStore
 from ..keys.system import SYSTEM_PREFIX
@@ -29,18 +28,13 @@ def write_change_feed(store: VersionedStore, start: int, end: int, out_path: str
     with pa.OSFile(out_path, "wb") as sink, pa.ipc.new_file(sink, SCHEMA) as writer:
         for changed in committed_changes(store, start, end):
             stamped = is_stamped(store, NAMESPACE)
-            keys: list[bytes] = []
-            values: list[Optional[bytes]] = []
-            for key, value in changed.changes:
-                if key[:1] == SYSTEM_PREFIX:
-                    continue
-                keys.append(key)
-                values.append(value[STAMP_BYTES:] if stamped and value is not None else value)
-            for i in range(0, len(keys), C.ARROW_BATCH_ROWS):
-                ks, vs = keys[i:i + C.ARROW_BATCH_ROWS], values[i:i + C.ARROW_BATCH_ROWS]
-                ops = [C.OP_PUT if v is not None else C.OP_DELETE for v in vs]
+            data = ((key, value[STAMP_BYTES:] if stamped and value is not None else value)
+                    for key, value in changed.changes if key[:1] != SYSTEM_PREFIX)
+            for chunk in chunks(data, C.ARROW_BATCH_ROWS):
+                ks, vs = entry_arrays(chunk)
+                ops = [C.OP_PUT if v is not None else C.OP_DELETE for _, v in chunk]
                 writer.write_batch(pa.record_batch(
-                    [pa.array([changed.version] * len(ks), pa.int64()), pa.array(ops, pa.int8()),
-                     pa.array(ks, pa.binary()), pa.array(vs, pa.binary())], schema=SCHEMA))
-            total += len(keys)
+                    [pa.array([changed.version] * len(chunk), pa.int64()), pa.array(ops, pa.int8()), ks, vs],
+                    schema=SCHEMA))
+                total += len(chunk)
     return total

@@ -35,6 +35,7 @@ from typing import Any, Optional, Sequence
 import pyarrow as pa
 
 from .. import constants as C
+from ..arrow_chunks import entry_batches
 from ..keys.system import SYSTEM_PREFIX
 from ..engine.store import VersionedStore
 
@@ -94,23 +95,11 @@ class ViewExporter:
         the JVM reads once and deletes."""
         path = os.path.join(self.directory, f"ship-v{store.version}-{uuid.uuid4().hex[:12]}.arrow")
         rows = 0
-        keys: list[bytes] = []
-        values: list[bytes] = []
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, _ENTRIES) as writer:
-            def flush() -> None:
-                writer.write_batch(pa.record_batch([pa.array(keys, pa.binary()), pa.array(values, pa.binary())],
-                                                   schema=_ENTRIES))
-                keys.clear()
-                values.clear()
-
-            for key, value in store.iterate(None, SYSTEM_PREFIX):
-                keys.append(key)
-                values.append(value)
-                if len(keys) >= C.ARROW_BATCH_ROWS:
-                    rows += len(keys)
-                    flush()
-            rows += len(keys)
-            flush()
+            for batch in entry_batches(store.iterate(None, SYSTEM_PREFIX), _ENTRIES, C.ARROW_BATCH_ROWS,
+                                       at_least_one=True):
+                writer.write_batch(batch)
+                rows += batch.num_rows
         return path, rows
 
     def expired_file(self, keys: Sequence[bytes]) -> Optional[str]:

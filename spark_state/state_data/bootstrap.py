@@ -64,12 +64,11 @@ from ..ops.progress import Progress
 from ..ops.savepoint import check_empty_target, take, write_file
 from ..process.api import key_columns
 from ..process.clock import clock_path, maxima_dir
-from ..process.event_time import EventTime
 from ..process.functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction
-from ..process.inputs import BROADCAST_SIDE, LEFT, RIGHT, InputSide, check_same_key_types, renamed, union_inputs
+from ..process.inputs import check_same_key_types
 from ..process.offline import plan_offline
 from ..process.options import process_options
-from ..process.plan import KEYED, BroadcastSpec, Phases, ProcessPlan
+from ..process.plan import KEYED, BroadcastSpec, ProcessPlan
 from ..state import MapStateDescriptor
 from ..storage import CheckpointStorage, open_storage
 from .bootstrap_task import RESULT_DDL, BroadcastOutputDropped, CoOutputDropped, OutputDropped, bootstrap_partition
@@ -325,13 +324,9 @@ class SavepointWriter:
                                state_root=None, storage_options=None, engine=entry.engine)
         assert opts.max_parallelism is not None
         n, name, url = opts.parallelism, entry.name, target.url
-        if entry.right is not None or entry.broadcast is not None:
-            plan, routed = self._two_inputs(entry, opts, keys, key_fields)
-        else:
-            # with event time read by side (each row's event time on the context, the maxima
-            # recorded), else the plain input (a key's rows in one call)
-            plan, routed = plan_offline(history, keys, key_fields, OutputDropped(entry.function), opts,
-                                        entry.event_time)
+        # with event time read by side (each row's event time on the context, the maxima
+        # recorded), else the plain input (a key's rows in one call); two inputs tagged by side
+        plan, routed = self._plan(entry, opts, keys, key_fields)
 
         def run(batches):
             return bootstrap_partition(plan, name, url, options, batches)
@@ -357,31 +352,20 @@ class SavepointWriter:
 
 
     @staticmethod
-    def _two_inputs(entry: _Keyed, opts: Any, keys: list[str], key_fields: list) -> tuple[ProcessPlan, DataFrame]:
-        """The plan and routed rows of a co-process or broadcast bootstrap: its inputs tagged by
-        side, as ``keyed_co_process`` / ``keyed_broadcast_process`` tag them."""
+    def _plan(entry: _Keyed, opts: Any, keys: list[str], key_fields: list) -> tuple[ProcessPlan, DataFrame]:
+        """The plan and routed rows of a keyed bootstrap (:func:`~spark_state.process.offline.plan_offline`);
+        a co-process bootstrap's sides' key columns checked to have the same types first."""
         history = entry.history
-        event_time = EventTime(entry.event_time, 0) if entry.event_time else None
-        left = InputSide(LEFT, tuple(history.columns), renamed(LEFT, history.columns), tuple(keys), event_time)
         if entry.right is not None:
             right_history, right_key = entry.right
             right_keys, _ = key_columns(right_history, right_key, f"the bootstrap of {entry.name!r} (right)")
             check_same_key_types(history, keys, right_history, right_keys)
-            other = InputSide(RIGHT, tuple(right_history.columns), renamed(RIGHT, right_history.columns),
-                              tuple(right_keys))
-            function: Any = CoOutputDropped(entry.function)
-            phases = Phases(event_time=event_time is not None, two_inputs=True, bootstrap=True)
-        else:
-            assert entry.broadcast is not None
-            right_history, spec = entry.broadcast
-            other = InputSide(BROADCAST_SIDE, tuple(right_history.columns),
-                              renamed(BROADCAST_SIDE, right_history.columns))
-            function = BroadcastOutputDropped(entry.function)
-            phases = Phases(event_time=event_time is not None, broadcast=spec, bootstrap=True)
-        assert opts.max_parallelism is not None
-        plan = ProcessPlan(KEYED, function, opts, tuple(key_fields), (left, other), phases)
-        routed = union_inputs([(left, history), (other, right_history)], opts.parallelism, opts.max_parallelism, None)
-        return plan, routed
+            return plan_offline(history, keys, key_fields, CoOutputDropped(entry.function), opts, entry.event_time,
+                                right=(right_history, right_keys))
+        if entry.broadcast is not None:
+            return plan_offline(history, keys, key_fields, BroadcastOutputDropped(entry.function), opts,
+                                entry.event_time, broadcast=entry.broadcast)
+        return plan_offline(history, keys, key_fields, OutputDropped(entry.function), opts, entry.event_time)
 
 
 def count_sources(df: DataFrame) -> int:

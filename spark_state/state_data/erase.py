@@ -122,7 +122,7 @@ def erase_keys(checkpoint: str, keys: Iterable[Any], *, function: Optional[str] 
     ckpt, last, processes = rewrite.ckpt, rewrite.last, rewrite.processes
     keyed = [loc for loc in processes if loc.kind == KEYED]
     if function is not None or (not keyed and not operator_key):  # names what there is: an unknown function, none
-        keyed = [choose(keyed, function, ckpt, process_root)]
+        keyed = [choose(keyed, function, ckpt, process_root, process_locations)]
     stores = _operator_erasures(rewrite, list(operator_key), wanted, as_text) if operator_key else {}
     erasures: dict[str, _Erasure] = {}
     for loc in keyed:

@@ -39,6 +39,7 @@ from ..ops.state_files import read_unlisted_entries, verified_file, write_state_
 from ..ops.state_io import reader_config
 from ..storage import open_storage
 from .errors import StateDataError
+from .partition_jobs import each_partition
 from ..keys.entries import is_entry_of_state
 from .savepoint_source import SavepointSource
 
@@ -136,23 +137,17 @@ def rewrite(spark: SparkSession, source: SavepointSource, base: BaseEntries, url
     name, n = source.function, source.entry.parallelism
     opts = dict(options)
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        return rewrite_partition(name, url, opts, base, batches)
+    def run(partition: int) -> Iterator[pa.RecordBatch]:
+        return rewrite_partition(name, url, opts, base, partition)
 
-    rows = spark.range(0, n, 1, n).mapInArrow(run, REWRITE_DDL).collect()
+    rows = each_partition(spark, n, run, REWRITE_DDL).collect()
     return {row.partition: F.file_entry_of_row(row) for row in rows}
 
 
 def rewrite_partition(name: str, url: str, options: Mapping[str, str], base: BaseEntries,
-                      batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body of :func:`rewrite`: the task's partition written by
-    :func:`write_partition` with nothing added."""
-    from pyspark import TaskContext
-
-    for _ in batches:  # the job's rows only give it its partitions
-        pass
-    tc = TaskContext.get()
-    partition = tc.partitionId() if tc is not None else 0
+                      partition: int) -> Iterator[pa.RecordBatch]:
+    """One task of :func:`rewrite`: ``partition`` written by :func:`write_partition` with nothing
+    added, its file's entry as one row."""
     written = write_partition(name, url, options, base, partition, ())
     yield pa.record_batch([pa.array([partition], pa.int32()), *F.file_entry_arrays(written)], schema=REWRITE_SCHEMA)
 

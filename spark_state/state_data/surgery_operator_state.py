@@ -26,6 +26,7 @@ from ..state import ListStateDescriptor, MapStateDescriptor
 from ..state.descriptors import StateDescriptor
 from ..state.schema import schema_of
 from .errors import StateDataError
+from .partition_jobs import each_routed_partition
 from .savepoint_source import SavepointSource
 from .surgery import BaseEntries, write_partition
 
@@ -74,12 +75,12 @@ def replace_operator_state(spark: SparkSession, source: SavepointSource, base: B
     encode = _Encoder(descriptor, mode, keyspace)
     place = "map_key" if mode == MODE_BROADCAST else "index"
 
-    def run(partition: int, items: Iterable[tuple[int, tuple[Any, Any]]]) -> Iterator[tuple[int, F.FileEntry]]:
-        yield partition, write_partition(name, url, opts, base, partition, encode(v for _, v in items))
+    def run(partition: int, items: Iterator[tuple[Any, Any]]) -> Iterator[tuple[int, F.FileEntry]]:
+        yield partition, write_partition(name, url, opts, base, partition, encode(items))
 
-    routed = (rows.select("partition_id", place, "value").rdd.map(lambda r: (r[0], (r[1], r[2])))
-              .partitionBy(n, lambda p: p))  # partition p of the job is the layout's partition p
-    return dict(routed.mapPartitionsWithIndex(run).collect())  # the tasks' FileEntry objects, pickled back
+    # partition p of the job is the layout's partition p; the tasks' FileEntry objects, pickled back
+    pairs = rows.select("partition_id", place, "value").rdd.map(lambda r: (r[0], (r[1], r[2])))
+    return dict(each_routed_partition(pairs, n, run))
 
 
 class _Encoder:

@@ -22,7 +22,7 @@ joins' keyWithIndexToValue), stores of TTL-stamped values and rows of other than
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -35,6 +35,7 @@ from ..ops.state_files import read_state_entries, verified_file
 from ..partitioning.spark_hash import spark_hash, spark_partition_id
 from ..storage import CheckpointStorage, open_storage
 from .errors import StateDataError, UnknownStateError
+from .partition_jobs import each_routed_partition
 from .surgery import write_sorted
 
 
@@ -123,14 +124,14 @@ def replace_spark_state(spark: SparkSession, url: str, options: Mapping[str, str
         return spark_partition_id(hash32, n), (provider_key(hash32, unsafe_row(key, key_types)),
                                                unsafe_row(value, value_types))
 
-    def run(partition: int, items: Iterable[tuple[int, tuple[bytes, bytes]]]) -> Iterator[tuple[int, F.FileEntry]]:
+    def run(partition: int, items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[int, F.FileEntry]]:
         path = F.state_file(op_id, name, partition)
 
         def entries(work: str) -> Iterator[tuple[bytes, bytes]]:
             kept = read_state_entries(open_storage(url, source_options), manifest, path, work)
-            return itertools.chain(((k, v) for k, v in kept if k[:1] == SYSTEM_PREFIX), (kv for _, kv in items))
+            return itertools.chain(((k, v) for k, v in kept if k[:1] == SYSTEM_PREFIX), items)
 
         yield partition, write_sorted(out_url, target_options, path, entries)
 
-    routed = rows.select("key", "value").rdd.map(encode).partitionBy(n, lambda p: p)
-    return dict(routed.mapPartitionsWithIndex(run).collect())  # the tasks' FileEntry objects, pickled back
+    # the tasks' FileEntry objects, pickled back
+    return dict(each_routed_partition(rows.select("key", "value").rdd.map(encode), n, run))

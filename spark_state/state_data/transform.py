@@ -63,6 +63,7 @@ from .errors import StateDataError, UnknownStateError
 from .function_operator_state import read_function_operator_state
 from .read import read_keyed_state, read_timers
 from .savepoint_source import SavepointSource
+from .source import choose_function
 from .transform_checks import check_operator_rows, check_rows
 from .surgery_spark import check_spark_rows, check_unstamped, replace_spark_state, spark_store
 from .surgery_operator_state import dropped_prefixes, keyspace_of, operator_mode, replace_operator_state
@@ -295,10 +296,8 @@ class SavepointTransform:
         :raises StateDataError: ``tick_source`` is no source of the query, or not a tick source."""
         sp = open_storage(self._savepoint, self._options)
         manifest = read_manifest(sp)
-        names = [p.name for p in manifest.process if p.name not in self._removed]
-        if function not in names:
-            raise UnknownStateError(f"the savepoint {self._savepoint} has no function {function!r} (functions: "
-                                    f"{', '.join(names) or 'none'})")
+        choose_function([p for p in manifest.process if p.name not in self._removed], function,
+                        f"the savepoint {self._savepoint}", kind="function")
         if tick_source is not None:
             if self._dropped_source is not None:
                 raise StateDataError("one transform drops one tick source; write, then transform the result")
@@ -371,21 +370,25 @@ class SavepointTransform:
                                list(self._done))
 
     def _source(self, function: Optional[str]) -> SavepointSource:
-        source = SavepointSource.open(self._savepoint, function, self._options)
-        if source.function in self._removed:
-            raise UnknownStateError(f"function {source.function!r} is removed by this transform (remove_function)")
-        return source
+        """The keyed function ``function`` of the savepoint (optional when it has one)."""
+        return self._not_removed(SavepointSource.open(self._savepoint, function, self._options))
 
     def _any_source(self, function: Optional[str]) -> SavepointSource:
         """The function ``function`` of the savepoint, keyed or checkpointed (optional when it has
-        one keyed function)."""
-        if function is not None and function not in self._removed:
-            storage = open_storage(self._savepoint, self._options)
-            manifest = read_manifest(storage)
-            entry = next((p for p in manifest.process if p.name == function), None)
-            if entry is not None and entry.kind != KEYED:
-                return SavepointSource(storage.url, dict(self._options), manifest, entry)
-        return self._source(function)
+        one keyed function), chosen by the one chooser (:func:`.source.choose_function`)."""
+        if function is None:
+            return self._source(None)
+        storage = open_storage(self._savepoint, self._options)
+        manifest = read_manifest(storage)
+        entry = choose_function(manifest.process, function, f"the savepoint {storage.url}", kind="function")
+        if entry.kind == KEYED:
+            return self._source(function)  # a keyed function's source also checks its key columns
+        return self._not_removed(SavepointSource(storage.url, dict(self._options), manifest, entry))
+
+    def _not_removed(self, source: SavepointSource) -> SavepointSource:
+        if source.function in self._removed:
+            raise UnknownStateError(f"function {source.function!r} is removed by this transform (remove_function)")
+        return source
 
     def _states_of(self, source: SavepointSource) -> set[str]:
         if source.function not in self._states:

@@ -120,6 +120,19 @@ def test_an_unknown_function_lists_only_the_places_searched(query, tmp_path, mon
     assert f"{tmp_path}/spark-state/{ckpt.query_id()}/<name>" in where_looked(ckpt.storage, ckpt.query_id(), None)
 
 
+def test_erase_of_an_unknown_function_names_the_locations_it_was_given(query):
+    """erase_keys hands its process_locations to the chooser: the error lists them among the
+    places searched (nothing is erased)."""
+    from spark_state.ops.process_locations import beside_checkpoint
+    from spark_state.state_data import erase_keys
+
+    ckpt = SparkCheckpoint(query["checkpoint"])
+    where = f"{beside_checkpoint(ckpt.storage).url}/{NAME}"
+    with pytest.raises(UnknownStateError, match=r"no keyed function named 'Other' \(keyed functions found: AllStates; "
+                                                r"looked the locations named \(AllStates=\S+/AllStates\)"):
+        erase_keys(query["checkpoint"], ["k1"], function="Other", process_locations={NAME: where}, progress=False)
+
+
 def test_the_chooser_reads_alike_for_a_checkpoint_and_a_savepoint(query):
     for path in (query["checkpoint"], query["savepoint"]):
         with pytest.raises(UnknownStateError, match=r"has no keyed function named 'Other' \(keyed functions found: "

@@ -230,7 +230,7 @@ def test_surgery_errors_name_both_sides_before_anything_is_written(spark, taken,
         t.remove_state("nope")
     with pytest.raises(StateDataError, match="holds a state 'count' already"):
         t.rename_state("total", "count")
-    with pytest.raises(UnknownStateError, match=r"no function 'Other' \(functions: Counter\)"):
+    with pytest.raises(UnknownStateError, match=r"no function named 'Other' \(functions found: Counter\)"):
         t.remove_function("Other")
     with pytest.raises(StateDataError, match="has 2 sources"):
         t.remove_function(NAME, tick_source=2)
