@@ -35,10 +35,10 @@ from ..process.plan import KEYED
 from ..state.schema import StateSchema
 from ..storage import open_storage
 from .codecs import serializer_of
-from .errors import StateDataError, UnknownStateError
+from .errors import UnknownStateError
 from .partition_jobs import PARTITION_ID, PartitionJob, run_job
 from .read import Partitions, spark_type
-from .savepoint_source import SavepointSource, is_savepoint
+from .savepoint_source import SavepointSource, is_savepoint, savepoint_batch
 from .source import choose, choose_function
 
 __all__ = ["plan_function_operator_state", "read_function_operator_state"]
@@ -101,9 +101,7 @@ def _savepoint_partitions(path: str, function: Optional[str], batch: Optional[in
     storage = open_storage(path, options)
     manifest = read_manifest(storage)
     entry = choose_function(manifest.process, function, f"the savepoint {storage.url}", kind="function")
-    if batch is not None and batch != manifest.batch_id:
-        raise StateDataError(f"the savepoint {storage.url} holds batch {manifest.batch_id}, not batch {batch}: omit "
-                             "batch= to read it")
+    savepoint_batch(storage.url, manifest, batch)
     source = SavepointSource(storage.url, options, manifest, entry)
     parts = Partitions(storage.url, options, L.Layout(entry.parallelism, 0), manifest.state_version,
                        entry.max_parallelism or 1, (), source)

@@ -56,7 +56,7 @@ from .codecs import SINGLE_VALUE_KINDS
 from .records import each_store_records, find_state_record, state_codec
 from .errors import StateDataError, UnreadableStateError
 from .partition_jobs import PARTITION_ID, PartitionJob, chunked, run_job
-from .savepoint_source import SavepointSource, is_savepoint
+from .savepoint_source import SavepointSource, is_savepoint, savepoint_batch
 from .source import KeyedSource
 
 __all__ = ["plan_keyed_state", "plan_timers", "read_keyed_state", "read_timers"]
@@ -180,9 +180,7 @@ def source_partitions(path: str, function: Optional[str], batch: Optional[int],
     a savepoint's state files (``batch``, if given, must be the savepoint's)."""
     if is_savepoint(path, storage_options):
         sp = SavepointSource.open(path, function, storage_options)
-        if batch is not None and batch != sp.manifest.batch_id:
-            raise StateDataError(f"the savepoint {sp.url} holds batch {sp.manifest.batch_id}, not batch {batch}: "
-                                 "omit batch= to read it")
+        savepoint_batch(sp.url, sp.manifest, batch)
         parts = Partitions(sp.url, dict(sp.storage_options), L.Layout(sp.entry.parallelism, 0),
                             sp.manifest.state_version, sp.max_parallelism, tuple(sp.key_columns.fields), sp)
         return parts, sp.function
