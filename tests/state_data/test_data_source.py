@@ -116,7 +116,7 @@ def test_the_data_source_equals_the_python_readers(spark, states):
         read_keyed_state(spark, states["ckpt"], "count", batch=1))
     for state in ("count", "recent", "buckets"):
         feed = _source(spark, states["ckpt"], stateVarName=state, readChangeFeed="true", changeStartBatchId=1,
-                       changeEndBatchId=2)
+                       changeEndBatchId=2, **({"flattenCollectionTypes": "false"} if state == "recent" else {}))
         python = read_change_feed(spark, states["ckpt"], state, start_batch=1, end_batch=2)
         assert feed.columns == python.columns and _rows(feed) == _rows(python) and feed.count() > 0
     for state in ("split", "union", "bcast"):
@@ -149,6 +149,10 @@ def test_sql_reads_state_through_a_temporary_view(spark, states):
     ({"stateVarName": "count", "batchId": "last"}, "must be a batch id"),
     ({"stateVarName": "count", "flattenCollectionTypes": "yes"}, "must be true or false"),
     ({"operatorId": "0"}, r"format\('statestore'\)"),
+    ({"readRegisteredTimers": "true", "flattenCollectionTypes": "false"}, "flattenCollectionTypes applies to "
+                                                                          "stateVarName reads"),
+    ({"stateVarName": "recent", "readChangeFeed": "true", "changeStartBatchId": "1", "flattenCollectionTypes": "true"},
+     "a change feed's row holds the whole list or map"),
 ])
 def test_bad_options_give_clear_errors(states, options, message):
     """The checks the source makes on the driver (the same function its schema() calls)."""
