@@ -24,6 +24,7 @@ from typing import Mapping, Optional
 from pyspark.sql import DataFrame, SparkSession
 
 from ..ops.checkpoint_reader import SparkCheckpoint
+from ..ops.errors import UnsupportedCheckpointError
 from ..ops.restore import restore
 from ..ops.savepoint_manifest import read_manifest
 from ..spark.lines import running_line
@@ -72,7 +73,11 @@ def _check_operator(path: str, savepoint: bool, operator_id: int, store_name: Op
         stores = {op.id: (op.name, [s.name for s in op.stores])
                   for op in read_manifest(open_storage(path, options)).operators}
     else:
-        stores = {op.id: (op.name, list(op.store_names)) for op in SparkCheckpoint(path, options).operators()}
+        try:
+            operators = SparkCheckpoint(path, options).operators()
+        except UnsupportedCheckpointError:  # e.g. transformWithState's v2 metadata: Spark's reader decides
+            return
+        stores = {op.id: (op.name, list(op.store_names)) for op in operators}
     there = "; ".join(f"{i} {name} (stores {', '.join(names)})" for i, (name, names) in sorted(stores.items()))
     if operator_id not in stores:
         keyed = (" (a keyed function's state is read with read_keyed_state, or format('spark-state'))"
