@@ -55,7 +55,7 @@ UPDATE, DELETE = "update", "delete"
 FEED_COLUMNS = (T.StructField("batch_id", T.LongType(), False), T.StructField("change_type", T.StringType(), False))
 
 
-def read_change_feed(spark: SparkSession, checkpoint: str, state: str, *, start_batch: int,
+def read_change_feed(spark: SparkSession, path: str, state: str, *, start_batch: int,
                      end_batch: Optional[int] = None, function: Optional[str] = None,
                      storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
                      process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False) -> DataFrame:
@@ -65,21 +65,21 @@ def read_change_feed(spark: SparkSession, checkpoint: str, state: str, *, start_
 
     :raises StateDataError: a bad range, or one over a tool-written version or a layout change.
     :raises UnknownStateError: no such function or state."""
-    return run_job(spark, plan_change_feed(checkpoint, state, start_batch=start_batch, end_batch=end_batch,
+    return run_job(spark, plan_change_feed(path, state, start_batch=start_batch, end_batch=end_batch,
                                            function=function, storage_options=storage_options,
                                            process_root=process_root, process_locations=process_locations,
                                            allow_pickle=allow_pickle))
 
 
-def plan_change_feed(checkpoint: str, state: str, *, start_batch: int, end_batch: Optional[int] = None,
+def plan_change_feed(path: str, state: str, *, start_batch: int, end_batch: Optional[int] = None,
                      function: Optional[str] = None, storage_options: Optional[Mapping[str, str]] = None,
                      process_root: Optional[str] = None, process_locations: Optional[Mapping[str, str]] = None,
                      allow_pickle: bool = False) -> PartitionJob:
     """:func:`read_change_feed`'s job (driver side; no Spark session needed)."""
-    if is_savepoint(checkpoint, storage_options):
-        raise StateDataError(f"{checkpoint} is a savepoint, which holds one batch and no changes: read the change "
+    if is_savepoint(path, storage_options):
+        raise StateDataError(f"{path} is a savepoint, which holds one batch and no changes: read the change "
                              "feed of the checkpoint it was taken from")
-    source = KeyedSource.find(checkpoint, function=function, storage_options=storage_options,
+    source = KeyedSource.find(path, function=function, storage_options=storage_options,
                               process_root=process_root, process_locations=process_locations)
     end = source.committed_batch(end_batch)
     if isinstance(start_batch, bool) or not isinstance(start_batch, int) or not 0 <= start_batch <= end:

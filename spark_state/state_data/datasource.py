@@ -49,8 +49,9 @@ OPTIONS: dict[str, tuple[str, str]] = {
     "stateVarName": ("stateVarName", "the keyed state to read"),
     "functionName": ("(operatorId)", "the keyed function (optional when the query has one)"),
     "batchId": ("batchId", "the committed batch to read (default: the last; a savepoint's batch)"),
-    "flattenCollectionTypes": ("flattenCollectionTypes", "list and map state: a row per element or entry "
-                                                          "(default true)"),
+    "flattenCollectionTypes": ("flattenCollectionTypes", "list and map state (stateVarName): a row per element or "
+                                                          "entry (default true; a change feed's rows hold the whole "
+                                                          "list or map)"),
     "readRegisteredTimers": ("readRegisteredTimers", "read the function's timers instead of a state"),
     "readChangeFeed": ("readChangeFeed", "read the changes batches made to stateVarName"),
     "changeStartBatchId": ("changeStartBatchId", "the change feed's first batch (with readChangeFeed)"),
@@ -122,6 +123,11 @@ def plan_from_options(options: Mapping[str, str]) -> PartitionJob:
     pickle = _bool(known, "allowPickle", False)
     batch = _int(known, "batchId")
     change_options = [n for n in ("changeStartBatchId", "changeEndBatchId") if n in known]
+    if "flattenCollectionTypes" in known and (state is None or (feed and _bool(known, "flattenCollectionTypes", True))):
+        # the option would be ignored: say so rather than give rows of another shape than asked
+        raise StateDataError(
+            "flattenCollectionTypes applies to stateVarName reads: timers and operator state have a row per timer or "
+            "element, and a change feed's row holds the whole list or map (leave the option out, or set it false)")
     if feed:
         if state is None or operator_state is not None:
             raise StateDataError("readChangeFeed reads the changes of a keyed state: give stateVarName")

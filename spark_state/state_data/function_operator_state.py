@@ -35,16 +35,16 @@ from ..process.plan import KEYED
 from ..state.schema import StateSchema
 from ..storage import open_storage
 from .codecs import serializer_of
-from .errors import StateDataError, UnknownStateError
+from .errors import UnknownStateError
 from .partition_jobs import PARTITION_ID, PartitionJob, run_job
 from .read import Partitions, spark_type
-from .savepoint_source import SavepointSource, is_savepoint
+from .savepoint_source import SavepointSource, is_savepoint, savepoint_batch
 from .source import choose, choose_function
 
 __all__ = ["plan_function_operator_state", "read_function_operator_state"]
 
 
-def read_function_operator_state(spark: SparkSession, checkpoint: str, state: str, *, function: Optional[str] = None,
+def read_function_operator_state(spark: SparkSession, path: str, state: str, *, function: Optional[str] = None,
                                  batch: Optional[int] = None, storage_options: Optional[Mapping[str, str]] = None,
                                  process_root: Optional[str] = None,
                                  process_locations: Optional[Mapping[str, str]] = None,
@@ -54,20 +54,20 @@ def read_function_operator_state(spark: SparkSession, checkpoint: str, state: st
 
     :raises UnknownStateError: no such function, or no such operator state (the message lists them)."""
     return run_job(spark, plan_function_operator_state(
-        checkpoint, state, function=function, batch=batch, storage_options=storage_options,
+        path, state, function=function, batch=batch, storage_options=storage_options,
         process_root=process_root, process_locations=process_locations, allow_pickle=allow_pickle))
 
 
-def plan_function_operator_state(checkpoint: str, state: str, *, function: Optional[str] = None,
+def plan_function_operator_state(path: str, state: str, *, function: Optional[str] = None,
                                  batch: Optional[int] = None, storage_options: Optional[Mapping[str, str]] = None,
                                  process_root: Optional[str] = None,
                                  process_locations: Optional[Mapping[str, str]] = None,
                                  allow_pickle: bool = False) -> PartitionJob:
     """:func:`read_function_operator_state`'s job (driver side; no Spark session needed)."""
-    if is_savepoint(checkpoint, storage_options):
-        parts, name, kind = _savepoint_partitions(checkpoint, function, batch, dict(storage_options or {}))
+    if is_savepoint(path, storage_options):
+        parts, name, kind = _savepoint_partitions(path, function, batch, dict(storage_options or {}))
     else:
-        parts, name, kind = _checkpoint_partitions(checkpoint, function, batch, storage_options, process_root,
+        parts, name, kind = _checkpoint_partitions(path, function, batch, storage_options, process_root,
                                                    process_locations)
     keyspace = KEYED_OPERATOR_PREFIX if kind == KEYED else b""
     mode, record = _record(parts, state, name, keyspace)
@@ -101,9 +101,7 @@ def _savepoint_partitions(path: str, function: Optional[str], batch: Optional[in
     storage = open_storage(path, options)
     manifest = read_manifest(storage)
     entry = choose_function(manifest.process, function, f"the savepoint {storage.url}", kind="function")
-    if batch is not None and batch != manifest.batch_id:
-        raise StateDataError(f"the savepoint {storage.url} holds batch {manifest.batch_id}, not batch {batch}: omit "
-                             "batch= to read it")
+    savepoint_batch(storage.url, manifest, batch)
     source = SavepointSource(storage.url, options, manifest, entry)
     parts = Partitions(storage.url, options, L.Layout(entry.parallelism, 0), manifest.state_version,
                        entry.max_parallelism or 1, (), source)

@@ -84,17 +84,22 @@ class KeyColumns:
                 return (key,)
             if len(key) == 1:
                 return (key[0],)
-            raise KeyMismatchError(
-                f"one key value expected for the key column {self.describe()}, got {len(key)} values: {key!r}")
+            raise self._wrong_count(len(key), key)
         if not isinstance(key, (tuple, list)):
             raise KeyMismatchError(
                 f"{len(self.columns)} key values expected for the key columns ({self.describe()}), got one "
                 f"value: {key!r} (give a tuple, or a dict by column name)")
         if len(key) != len(self.columns):
-            raise KeyMismatchError(
-                f"{len(self.columns)} key values expected for the key columns ({self.describe()}), got "
-                f"{len(key)}: {key!r}")
+            raise self._wrong_count(len(key), key)
         return tuple(key)
+
+    def _wrong_count(self, got: int, key: Any) -> KeyMismatchError:
+        """The error of a key of ``got`` values (one text for Python keys and command-line keys)."""
+        if len(self.columns) == 1:
+            return KeyMismatchError(
+                f"one key value expected for the key column {self.describe()}, got {got} values: {key!r}")
+        return KeyMismatchError(
+            f"{len(self.columns)} key values expected for the key columns ({self.describe()}), got {got}: {key!r}")
 
     def encode(self, values: Sequence[Any]) -> bytes:
         """The key bytes the function's state is stored under."""
@@ -122,9 +127,11 @@ class KeyColumns:
             except ValueError as exc:
                 raise KeyMismatchError(f"the key {text!r} is not a JSON array of {len(self.columns)} values "
                                        f"({self.describe()}): {exc}") from None
-            if not isinstance(items, list) or len(items) != len(self.columns):
-                raise KeyMismatchError(f"the key {text!r} must be a JSON array of {len(self.columns)} values "
+            if not isinstance(items, list):
+                raise KeyMismatchError(f"the key {text!r} is not a JSON array of the key columns' values "
                                        f"({self.describe()})")
+            if len(items) != len(self.columns):
+                raise self._wrong_count(len(items), text)
             return tuple(_parse_value(item, t, text) for item, t in zip(items, self.types))
         return (_parse_value(text, self.types[0], text),)
 

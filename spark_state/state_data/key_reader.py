@@ -42,7 +42,7 @@ from .codecs import StateCodec
 from .errors import StateDataError
 from .partition_jobs import PARTITION_ID, run_job
 from .read import Partitions, by_key, row_key, source_partitions
-from .records import keyed_records, state_codec
+from .records import each_store_records, find_state_records, keyed_records, state_codec
 
 __all__ = ["read_keyed_states"]
 
@@ -60,13 +60,16 @@ def read_keyed_states(spark: SparkSession, path: str, reader: KeyReader, schema:
     :func:`~.read.read_keyed_state`.
 
     :raises StateDataError: ``schema`` has a ``partition_id`` column (the reader adds it).
-    :raises UnknownStateError: no such function."""
+    :raises UnknownStateError: no such function, or a name in ``states`` that no partition store
+        records (the message lists the states there are)."""
     if isinstance(schema, str):
         parsed = T._parse_datatype_string(schema)
         schema = parsed if isinstance(parsed, T.StructType) else T.StructType([T.StructField("value", parsed)])
     if PARTITION_ID.name in schema.fieldNames():
         raise StateDataError(f"the schema has a column {PARTITION_ID.name!r}, which the reader adds: rename it")
-    parts, _ = source_partitions(path, function, batch, storage_options, process_root, process_locations)
+    parts, name = source_partitions(path, function, batch, storage_options, process_root, process_locations)
+    if states is not None:  # a name no store records is a typo, not a key without a value
+        find_state_records(each_store_records(parts.store, parts.layout.parallelism), states, name)
     walk = _KeyWalk(parts, tuple(states) if states is not None else None, reader, int(time.time() * 1000),
                     allow_pickle)
     return run_job(spark, parts.job(T.StructType(list(schema.fields) + [PARTITION_ID]), walk.rows))

@@ -47,8 +47,7 @@ from ..process import location as L
 from ..state.schema import StateSchema
 from .codecs import StateCodec
 from .records import find_state_record, keyed_records, state_codec
-from .errors import StateDataError
-from .savepoint_source import SavepointSource, is_savepoint
+from .savepoint_source import SavepointSource, is_savepoint, savepoint_batch
 from .source import KeyedSource
 
 __all__ = ["LookupResult", "StateLookup", "lookup"]
@@ -173,12 +172,7 @@ class StateLookup:
         """``batch`` if Spark's commit log has it, else the last committed batch (one listing
         of ``commits/``; a batch found committed before needs none). A savepoint's: its batch."""
         if self.savepoint is not None:
-            held = self.savepoint.manifest.batch_id
-            if batch is not None and batch != held:
-                raise StateDataError(
-                    f"the savepoint {self.savepoint.url} holds the state of batch {held} only, not of batch {batch}: "
-                    f"omit batch (--batch) or give {held}")
-            return held
+            return savepoint_batch(self.savepoint.url, self.savepoint.manifest, batch)
         assert self.source is not None
         ckpt = self.source.checkpoint
         if batch is None or batch not in self._commits:

@@ -23,9 +23,13 @@ from typing import Mapping, Optional
 
 from pyspark.sql import DataFrame, SparkSession
 
+from ..ops.checkpoint_reader import SparkCheckpoint
+from ..ops.errors import UnsupportedCheckpointError
 from ..ops.restore import restore
+from ..ops.savepoint_manifest import read_manifest
 from ..spark.lines import running_line
-from .errors import StateDataError
+from ..storage import open_storage
+from .errors import StateDataError, UnknownStateError
 from .savepoint_source import is_savepoint
 
 __all__ = ["read_operator_state"]
@@ -40,11 +44,15 @@ def read_operator_state(spark: SparkSession, path: str, *, operator_id: int = 0,
     storage, as for every reader. ``work_dir``: where a savepoint is restored (default: a
     temporary directory removed when the process exits).
 
-    :raises StateDataError: Spark 3.5 (no state reader), or ``batch`` given for a savepoint."""
+    :raises StateDataError: Spark 3.5 (no state reader), or ``batch`` given for a savepoint.
+    :raises UnknownStateError: no Spark operator ``operator_id`` or no store ``store_name`` (the
+        message lists those there are), checked before a savepoint is restored."""
     if running_line().name == "3.5":
         raise StateDataError("Spark 3.5 has no state reader (format('statestore') is Spark 4.0+): "
                              "`spark-state inspect` counts each operator's rows on 3.5")
-    if is_savepoint(path, storage_options):
+    savepoint = is_savepoint(path, storage_options)
+    _check_operator(path, savepoint, operator_id, store_name, storage_options)
+    if savepoint:
         if batch is not None:
             raise StateDataError(f"{path} is a savepoint, which holds one batch: omit batch=")
         path = restored_copy(path, storage_options, work_dir)
@@ -54,6 +62,31 @@ def read_operator_state(spark: SparkSession, path: str, *, operator_id: int = 0,
     if batch is not None:
         reader = reader.option("batchId", batch)
     return reader.load(path)
+
+
+def _check_operator(path: str, savepoint: bool, operator_id: int, store_name: Optional[str],
+                    storage_options: Optional[Mapping[str, str]]) -> None:
+    """Refuse an operator or store that ``path`` does not hold, naming those it holds (Spark's
+    reader would fail with "Failed to read the state schema", after a savepoint's restore)."""
+    options = dict(storage_options or {})
+    if savepoint:
+        stores = {op.id: (op.name, [s.name for s in op.stores])
+                  for op in read_manifest(open_storage(path, options)).operators}
+    else:
+        try:
+            operators = SparkCheckpoint(path, options).operators()
+        except UnsupportedCheckpointError:  # e.g. transformWithState's v2 metadata: Spark's reader decides
+            return
+        stores = {op.id: (op.name, list(op.store_names)) for op in operators}
+    there = "; ".join(f"{i} {name} (stores {', '.join(names)})" for i, (name, names) in sorted(stores.items()))
+    if operator_id not in stores:
+        keyed = (" (a keyed function's state is read with read_keyed_state, or format('spark-state'))"
+                 if not stores else "")
+        raise UnknownStateError(f"{path} holds no state of a Spark operator {operator_id}{keyed}; Spark operators: "
+                                f"{there or 'none'}")
+    if store_name is not None and store_name not in stores[operator_id][1]:
+        raise UnknownStateError(f"Spark operator {operator_id} of {path} has no store {store_name!r}; "
+                                f"Spark operators: {there}")
 
 
 def restored_copy(savepoint: str, options: Optional[Mapping[str, str]], work_dir: Optional[str]) -> str:

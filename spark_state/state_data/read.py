@@ -56,7 +56,7 @@ from .codecs import SINGLE_VALUE_KINDS
 from .records import each_store_records, find_state_record, state_codec
 from .errors import StateDataError, UnreadableStateError
 from .partition_jobs import PARTITION_ID, PartitionJob, chunked, run_job
-from .savepoint_source import SavepointSource, is_savepoint
+from .savepoint_source import SavepointSource, is_savepoint, savepoint_batch
 from .source import KeyedSource
 
 __all__ = ["plan_keyed_state", "plan_timers", "read_keyed_state", "read_timers"]
@@ -110,19 +110,19 @@ class Partitions:
         return PartitionJob(schema, self.layout.parallelism, rows)
 
 
-def read_keyed_state(spark: SparkSession, checkpoint: str, state: str, *, function: Optional[str] = None,
+def read_keyed_state(spark: SparkSession, path: str, state: str, *, function: Optional[str] = None,
                      batch: Optional[int] = None, flatten_collection_types: bool = False,
                      storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
                      process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False) -> DataFrame:
     """Keyed state ``state`` of a query's keyed function after ``batch`` (default: the last
     committed batch) as a DataFrame (see the module docstring for its rows). Options as for
-    :class:`~.lookup.StateLookup`. ``checkpoint`` may be a savepoint's directory: its batch.
+    :class:`~.lookup.StateLookup`. ``path`` is a checkpoint, or a savepoint's directory: its batch.
 
     :raises UnknownStateError: no such function or state (the message lists what there is).
     :raises UnreadableStateError: pickled values without ``allow_pickle``, or a custom
         serializer's values (a DataFrame needs a Spark type: read them with lookups).
     """
-    return run_job(spark, plan_keyed_state(checkpoint, state, function=function, batch=batch,
+    return run_job(spark, plan_keyed_state(path, state, function=function, batch=batch,
                                            flatten_collection_types=flatten_collection_types,
                                            storage_options=storage_options, process_root=process_root,
                                            process_locations=process_locations, allow_pickle=allow_pickle))
@@ -140,13 +140,13 @@ def plan_keyed_state(path: str, state: str, *, function: Optional[str] = None, b
     return parts.job(schema, reader.rows)
 
 
-def read_timers(spark: SparkSession, checkpoint: str, *, function: Optional[str] = None, batch: Optional[int] = None,
+def read_timers(spark: SparkSession, path: str, *, function: Optional[str] = None, batch: Optional[int] = None,
                 storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
                 process_locations: Optional[Mapping[str, str]] = None) -> DataFrame:
     """The timers a keyed function has registered and not fired after ``batch``: the key
     columns, ``domain`` (``event_time`` or ``processing_time``), ``expiration_timestamp_ms`` and
-    ``partition_id``. ``checkpoint`` may be a savepoint's directory."""
-    return run_job(spark, plan_timers(checkpoint, function=function, batch=batch, storage_options=storage_options,
+    ``partition_id``. ``path`` is a checkpoint, or a savepoint's directory."""
+    return run_job(spark, plan_timers(path, function=function, batch=batch, storage_options=storage_options,
                                       process_root=process_root, process_locations=process_locations))
 
 
@@ -180,9 +180,7 @@ def source_partitions(path: str, function: Optional[str], batch: Optional[int],
     a savepoint's state files (``batch``, if given, must be the savepoint's)."""
     if is_savepoint(path, storage_options):
         sp = SavepointSource.open(path, function, storage_options)
-        if batch is not None and batch != sp.manifest.batch_id:
-            raise StateDataError(f"the savepoint {sp.url} holds batch {sp.manifest.batch_id}, not batch {batch}: "
-                                 "omit batch= to read it")
+        savepoint_batch(sp.url, sp.manifest, batch)
         parts = Partitions(sp.url, dict(sp.storage_options), L.Layout(sp.entry.parallelism, 0),
                             sp.manifest.state_version, sp.max_parallelism, tuple(sp.key_columns.fields), sp)
         return parts, sp.function

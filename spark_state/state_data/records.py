@@ -59,10 +59,24 @@ def find_state_record(records: Iterable[Mapping[str, StateSchema]], state: str, 
     one (lazily: the stores after it are not read).
 
     :raises UnknownStateError: no store records it (the message lists the states they record)."""
+    return find_state_records(records, (state,), function)[state]
+
+
+def find_state_records(records: Iterable[Mapping[str, StateSchema]], states: Iterable[str],
+                       function: str) -> dict[str, StateSchema]:
+    """The schema record of each of ``states``, each from the first of the partition stores'
+    ``records`` that has one (lazily: the stores after the one that completes the set are not read).
+
+    :raises UnknownStateError: no store records one of them (the message lists the states they record)."""
+    wanted = list(dict.fromkeys(states))
+    out: dict[str, StateSchema] = {}
     seen: set[str] = set()
     for found in records:
-        if state in found:
-            return found[state]
+        out.update((name, found[name]) for name in wanted if name not in out and name in found)
         seen.update(found)
+        if len(out) == len(wanted):
+            return out
+    missing = [name for name in wanted if name not in out]
+    what = f"keyed state {missing[0]!r}" if len(missing) == 1 else f"keyed states {', '.join(map(repr, missing))}"
     raise UnknownStateError(
-        f"function {function!r} has no keyed state {state!r} (states: {', '.join(sorted(seen)) or 'none yet'})")
+        f"function {function!r} has no {what} (states: {', '.join(sorted(seen)) or 'none yet'})")

@@ -20,7 +20,7 @@ from ..ops.state_files import read_state_entries
 from ..ops.state_io import reader_config
 from ..process.plan import KEYED
 from ..storage import open_storage
-from .errors import KeyMismatchError
+from .errors import KeyMismatchError, StateDataError
 from .key_columns import KeyColumns
 from .source import choose_function
 
@@ -28,6 +28,17 @@ from .source import choose_function
 def is_savepoint(path: str, storage_options: Optional[Mapping[str, str]] = None) -> bool:
     """Whether ``path`` holds a savepoint (its manifest), rather than a checkpoint."""
     return open_storage(path, dict(storage_options or {})).exists(F.MANIFEST)
+
+
+def savepoint_batch(url: str, manifest: F.SavepointManifest, batch: Optional[int]) -> int:
+    """The savepoint's batch; ``batch``, if given, must be it (the one check of every reader).
+
+    :raises StateDataError: another batch (the message names the savepoint's)."""
+    held = manifest.batch_id
+    if batch is not None and batch != held:
+        raise StateDataError(f"the savepoint {url} holds the state of batch {held} only, not of batch {batch}: omit "
+                             f"batch (batch=, batchId, --batch) or give {held}")
+    return held
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,8 @@ def choose_function(functions: Sequence[N], function: Optional[str], where: str,
             f"{where} has no {kind} state" + (f" (looked {looked}); a function given state_location= is found "
                                               "with process_locations={name: url} (--process-location NAME=URL)"
                                               if looked else ""))
-    raise UnknownStateError(f"{where} has several {kind}s ({names}): name one with function= (--function NAME)")
+    raise UnknownStateError(f"{where} has several {kind}s ({names}): name one with function= "
+                            "(the data source's functionName, --function NAME)")
 
 
 def choose(keyed: list[ProcessLocation], function: Optional[str], ckpt: SparkCheckpoint,

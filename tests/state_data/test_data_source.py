@@ -20,8 +20,9 @@ from process_fns import ALL_STATES_OUTPUT, INPUT_SCHEMA, OPERATOR_OUTPUT, Operat
 from spark_state.__main__ import main
 from spark_state.ops import savepoint
 from spark_state.process import checkpointed_process, keyed_process
-from spark_state.state_data import (StateDataError, read_change_feed, read_function_operator_state, read_keyed_state,
-                                   read_keyed_states, read_timers, register_data_sources, state_metadata)
+from spark_state.state_data import (StateDataError, UnknownStateError, read_change_feed, read_function_operator_state,
+                                   read_keyed_state, read_keyed_states, read_operator_state, read_timers,
+                                   register_data_sources, state_metadata)
 from spark_state.state_data.datasource import plan_from_options
 from spark_state.spark.lines import running_line
 from state_data_fns import AllStatesAndTimers
@@ -98,6 +99,9 @@ def test_the_data_source_equals_the_python_readers(spark, states):
             # the source flattens by default, as Spark's reader does; the functions do not
             flat = _source(spark, path, stateVarName=state)
             assert flat.columns[-1] == "partition_id"
+            # not vacuous: rows from every partition store
+            assert {r.partition_id for r in flat.select("partition_id").distinct().collect()} == set(
+                range(PARALLELISM)), state
             assert _rows(flat) == _rows(read_keyed_state(spark, path, state, flatten_collection_types=True)), state
             nested = _source(spark, path, stateVarName=state, flattenCollectionTypes="false")
             python = read_keyed_state(spark, path, state)
@@ -105,11 +109,14 @@ def test_the_data_source_equals_the_python_readers(spark, states):
         timers = _source(spark, path, readRegisteredTimers="true")
         assert timers.columns == ["k", "domain", "expiration_timestamp_ms", "partition_id"]
         assert _rows(timers) == _rows(read_timers(spark, path)) and timers.count() > 0
+    flat_list = _source(spark, states["sp"], stateVarName="recent")
+    assert flat_list.count() > _source(spark, states["sp"], stateVarName="recent",
+                                       flattenCollectionTypes="false").count() > 0  # a row per element
     assert _rows(_source(spark, states["ckpt"], stateVarName="count", batchId=1)) == _rows(
         read_keyed_state(spark, states["ckpt"], "count", batch=1))
     for state in ("count", "recent", "buckets"):
         feed = _source(spark, states["ckpt"], stateVarName=state, readChangeFeed="true", changeStartBatchId=1,
-                       changeEndBatchId=2)
+                       changeEndBatchId=2, **({"flattenCollectionTypes": "false"} if state == "recent" else {}))
         python = read_change_feed(spark, states["ckpt"], state, start_batch=1, end_batch=2)
         assert feed.columns == python.columns and _rows(feed) == _rows(python) and feed.count() > 0
     for state in ("split", "union", "bcast"):
@@ -127,7 +134,7 @@ def test_sql_reads_state_through_a_temporary_view(spark, states):
     found = spark.sql("SELECT k, value, partition_id FROM ds_counts").collect()
     assert sorted(map(tuple, found)) == _rows(read_keyed_state(spark, states["ckpt"], "count"))
     top = spark.sql("SELECT partition_id, count(*) AS n FROM ds_counts GROUP BY partition_id").collect()
-    assert sum(r.n for r in top) == len(found) and {r.partition_id for r in top} <= set(range(PARALLELISM))
+    assert sum(r.n for r in top) == len(found) > 0 and {r.partition_id for r in top} == set(range(PARALLELISM))
 
 
 @pytest.mark.parametrize("options, message", [
@@ -142,11 +149,25 @@ def test_sql_reads_state_through_a_temporary_view(spark, states):
     ({"stateVarName": "count", "batchId": "last"}, "must be a batch id"),
     ({"stateVarName": "count", "flattenCollectionTypes": "yes"}, "must be true or false"),
     ({"operatorId": "0"}, r"format\('statestore'\)"),
+    ({"readRegisteredTimers": "true", "flattenCollectionTypes": "false"}, "flattenCollectionTypes applies to "
+                                                                          "stateVarName reads"),
+    ({"stateVarName": "recent", "readChangeFeed": "true", "changeStartBatchId": "1", "flattenCollectionTypes": "true"},
+     "a change feed's row holds the whole list or map"),
 ])
 def test_bad_options_give_clear_errors(states, options, message):
     """The checks the source makes on the driver (the same function its schema() calls)."""
     with pytest.raises(StateDataError, match=message):
         plan_from_options({"path": states["ckpt"], **options})
+
+
+def test_a_savepoints_other_batch_names_the_options_to_change(states):
+    """Every reader of a savepoint says which batch it holds and names the argument, the
+    data source's option and the command's flag."""
+    with pytest.raises(StateDataError, match=r"holds the state of batch 2 only, not of batch 1: omit batch \(batch=, "
+                                             r"batchId, --batch\) or give 2"):
+        plan_from_options({"path": states["sp"], "stateVarName": "count", "batchId": "1"})
+    with pytest.raises(StateDataError, match=r"holds the state of batch 1 only, not of batch 0: omit batch"):
+        plan_from_options({"path": states["ops-sp"], "operatorStateName": "split", "batchId": "0"})
 
 
 @pytest.mark.skipif(ON_35, reason="the Python Data Source API is Spark 4.0+")
@@ -236,3 +257,17 @@ def test_every_state_of_a_key_in_one_pass_equals_a_join_of_the_states(spark, sta
     assert {tuple(r.names) for r in two.collect()} == {("count", "recent")}
     with pytest.raises(StateDataError, match="'partition_id', which the reader adds"):
         read_keyed_states(spark, states["ckpt"], _summary, "partition_id int")
+    # a state no partition store records is a typo, refused on the driver (not a state without values)
+    for path in (states["ckpt"], states["sp"]):
+        with pytest.raises(UnknownStateError, match=r"function 'AllStates' has no keyed state 'cont' \(states: "
+                                                    r"buckets, count, mean, recent, total\)"):
+            read_keyed_states(spark, path, _summary, "k string", states=["count", "cont"])
+
+
+def test_read_operator_state_names_the_operators_there_are(spark, states):
+    """A keyed function's checkpoint and savepoint hold no Spark operator: the reader says so,
+    before a savepoint is restored, instead of Spark's "Failed to read the state schema"."""
+    for path in (states["ckpt"], states["sp"]):
+        with pytest.raises(UnknownStateError, match=r"holds no state of a Spark operator 0 \(a keyed function's "
+                                                    r"state is read with read_keyed_state.*Spark operators: none"):
+            read_operator_state(spark, path, work_dir="/nonexistent/never-written")
