@@ -187,6 +187,7 @@ def _facts(rows):
     return sorted(tuple((k, v) for k, v in r.items() if k != "location") for r in rows)
 
 
+@pytest.mark.lines
 def test_state_metadata_of_a_checkpoint_and_its_savepoint(spark, states, tmp_path, capsys):
     """One row per keyed state, operator state, timer service and Spark operator store, with its
     types, TTL, key columns, committed batches and partitions; `inspect --json` says the same."""
