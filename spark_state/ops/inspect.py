@@ -225,7 +225,7 @@ def _process(loc, version: int, load: bool) -> dict[str, Any]:
             if s is not None:
                 s.close()
         partitions.append(entry)
-    key = json.loads(storage.read_bytes(L.META_FILE)).get("key") if storage.exists(L.META_FILE) else None
+    key = L.read_meta(storage).get("key") if storage.exists(L.META_FILE) else None
     return {"name": loc.name, "location": loc.url, "kind": loc.kind, "max_parallelism": loc.max_parallelism,
             "parallelism": layout.parallelism, "layout": layout.name, "rows": _sum(p.get("rows") for p in partitions),
             "key": key, "states": record_list(states), "partitions": partitions}

@@ -127,6 +127,11 @@ COMPATIBILITY: tuple[Feature, ...] = (
              "tests/state_data/test_data_source.py::test_on_spark_35_registering_names_the_line_and_the_functions"),
             (("3.5", "Spark 4.0+ (the Python Data Source API); registering says so: the Python readers give the "
                      "same rows"),)),
+    Feature("The metadata table (`state_metadata`, `spark-state inspect --json`, `format(\"spark-state-metadata\")`): "
+            "one row per state, timer service and Spark operator store of a checkpoint or savepoint",
+            ("tests/state_data/test_data_source.py::test_state_metadata_of_a_checkpoint_and_its_savepoint",),
+            (("3.5", "`state_metadata` and `inspect --json` yes; `format(\"spark-state-metadata\")` is Spark 4.0+ "
+                     "(the Python Data Source API)"),)),
     Feature("`keyed_process` with event-time timers, a restart and a task retry inside `on_timer`",
             ("tests/process/test_time.py::test_event_time_page_view_counter_matches_the_model",
              "tests/process/test_time.py::test_restart_and_a_task_retry_inside_on_timer_give_identical_results")),

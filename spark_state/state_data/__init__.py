@@ -8,8 +8,9 @@ as a Spark data source (:mod:`.datasource`, :mod:`.register`), what state there 
 ``spark-state erase``), bootstrap savepoints computed from history (:mod:`.bootstrap`) and
 savepoints transformed by DataFrame jobs (:mod:`.transform`)::
 
-    from spark_state.state_data import StateLookup, erase_keys, lookup, read_keyed_state, read_timers
+    from spark_state.state_data import StateLookup, StateReader, erase_keys, lookup, read_keyed_state
     read_keyed_state(spark, "/ckpt", "counts").where("value > 10").show()
+    StateReader(spark, "/ckpt").timers()                 # the path and options given once (:mod:`.state_reader`)
     lookup("/ckpt", "counts", "alice").value
     with StateLookup("/ckpt", function="Sessions") as states:
         states.get("open", ("eu", 42))
@@ -33,10 +34,11 @@ from .metadata import state_metadata
 from .operators import read_operator_state
 from .read import read_keyed_state, read_timers
 from .register import register_data_sources
+from .state_reader import StateReader
 from .transform import SavepointTransform, TransformResult
 
 __all__ = ["BootstrapError", "BootstrapResult", "ErasureResult", "KeyMismatchError", "LookupResult",
-           "SavepointTransform", "SavepointWriter", "StateDataError", "StateLookup", "TransformResult",
+           "SavepointTransform", "SavepointWriter", "StateDataError", "StateLookup", "StateReader", "TransformResult",
            "UnknownStateError", "UnreadableStateError",
            "count_sources", "erase_keys", "lookup", "read_change_feed", "read_function_operator_state",
            "read_keyed_state", "read_keyed_states", "read_operator_state", "read_timers", "register_data_sources",

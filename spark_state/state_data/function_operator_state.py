@@ -37,7 +37,7 @@ from ..storage import open_storage
 from .codecs import serializer_of
 from .errors import UnknownStateError
 from .partition_jobs import PARTITION_ID, PartitionJob, run_job
-from .read import Partitions, spark_type
+from .read import Partitions, value_type
 from .savepoint_source import SavepointSource, is_savepoint, savepoint_batch
 from .source import choose, choose_function
 
@@ -71,10 +71,10 @@ def plan_function_operator_state(path: str, state: str, *, function: Optional[st
                                                    process_locations)
     keyspace = KEYED_OPERATOR_PREFIX if kind == KEYED else b""
     mode, record = _record(parts, state, name, keyspace)
-    value = spark_type(record.value, state)
+    value = value_type(record.value, state)
     if mode == MODE_BROADCAST:
         assert record.key is not None
-        extra = [T.StructField("map_key", spark_type(record.key, state), False), T.StructField("value", value, True)]
+        extra = [T.StructField("map_key", value_type(record.key, state), False), T.StructField("value", value, True)]
     else:
         extra = [T.StructField("index", T.IntegerType(), False), T.StructField("value", value, True)]
     schema = T.StructType(extra + [PARTITION_ID])

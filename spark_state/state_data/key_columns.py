@@ -15,7 +15,6 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import json
-import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
@@ -23,26 +22,20 @@ from pyspark.sql import types as T
 
 from ..partitioning.spark_hash import spark_hash
 from ..process.keycodec import key_encoder
+from ..state.type_strings import parse_type_string
 from .errors import KeyMismatchError
 
-_SIMPLE_TYPES: dict[str, T.DataType] = {
-    "string": T.StringType(), "binary": T.BinaryType(), "boolean": T.BooleanType(), "tinyint": T.ByteType(),
-    "smallint": T.ShortType(), "int": T.IntegerType(), "bigint": T.LongType(), "float": T.FloatType(),
-    "double": T.DoubleType(), "date": T.DateType(), "timestamp": T.TimestampType(),
-    "timestamp_ntz": T.TimestampNTZType(),
-}
-_DECIMAL_RE = re.compile(r"^decimal\((\d+),(\d+)\)$")
-
-
-def spark_type(simple: str) -> T.DataType:
-    """The key column type a recorded simple string names (``bigint``, ``decimal(10,2)``)."""
-    text = simple.strip().lower().replace(" ", "")
-    if text in _SIMPLE_TYPES:
-        return _SIMPLE_TYPES[text]
-    match = _DECIMAL_RE.match(text)
-    if match:
-        return T.DecimalType(int(match.group(1)), int(match.group(2)))
-    raise KeyMismatchError(f"the recorded key type {simple!r} is not a key column type this release knows")
+def key_column_type(simple: str) -> T.DataType:
+    """The key column type a recorded simple string names (``bigint``, ``decimal(10,2)``): an
+    atomic Spark type, parsed by the one parser of type strings
+    (:func:`spark_state.state.type_strings.parse_type_string`)."""
+    try:
+        parsed = parse_type_string(simple)
+    except TypeError:
+        parsed = None
+    if not isinstance(parsed, T.AtomicType):
+        raise KeyMismatchError(f"the recorded key type {simple!r} is not a key column type this release knows")
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -64,7 +57,7 @@ class KeyColumns:
 
     @property
     def fields(self) -> list[T.StructField]:
-        return [T.StructField(c, spark_type(t), True) for c, t in zip(self.columns, self.types)]
+        return [T.StructField(c, key_column_type(t), True) for c, t in zip(self.columns, self.types)]
 
     def describe(self) -> str:
         return ", ".join(f"{c} {t}" for c, t in zip(self.columns, self.types))

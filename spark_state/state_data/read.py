@@ -206,7 +206,7 @@ def state_schema(key_fields: tuple[T.StructField, ...], state: str, record: Stat
                   flatten_collection_types: bool) -> T.StructType:
     """The rows' schema: the key columns, the value column(s) and ``partition_id``."""
     flat = flatten_collection_types
-    value = spark_type(record.value, state)
+    value = value_type(record.value, state)
     fields = list(key_fields)
     if record.kind in SINGLE_VALUE_KINDS:
         extra = [T.StructField("value", value, True)]
@@ -215,7 +215,7 @@ def state_schema(key_fields: tuple[T.StructField, ...], state: str, record: Stat
                  else [T.StructField("value", T.ArrayType(value, True), True)])
     elif record.kind == "map":
         assert record.key is not None
-        map_key = spark_type(record.key, state)
+        map_key = value_type(record.key, state)
         extra = ([T.StructField("map_key", map_key, False), T.StructField("value", value, True)] if flat
                  else [T.StructField("value", T.MapType(map_key, value, True), True)])
     else:
@@ -225,7 +225,7 @@ def state_schema(key_fields: tuple[T.StructField, ...], state: str, record: Stat
     return T.StructType(fields + extra)
 
 
-def spark_type(snapshot: dict, state: str) -> T.DataType:
+def value_type(snapshot: dict, state: str) -> T.DataType:
     """The Spark type of a state's values from its serializer snapshot (:func:`spark_type_of`),
     or :class:`UnreadableStateError` when they have none."""
     value = spark_type_of(snapshot)

@@ -22,7 +22,7 @@ from spark_state.ops import savepoint
 from spark_state.process import checkpointed_process, keyed_process
 from spark_state.state_data import (StateDataError, UnknownStateError, read_change_feed, read_function_operator_state,
                                    read_keyed_state, read_keyed_states, read_operator_state, read_timers,
-                                   register_data_sources, state_metadata)
+                                   register_data_sources, state_metadata, StateReader)
 from spark_state.state_data.datasource import plan_from_options
 from spark_state.spark.lines import running_line
 from state_data_fns import AllStatesAndTimers
@@ -187,6 +187,7 @@ def _facts(rows):
     return sorted(tuple((k, v) for k, v in r.items() if k != "location") for r in rows)
 
 
+@pytest.mark.lines
 def test_state_metadata_of_a_checkpoint_and_its_savepoint(spark, states, tmp_path, capsys):
     """One row per keyed state, operator state, timer service and Spark operator store, with its
     types, TTL, key columns, committed batches and partitions; `inspect --json` says the same."""
@@ -271,3 +272,27 @@ def test_read_operator_state_names_the_operators_there_are(spark, states):
         with pytest.raises(UnknownStateError, match=r"holds no state of a Spark operator 0 \(a keyed function's "
                                                     r"state is read with read_keyed_state.*Spark operators: none"):
             read_operator_state(spark, path, work_dir="/nonexistent/never-written")
+
+
+def test_a_state_reader_gives_the_readers_rows_with_the_path_given_once(spark, states):
+    """``StateReader(spark, path)``: each method equals its function on the same checkpoint or
+    savepoint (the defaults of the object reach every call)."""
+    for path in (states["ckpt"], states["sp"]):
+        reader = StateReader(spark, path, function="AllStates")
+        for state in ("count", "recent", "buckets"):
+            expected = _rows(read_keyed_state(spark, path, state, function="AllStates"))
+            assert expected and _rows(reader.keyed_state(state)) == expected
+        flat = _rows(reader.keyed_state("recent", flatten_collection_types=True))
+        assert flat == _rows(read_keyed_state(spark, path, "recent", flatten_collection_types=True))
+        timers = _rows(reader.timers())
+        assert timers and timers == _rows(read_timers(spark, path))
+        assert reader.metadata() == state_metadata(path)
+        with reader.lookup() as lookup:
+            key, count = read_keyed_state(spark, path, "count").select("k", "value").first()
+            assert lookup.get("count", key) == count
+    reader = StateReader(spark, states["ckpt"])
+    feed = _rows(reader.change_feed("count", start_batch=1))
+    assert feed and feed == _rows(read_change_feed(spark, states["ckpt"], "count", start_batch=1))
+    for path in (states["ops"], states["ops-sp"]):
+        got = _rows(StateReader(spark, path, function="Ops").operator_state("union"))
+        assert got and got == _rows(read_function_operator_state(spark, path, "union", function="Ops"))
