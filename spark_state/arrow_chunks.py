@@ -42,6 +42,14 @@ def chunks(items: Iterable[T], rows: int, max_bytes: Optional[int] = None,
         raise ValueError(f"rows must be at least 1, got {rows}")
     if max_bytes is not None and size is None:
         raise ValueError("max_bytes needs size, the bytes of one item")
+    if isinstance(items, (list, tuple)) and max_bytes is None:
+        # a list in memory already: slices, without a Python step per item (a commit's
+        # changelog and a hashmap snapshot cut millions of keys this way)
+        if not items and at_least_one:
+            yield []
+        for start in range(0, len(items), rows):
+            yield list(items[start:start + rows])
+        return
     chunk: list[T] = []
     total = 0
     given = False

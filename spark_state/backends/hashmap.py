@@ -17,7 +17,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import pyarrow as pa
 
 from .. import constants as C
-from ..arrow_chunks import entry_batches
+from ..arrow_chunks import chunks
 from ..errors import CheckpointCorruptError
 from ..storage.localdisk import disk_errno
 from .base import BackendFactory, Change, KVBackend, SnapshotFile
@@ -95,8 +95,9 @@ class HashMapBackend(KVBackend):
         keys = self._sorted_keys()
         data = self._data
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, _SCHEMA) as writer:
-            for batch in entry_batches(((k, data[k]) for k in keys), _SCHEMA, C.ARROW_BATCH_ROWS):
-                writer.write_batch(batch)
+            for chunk in chunks(keys, C.ARROW_BATCH_ROWS):
+                writer.write_batch(pa.record_batch(
+                    [pa.array(chunk, pa.binary()), pa.array([data[k] for k in chunk], pa.binary())], schema=_SCHEMA))
         return [SnapshotFile(SNAPSHOT_FILE, path, os.path.getsize(path), shared=False)]
 
     def close(self) -> None:

@@ -65,3 +65,11 @@ def test_entry_arrays_and_sizes_take_deletes() -> None:
     assert keys.type == pa.binary() and values.type == pa.binary()
     assert entry_size((b"k", None)) == 1 and entry_size((b"kk", b"vvv")) == 5
     assert entry_batch([(b"k", b"v")], SCHEMA).to_pylist() == [{"key": b"k", "value": b"v"}]
+
+
+@pytest.mark.parametrize("n", [0, 1, 4, 5, 9])
+@pytest.mark.parametrize("at_least_one", [False, True])
+def test_a_list_is_sliced_into_the_chunks_an_iterator_gives(n, at_least_one):
+    """Lists take the slicing path (no Python step per item); its chunks are the iterator path's."""
+    items = list(range(n))
+    assert list(chunks(items, 4, at_least_one=at_least_one)) == list(chunks(iter(items), 4, at_least_one=at_least_one))
