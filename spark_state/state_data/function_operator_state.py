@@ -28,18 +28,16 @@ from ..keys.operator import INDEX, KEYED_OPERATOR_PREFIX, MODE_BROADCAST, modes_
 from ..keys.system import operator_record_key
 from ..ops.checkpoint_reader import SparkCheckpoint
 from ..ops.process_locations import find_process_locations
-from ..ops.savepoint_manifest import read_manifest
 from ..ops.state_io import process_layout
 from ..process import location as L
 from ..process.plan import KEYED
 from ..state.schema import StateSchema
-from ..storage import open_storage
 from .codecs import serializer_of
 from .errors import UnknownStateError
 from .partition_jobs import PARTITION_ID, PartitionJob, run_job
 from .read import Partitions, value_type
 from .savepoint_source import SavepointSource, is_savepoint, savepoint_batch
-from .source import choose, choose_function
+from .source import choose
 
 __all__ = ["plan_function_operator_state", "read_function_operator_state"]
 
@@ -98,12 +96,10 @@ def _checkpoint_partitions(checkpoint: str, function: Optional[str], batch: Opti
 def _savepoint_partitions(path: str, function: Optional[str], batch: Optional[int],
                           options: dict[str, str]) -> tuple[Partitions, str, str]:
     """A savepoint's state files of its function (any kind), loaded by the tasks, its name and kind."""
-    storage = open_storage(path, options)
-    manifest = read_manifest(storage)
-    entry = choose_function(manifest.process, function, f"the savepoint {storage.url}", kind="function")
-    savepoint_batch(storage.url, manifest, batch)
-    source = SavepointSource(storage.url, options, manifest, entry)
-    parts = Partitions(storage.url, options, L.Layout(entry.parallelism, 0), manifest.state_version,
+    source = SavepointSource.open_any(path, function, options)
+    entry = source.entry
+    savepoint_batch(source.url, source.manifest, batch)
+    parts = Partitions(source.url, options, L.Layout(entry.parallelism, 0), source.manifest.state_version,
                        entry.max_parallelism or 1, (), source)
     return parts, entry.name, entry.kind
 

@@ -67,6 +67,19 @@ class SavepointSource:
                 "earlier release): restore it, run the query for one batch, and take a new savepoint")
         return cls(storage.url, dict(storage_options or {}), manifest, entry)
 
+    @classmethod
+    def open_any(cls, path: str, function: Optional[str] = None,
+                 storage_options: Optional[Mapping[str, str]] = None) -> "SavepointSource":
+        """The function ``function`` of the savepoint at ``path``, of any kind (keyed or
+        checkpointed; optional when it has one): for readers of operator state, which need no
+        key columns.
+
+        :raises UnknownStateError: no such function, none, or several and none named."""
+        storage = open_storage(path, dict(storage_options or {}))
+        manifest = read_manifest(storage)
+        entry = choose_function(manifest.process, function, f"the savepoint {storage.url}", kind="function")
+        return cls(storage.url, dict(storage_options or {}), manifest, entry)
+
     @property
     def function(self) -> str:
         return self.entry.name

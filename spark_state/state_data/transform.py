@@ -378,12 +378,10 @@ class SavepointTransform:
         one keyed function), chosen by the one chooser (:func:`.source.choose_function`)."""
         if function is None:
             return self._source(None)
-        storage = open_storage(self._savepoint, self._options)
-        manifest = read_manifest(storage)
-        entry = choose_function(manifest.process, function, f"the savepoint {storage.url}", kind="function")
-        if entry.kind == KEYED:
+        source = SavepointSource.open_any(self._savepoint, function, self._options)
+        if source.entry.kind == KEYED:
             return self._source(function)  # a keyed function's source also checks its key columns
-        return self._not_removed(SavepointSource(storage.url, dict(self._options), manifest, entry))
+        return self._not_removed(source)
 
     def _not_removed(self, source: SavepointSource) -> SavepointSource:
         if source.function in self._removed:
