@@ -4,7 +4,10 @@
 write formats that only Spark's providers know (``.delta``/``.snapshot`` files, RocksDB zips
 with Spark's key encoding). Rather than re-implement them, the shim's ``OpsBridge``
 (``jvm-shim/.../OpsBridge.scala``) lets the providers do it in the driver JVM: one store at a
-time, through Arrow IPC files in a temporary directory, in the savepoint's row layout.
+time, through Arrow IPC files in a temporary directory, in the savepoint's row layout. An
+exported file comes sorted from the JVM (ascending unsigned-bytewise keys, the savepoint's row
+order; the JVM sorts in chunks of bounded size and merges them from disk), so it is read here a
+record batch at a time, memory-mapped.
 
 A SparkSession is needed: the active one (it must have the shim jar on its class path, as
 :func:`spark_state.configure` and ``--jars "$(python -m spark_state jar)"`` give it), or a
@@ -14,6 +17,7 @@ local one started for the command line.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -28,6 +32,13 @@ from .checkpoint_reader import OperatorInfo, SparkCheckpoint
 from .errors import UnsupportedCheckpointError
 
 BRIDGE = "org.apache.spark.sql.execution.streaming.state.sparkstate.OpsBridge"
+
+#: Bytes of rows the driver JVM sorts in its heap at a time when exporting a store (beyond them it
+#: writes sorted runs to local disk and merges them); 0 takes ``OpsBridge.DefaultChunkBytes``
+#: (32 MB). Tests set it small to exercise the runs.
+EXPORT_CHUNK_BYTES = 0
+
+_LOG = logging.getLogger(__name__)
 
 
 def session():
@@ -75,7 +86,11 @@ def _jmap(spark, conf: dict[str, str]):
 
 
 def spark_provider_reader(ckpt: SparkCheckpoint, batch: int):
-    """A savepoint store reader for a checkpoint of Spark's HDFS or RocksDB provider."""
+    """A savepoint store reader for a checkpoint of Spark's HDFS or RocksDB provider.
+
+    Its rows come sorted from the JVM (``OpsBridge.exportStore``: ascending unsigned-bytewise
+    keys, in bounded heap); they are yielded a record batch (at most :data:`F.BATCH_ROWS`, the
+    JVM's batch size) at a time from the memory-mapped file, never the whole store at once."""
     spark = session()
     bridge = _bridge(spark)
     provider = ckpt.provider_class(batch)
@@ -88,13 +103,16 @@ def spark_provider_reader(ckpt: SparkCheckpoint, batch: int):
         tmp = tempfile.mkdtemp(prefix="spark-state-export-")
         try:
             out = os.path.join(tmp, "rows.arrow")
-            bridge.exportStore(state_root, op.id, partition, store, version, json.dumps(key_schema),
-                               json.dumps(value_schema), info.num_cols_prefix_key, provider, _jmap(spark, conf), out)
+            rows, runs = bridge.exportStore(state_root, op.id, partition, store, version, json.dumps(key_schema),
+                                            json.dumps(value_schema), info.num_cols_prefix_key, provider,
+                                            _jmap(spark, conf), out, EXPORT_CHUNK_BYTES)
+            _LOG.debug("exported %d rows of store %s of operator %d, partition %d, version %d (%d sorted runs)",
+                       rows, store, op.id, partition, version, runs)
             with pa.memory_map(out) as source:
-                table = pa.ipc.open_file(source).read_all()
-            table = table.sort_by("key")  # the savepoint's row order (unsigned bytewise)
-            for batch_ in table.to_batches(F.BATCH_ROWS):
-                yield from zip(batch_.column(0).to_pylist(), batch_.column(1).to_pylist())
+                reader = pa.ipc.open_file(source)
+                for i in range(reader.num_record_batches):
+                    batch_ = reader.get_batch(i)
+                    yield from zip(batch_.column(0).to_pylist(), batch_.column(1).to_pylist())
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

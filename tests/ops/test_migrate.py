@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 
 import pytest
 
 import test_operator_equivalence as E
-from ops_support import assert_equal_to_uninterrupted, reference, run
+from ops_support import PARTITIONS_CONF, assert_equal_to_uninterrupted, reference, run
 from spark_state import ops
+from spark_state.ops import jvm_bridge
+from spark_state.ops import savepoint_format as F
 from spark_state.ops.errors import UnsupportedCheckpointError
 from spark_state.spark.lines import get_line, running_line
-from streaming_harness import HDFS_PROVIDER, ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER
+from streaming_harness import HDFS_PROVIDER, ROCKSDB_PROVIDER, SPARKSTATE_PROVIDER, run_query, write_batches
 
 pytestmark = pytest.mark.spark
 
@@ -84,6 +87,42 @@ def test_savepoint_of_a_spark_provider_checkpoint_restores_as_spark_state(spark,
     E.write_inputs(case, tmp_path, start=3)
     second = run(spark, case, tmp_path / "dst", dirs, provider=ROCKSDB_PROVIDER)
     assert_equal_to_uninterrupted(case, [first, second], want, "RocksDB savepoint restored on spark-state")
+
+
+def test_hdfs_export_in_many_sorted_runs_equals_one_chunk_in_ascending_key_order(spark, tmp_path, monkeypatch,
+                                                                                  caplog):
+    """Spark's HDFS provider iterates a hash map; the driver JVM exports its stores in ascending
+    unsigned key order in bounded heap. With a chunk bound of a few KB each partition's ~2,000
+    rows go through dozens of sorted runs on disk and their merge: the savepoint holds the same
+    rows as with the default bound (one chunk, sorted in the heap), strictly ascending."""
+    schema, partitions, keys = E.schema_kv(), 2, 4000
+    batches = [[(f"key-{i}", i) for i in range(3000)], [(f"key-{i}", 1) for i in range(2000, keys)]]
+    write_batches(tmp_path / "in", batches, schema)
+    src = tmp_path / "src"
+    run_query(spark, E.build_agg, provider_class=HDFS_PROVIDER, input_dir=tmp_path / "in", schema=schema,
+              checkpoint_dir=str(src), extra_confs={PARTITIONS_CONF: str(partitions)})
+
+    def savepoint(name: str, chunk_bytes: int) -> tuple[list[int], list[list[tuple[bytes, bytes]]]]:
+        """The sorted runs of each partition's export, and each partition's saved rows."""
+        monkeypatch.setattr(jvm_bridge, "EXPORT_CHUNK_BYTES", chunk_bytes)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger=jvm_bridge.__name__):
+            sp = ops.savepoint(str(src), str(tmp_path / name), progress=False)
+        assert sp.keys == keys
+        runs = [r.args[-1] for r in caplog.records if r.name == jvm_bridge.__name__ and "exported" in r.msg]
+        rows = [list(F.read_entries(str(tmp_path / name / F.state_file(0, "default", p)), name))
+                for p in range(partitions)]
+        return runs, rows
+
+    one_runs, one_chunk = savepoint("one", 0)
+    many_runs, many_chunks = savepoint("many", 8 << 10)
+    assert one_runs == [0] * partitions, "the default bound holds a small store in one chunk"
+    assert len(many_runs) == partitions and min(many_runs) >= 10, f"too few sorted runs: {many_runs}"
+    assert many_chunks == one_chunk
+    assert sum(len(rows) for rows in many_chunks) == keys
+    for rows in many_chunks:
+        exported = [k for k, _ in rows]
+        assert all(a < b for a, b in zip(exported, exported[1:])), "keys not strictly ascending (unsigned bytes)"
 
 
 @pytest.mark.lines

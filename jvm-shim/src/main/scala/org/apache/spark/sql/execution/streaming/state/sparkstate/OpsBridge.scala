@@ -1,8 +1,9 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
 import java.io.{File, FileInputStream, FileOutputStream}
-import java.util.UUID
+import java.util.{Arrays => JArrays, UUID}
 
+import scala.collection.mutable.ArrayBuffer
 import scala.jdk.CollectionConverters._
 
 import org.apache.arrow.vector.{VarBinaryVector, VectorSchemaRoot}
@@ -25,6 +26,12 @@ import org.apache.spark.sql.util.ArrowUtils
  *    `getReadStore(version)`, `iterator`) and writes its rows in spark-state's stored layout
  *    (`[key group u16][Spark hash i32][UnsafeRow]`, see [[KeyCodec]]; values as their UnsafeRow)
  *    to an Arrow IPC file `(key binary, value binary)`, the savepoint's state file schema.
+ *    Invariant: the file's rows are in strictly ascending unsigned-bytewise key order (the
+ *    savepoint's row order), whatever order the provider iterates in (HDFS: a hash map), so
+ *    the reader streams it batch by batch. The heap holds at most one chunk of rows (about
+ *    `chunkBytes`, see [[DefaultChunkBytes]]): a store that fits is sorted in the heap and
+ *    written; a larger one is written as sorted runs ([[SpillRuns]], in a directory beside the
+ *    output file, deleted at the end) whose ordered merge is then written.
  *  - [[importStore]] writes one store at one version with Spark's HDFS or RocksDB provider from such
  *    a file: the header (and the 8-byte TTL stamp of stamped values) is dropped and system keys
  *    (`0xFF...`: the TTL index and markers, which Spark's providers do not have) are skipped.
@@ -65,10 +72,30 @@ object OpsBridge {
     (provider, new KeyCodec(keySchema, numColsPrefixKey, storeName), keySchema, valueSchema)
   }
 
-  /** Read `version` of a store with `providerClass`; write its rows to `out`. Returns the row count. */
+  /**
+   * Bytes of rows [[exportStore]] holds in the heap at a time when its caller passes 0: a store's
+   * rows beyond it go to sorted runs on local disk. Exports run in the driver (1 GB heap by
+   * default, `spark.driver.memory`); 32 MB is a few percent of that, sorts in well under a second,
+   * and keeps a store of several GB to a few hundred runs (RocksDB compacts them as they come).
+   * Spark's HDFS provider holds its whole store in the heap anyway; its RocksDB provider does not.
+   */
+  val DefaultChunkBytes: Long = 32L << 20
+  /**
+   * Heap bytes a held row takes besides its key and value bytes: two array headers (and their
+   * padding), its slots in the chunk's arrays and the copy sorted, and the sort's long and index.
+   */
+  private val RowOverhead = 64
+
+  /**
+   * Read `version` of a store with `providerClass`; write its rows to `out` in ascending unsigned key
+   * order (see the class comment), holding at most about `chunkBytes` of them in the heap (0: the
+   * [[DefaultChunkBytes]]). Returns the row count and the number of sorted runs written to disk (0
+   * when the store fit in one chunk).
+   */
   def exportStore(stateRoot: String, operatorId: Long, partition: Int, storeName: String, version: Long,
                   keySchemaJson: String, valueSchemaJson: String, numColsPrefixKey: Int, providerClass: String,
-                  confs: java.util.Map[String, String], out: String): Long = {
+                  confs: java.util.Map[String, String], out: String, chunkBytes: Long): Array[Long] = {
+    require(chunkBytes >= 0, s"chunkBytes must be 0 (the default) or positive, got $chunkBytes")
     val (provider, codec, _, _) =
       open(stateRoot, operatorId, partition, storeName, keySchemaJson, valueSchemaJson, numColsPrefixKey,
         providerClass, confs)
@@ -76,12 +103,92 @@ object OpsBridge {
       val store = provider.getReadStore(version)
       try {
         val rows = store.iterator().map(p => (codec.encode(p.key), KeyCodec.valueBytes(p.value)))
-        writeArrow(new File(out), rows)
+        writeSorted(new File(out), rows, if (chunkBytes > 0) chunkBytes else DefaultChunkBytes,
+          s"store $storeName of operator $operatorId, partition $partition, version $version")
       } finally {
         SparkLine.finishRead(store)
       }
     } finally {
       provider.close()
+    }
+  }
+
+  /**
+   * Write `rows` (distinct keys, fresh arrays) to `file` in ascending unsigned key order, holding one
+   * [[Chunk]] of them at a time. Returns the row count and the number of sorted runs written.
+   */
+  private def writeSorted(file: File, rows: Iterator[(Array[Byte], Array[Byte])], chunkBytes: Long,
+                          what: String): Array[Long] = {
+    val chunk = new Chunk(chunkBytes, what)
+    chunk.fill(rows)
+    if (!rows.hasNext) {
+      Array(writeArrow(file, chunk.sorted), 0L)
+    } else {
+      val runs = new SpillRuns(file.getAbsoluteFile.getParentFile)
+      try {
+        while (chunk.size > 0) {
+          runs.writeRun { run =>
+            chunk.sorted.foreach { case (k, v) => run.add(k, ChangeBuffer.OpPut, 0, 0L, v, 0, v.length) }
+          }
+          chunk.fill(rows)
+        }
+        val scan = runs.scan(null, null)
+        val total = try {
+          writeArrow(file, new Iterator[(Array[Byte], Array[Byte])] {
+            def hasNext: Boolean = scan.valid
+            def next(): (Array[Byte], Array[Byte]) = {
+              val row = (scan.key, SpillRuns.value(scan.value))
+              scan.next()
+              row
+            }
+          })
+        } finally {
+          scan.close()
+        }
+        // The merge keeps one row per key: fewer rows out than in means a key came in two runs.
+        if (total != runs.entries) throw duplicateKey(what)
+        Array(total, runs.count.toLong)
+      } finally {
+        runs.close()
+      }
+    }
+  }
+
+  private def duplicateKey(what: String) = new IllegalStateException(
+    s"the provider gave a key twice when reading $what; a store's keys are distinct, so its files are " +
+      "inconsistent: savepoint or migrate an earlier batch, or check the checkpoint's state files")
+
+  /** Rows held in the heap until their key and value bytes, plus [[RowOverhead]] each, reach `bound`. */
+  private final class Chunk(bound: Long, what: String) {
+    private val keys = new ArrayBuffer[Array[Byte]]
+    private val values = new ArrayBuffer[Array[Byte]]
+    private var bytes = 0L
+
+    def size: Int = keys.length
+
+    /** Drop the rows held, then take rows from `rows` until the bound is reached or `rows` ends. */
+    def fill(rows: Iterator[(Array[Byte], Array[Byte])]): Unit = {
+      keys.clear()
+      values.clear()
+      bytes = 0L
+      while (bytes < bound && rows.hasNext) {
+        val (k, v) = rows.next()
+        keys += k
+        values += v
+        bytes += k.length + v.length + RowOverhead
+      }
+    }
+
+    /** The rows held, in strictly ascending unsigned key order (a key held twice fails). */
+    def sorted: Iterator[(Array[Byte], Array[Byte])] = {
+      val ks = keys.toArray
+      val order = SortedWrites.ascendingOrder(ks, ks.length)
+      var i = 1
+      while (i < order.length) {
+        if (JArrays.equals(ks(order(i - 1)), ks(order(i)))) throw duplicateKey(what)
+        i += 1
+      }
+      order.iterator.map(j => (ks(j), values(j)))
     }
   }
 

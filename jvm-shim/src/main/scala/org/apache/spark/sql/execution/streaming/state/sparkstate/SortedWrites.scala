@@ -42,14 +42,7 @@ private[sparkstate] object SortedWrites {
     new SortedWrites(keys.toArray, keys.iterator.map(HashBytesMap.hash).toArray, values.toArray)
   }
 
-  /**
-   * Sort the hashed pending writes. Stored keys start with their key group and a 32-bit hash, so their
-   * first 8 bytes (as an unsigned big-endian long, zero-padded) almost always decide the order alone.
-   * Each entry becomes one long: the high bits of that prefix, then its index in the low `bits` bits
-   * (enough for every index), sign bit flipped so that a primitive signed sort is the unsigned order.
-   * Entries whose kept prefix bits tie are then ordered by their whole keys. One `long[]` sort instead
-   * of sorting objects with a comparator: no per-entry allocation, no pointer chasing per comparison.
-   */
+  /** Sort the hashed pending writes (see [[ascendingOrder]] for how). */
   def sort(pending: java.util.Map[BytesKey, Array[Byte]]): SortedWrites = {
     val capacity = pending.size
     val keys0 = new Array[Array[Byte]](capacity)
@@ -64,12 +57,37 @@ private[sparkstate] object SortedWrites {
       values0(n) = e.getValue
       n += 1
     }
+    val order = ascendingOrder(keys0, n)
+    val keys = new Array[Array[Byte]](n)
+    val hashes = new Array[Int](n)
+    val values = new Array[Array[Byte]](n)
+    var i = 0
+    while (i < n) {
+      val j = order(i)
+      keys(i) = keys0(j)
+      hashes(i) = hashes0(j)
+      values(i) = values0(j)
+      i += 1
+    }
+    new SortedWrites(keys, hashes, values)
+  }
+
+  /**
+   * The indices `0 until n` of `keys` in ascending unsigned byte order of their keys (equal keys in
+   * any order). Stored keys start with their key group and a 32-bit hash, so their first 8 bytes (as
+   * an unsigned big-endian long, zero-padded) almost always decide the order alone. Each entry becomes
+   * one long: the high bits of that prefix, then its index in the low `bits` bits (enough for every
+   * index), sign bit flipped so that a primitive signed sort is the unsigned order. Entries whose kept
+   * prefix bits tie are then ordered by their whole keys. One `long[]` sort instead of sorting objects
+   * with a comparator: no per-entry allocation, no pointer chasing per comparison.
+   */
+  def ascendingOrder(keys: Array[Array[Byte]], n: Int): Array[Int] = {
     val bits = math.max(1, 32 - Integer.numberOfLeadingZeros(math.max(n - 1, 1)))
     val indexMask = (1L << bits) - 1
     val packed = new Array[Long](n)
     var i = 0
     while (i < n) {
-      packed(i) = (((prefix(keys0(i)) >>> bits) << bits) | i) ^ Long.MinValue
+      packed(i) = (((prefix(keys(i)) >>> bits) << bits) | i) ^ Long.MinValue
       i += 1
     }
     JArrays.sort(packed)
@@ -85,21 +103,10 @@ private[sparkstate] object SortedWrites {
       val high = packed(runStart) & ~indexMask
       var runEnd = runStart + 1
       while (runEnd < n && (packed(runEnd) & ~indexMask) == high) runEnd += 1
-      if (runEnd - runStart > 1) sortRun(order, runStart, runEnd, keys0)
+      if (runEnd - runStart > 1) sortRun(order, runStart, runEnd, keys)
       runStart = runEnd
     }
-    val keys = new Array[Array[Byte]](n)
-    val hashes = new Array[Int](n)
-    val values = new Array[Array[Byte]](n)
-    i = 0
-    while (i < n) {
-      val j = order(i)
-      keys(i) = keys0(j)
-      hashes(i) = hashes0(j)
-      values(i) = values0(j)
-      i += 1
-    }
-    new SortedWrites(keys, hashes, values)
+    order
   }
 
   private def sortRun(order: Array[Int], from: Int, until: Int, keys: Array[Array[Byte]]): Unit = {
