@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 import pytest
+from pyspark.sql import types as T
 
 from spark_state import EngineConfig, VersionedStore
 from spark_state.keys import keyed as K
@@ -178,4 +179,38 @@ def test_keyed_migration_in_chunks_keeps_values(tmp_path, monkeypatch) -> None:
     b.before_commit()
     store.commit()
     assert dict(store) == plain
+    store.close()
+
+
+def test_keyed_migration_in_chunks_stamps_the_values_a_schema_migration_rewrote(tmp_path, monkeypatch) -> None:
+    """A type change and TTL turned on at one registration: the schema migration stages the
+    rewritten values first, so the TTL migration must read them (the merged view), chunk after
+    chunk; the loaded version would give the old encoding."""
+    monkeypatch.setattr(ttl_kv, "CHUNK_ROWS", 2)
+    clock = ManualClock(5_000)
+    config = EngineConfig(local_dir=str(tmp_path / "local"))
+    store = VersionedStore(str(tmp_path / "ckpt"), config).load(0)
+    b = KeyedStateBackend(store)
+    v = b.get_state(ValueStateDescriptor("v", T.LongType()))
+    for i in range(7):
+        b.set_current_key(b"k%d" % i, i % 3)
+        v.update(10 * i)
+    b.before_commit()
+    store.commit()
+    store.close()
+
+    store = VersionedStore(str(tmp_path / "ckpt"), config).load(1)
+    b = KeyedStateBackend(store)
+    v = b.get_state(ValueStateDescriptor("v", T.DoubleType(), ttl=TtlConfig.builder(TTL_MS).clock(clock).build()))
+    b.before_commit()
+    store.commit()
+    assert len(index_of(store, b"v")) == 7
+    assert {codec.stamp_of(raw) for k, raw in store.iterate(None, syskeys.SYSTEM_PREFIX)} == {5_000}
+    store.close()
+    store = VersionedStore(str(tmp_path / "ckpt"), config).load(2)
+    b = KeyedStateBackend(store)
+    v = b.get_state(ValueStateDescriptor("v", T.DoubleType(), ttl=TtlConfig.builder(TTL_MS).clock(clock).build()))
+    for i in range(7):
+        b.set_current_key(b"k%d" % i, i % 3)
+        assert v.value() == 10.0 * i
     store.close()
