@@ -30,12 +30,15 @@ def index_of(store: VersionedStore, ns: bytes) -> list[tuple[int, bytes]]:
 
 
 # ---------------------------------------------------------------------------- full-snapshot cleanup
+@pytest.mark.parametrize("spill", [None, 600], ids=["in-memory", "spilling"])
 @pytest.mark.parametrize("chunk", CHUNKS)
-def test_keyed_full_snapshot_cleanup_in_chunks_removes_what_one_pass_removes(tmp_path, monkeypatch, chunk):
+def test_keyed_full_snapshot_cleanup_in_chunks_removes_what_one_pass_removes(tmp_path, monkeypatch, chunk, spill):
     monkeypatch.setattr(ttl_kv, "CHUNK_ROWS", chunk)
     clock = ManualClock(1_000_000)
+    # "spilling": the epoch's writes go to local disk, so staged entries are read back from the runs.
+    limit = {} if spill is None else {"spill_threshold_bytes": spill}
     store = VersionedStore(str(tmp_path / "ckpt"), EngineConfig(local_dir=str(tmp_path / "local"),
-                                                                snapshot_interval=2)).load(0)
+                                                                snapshot_interval=2, **limit)).load(0)
     b = KeyedStateBackend(store)
     cfg = TtlConfig.builder(TTL_MS).clock(clock).disable_cleanup_incrementally() \
         .disable_cleanup_in_background().cleanup_full_snapshot().build()
@@ -61,6 +64,7 @@ def test_keyed_full_snapshot_cleanup_in_chunks_removes_what_one_pass_removes(tmp
     v.update(20)                                    # new: survives
     assert store.commit_takes_snapshot()
     assert b.before_commit() == 9                   # k0, k1, k2, k4, k6..k9 and k21: each once
+    assert (store._overlay.spill is not None) == (spill is not None)
     store.commit()
     assert store.last_commit.snapshot_taken and store.num_keys() == 2
     live = [K.entry_key(0, b"v", b"k20"), K.entry_key(0, b"v", b"k3")]
