@@ -70,6 +70,20 @@ class EpochAccess:
             return committed
         return merge_sorted(committed, self._overlay.sorted_items(start, end))
 
+    def iterate_committed(self, start: Optional[bytes] = None,
+                          end: Optional[bytes] = None) -> Iterator[tuple[bytes, bytes]]:
+        """Entries of the loaded version with ``start <= key < end``, ascending, without this
+        epoch's writes. Staging writes while consuming it is safe: they go to the overlay, and the
+        loaded version changes only when a commit applies them (or another version is loaded)."""
+        return self._loaded_backend().iterate(start, end)
+
+    def iterate_pending(self, start: Optional[bytes] = None,
+                        end: Optional[bytes] = None) -> Iterator[tuple[bytes, Optional[bytes]]]:
+        """This epoch's writes with ``start <= key < end``, ascending, as ``(key, value)`` with
+        ``None`` for a delete. Do not write while consuming the iterator."""
+        self._require_loaded()
+        return self._overlay.sorted_items(start, end)
+
     def prefix_scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Entries whose key starts with ``prefix``, ascending."""
         return self.iterate(prefix or None, prefix_upper_bound(prefix))

@@ -14,14 +14,17 @@ Order of one commit with TTL:
    the stamps and drop the index (:func:`spark_state.ttl.migrate_layout`).
 2. Collect expired rows from the *committed* index (nothing staged yet, so the scan reads
    RocksDB directly): at most ``cleanupSize`` entries of index buckets that have wholly
-   expired, or every expired row when full-snapshot cleanup is on and this commit takes a
-   snapshot; plus those background cleanup collected between batches for this version.
+   expired; plus those background cleanup collected between batches for this version.
    (The index is bucketed by a sixteenth of the TTL, so the incremental sweep removes a
    row at most ``ttl / 16`` after it expired; reads never see it meanwhile.)
 3. Stage the JVM's writes stamped with ``now`` (``TtlKeyValue.stage_raw_changes``); its
    prior stamps spare lookups of the old index entries. TOUCH rows (``OnReadAndWrite``
    reads) are rewrites of the value read.
-4. Expire the candidates that are still expired and not rewritten in step 3.
+4. Expire the candidates that are still expired and not rewritten in step 3. When
+   full-snapshot cleanup is on and this commit takes a snapshot, every expired row instead of
+   the ``cleanupSize`` ones: the committed index is read in chunks while they are expired
+   (``TtlKeyValue.expire_all``; staging does not change the loaded version), so memory holds one
+   chunk, not the state's expired rows.
 """
 
 from __future__ import annotations
@@ -50,7 +53,6 @@ OP_TOUCH = 2
 PRIOR_STAMP_ABSENT = -2
 #: Collect at most this many expired rows per background pass when incremental cleanup is off.
 BACKGROUND_LIMIT = 100_000
-_UNBOUNDED = 1 << 62
 
 
 @dataclass
@@ -143,7 +145,7 @@ def stage_epoch(store: VersionedStore, ttl: StoreTtl, table: pa.Table, now: int,
     if stamped != ttl.enabled:
         result.layout_changed = True
         result.migrated = migrate_layout(
-            store, NAMESPACE, ttl.enabled, lambda: store.iterate(None, SYSTEM_PREFIX), now,
+            store, NAMESPACE, ttl.enabled, lambda start: store.iterate_committed(start, SYSTEM_PREFIX), now,
             ttl.config.ttl_ms if ttl.config is not None else None)
         if result.migrated or store.version > 0:
             _LOG.info("TTL turned %s for %s at version %d: %d rows %s",
@@ -158,18 +160,21 @@ def stage_epoch(store: VersionedStore, ttl: StoreTtl, table: pa.Table, now: int,
     assert ttl.config is not None
     kv = TtlKeyValue(store, NAMESPACE, ttl.config)
     candidates: dict[tuple[bytes, int], None] = {}  # (data key, index bucket), in order, once each
-    if stamped:  # freshly migrated rows all carry `now`: nothing can be expired
-        if ttl.config.cleanup_full_snapshot and store.commit_takes_snapshot():
-            candidates.update(dict.fromkeys(kv.collect_expired(now, _UNBOUNDED, whole_buckets=False)))
-        elif ttl.config.cleanup_size:
+    # Freshly migrated rows all carry `now`: nothing can be expired.
+    expire_all = stamped and ttl.config.cleanup_full_snapshot and store.commit_takes_snapshot()
+    if stamped:
+        if ttl.config.cleanup_size and not expire_all:
             candidates.update(dict.fromkeys(kv.collect_expired(now, ttl.config.cleanup_size)))
         if background:
             candidates.update(dict.fromkeys(background))
     for changes in _chunks(table):
         priors = [PRIOR_STAMP_ABSENT if e == 0 else s for e, s in zip(changes.existed, changes.prior_stamps)]
         kv.stage_raw_changes(changes.keys, changes.values, priors, now)
+    if expire_all:
+        # Every staged write carries `now` and cannot have expired: the committed index is enough.
+        result.expired += kv.expire_all(now, expired_keys, pending=False)
     if candidates:
-        result.expired = kv.expire(candidates, now, expired_keys)
+        result.expired += kv.expire(candidates, now, expired_keys)
     return result
 
 

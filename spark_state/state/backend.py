@@ -132,7 +132,7 @@ class KeyedStateBackend:
         want_stamped = descriptor.ttl is not None
         if is_stamped(self._store, ns) != want_stamped:
             now = descriptor.ttl.now_ms() if descriptor.ttl else 0
-            rewritten = migrate_layout(self._store, ns, want_stamped, lambda: self._entries_of(ns), now,
+            rewritten = migrate_layout(self._store, ns, want_stamped, lambda start: self._entries_of(ns, start), now,
                                        descriptor.ttl.ttl_ms if descriptor.ttl else None)
             _LOG.info("state %r: TTL turned %s; %d existing entries rewritten (durable at the next commit)",
                       descriptor.name, "on" if want_stamped else "off", rewritten)
@@ -140,11 +140,12 @@ class KeyedStateBackend:
             return PlainAccess(self._store)
         return TtlAccess(self._store, ns, descriptor.ttl, self.ttl_stats)
 
-    def _entries_of(self, name_bytes: bytes) -> Iterator[tuple[bytes, bytes]]:
-        """Every stored entry of one state, across key groups (a full scan; migration only).
-        Only the key-group keyspace (first byte below 0x80) is scanned: operator state of a
-        keyed function (0xFE) and system keys (0xFF) are laid out differently."""
-        for key, value in self._store.iterate(None, KEY_GROUP_KEYSPACE_END):
+    def _entries_of(self, name_bytes: bytes, start: Optional[bytes] = None) -> Iterator[tuple[bytes, bytes]]:
+        """Every stored entry of one state from ``start`` on, across key groups, this epoch's
+        writes included (a full scan; migration only). Only the key-group keyspace (first byte
+        below 0x80) is scanned: operator state of a keyed function (0xFE) and system keys (0xFF)
+        are laid out differently."""
+        for key, value in self._store.iterate(start, KEY_GROUP_KEYSPACE_END):
             if K.state_name_of(key) == name_bytes:
                 yield key, value
 

@@ -19,6 +19,7 @@ want one time per epoch (the Spark provider) pass it.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
@@ -31,6 +32,9 @@ from .config import TtlConfig
 PRIOR_UNKNOWN = -1
 #: Known: the key does not exist in committed state.
 PRIOR_ABSENT = -2
+#: Index entries :meth:`TtlKeyValue.expire_all` checks at a time, and entries :func:`migrate_layout`
+#: rewrites at a time: what these passes over a whole namespace hold in memory.
+CHUNK_ROWS = 65_536
 
 
 @dataclass
@@ -272,10 +276,79 @@ class TtlKeyValue:
         return self.expire(self.collect_expired(now, limit), now)
 
     def sweep_all(self, now: Optional[int] = None) -> int:
-        """Remove every entry expired at ``now``, including those in the bucket the cutoff
-        falls in (full-snapshot cleanup: the snapshot then holds no expired entry)."""
-        now = self.now() if now is None else now
-        return self.expire(self.collect_expired(now, 1 << 62, whole_buckets=False), now)
+        """Remove every entry expired at ``now`` (:meth:`expire_all`, this epoch's writes included)."""
+        return self.expire_all(self.now() if now is None else now)
+
+    def expire_all(self, now: int, removed_keys: Optional[list[bytes]] = None, pending: bool = True,
+                   chunk: Optional[int] = None) -> int:
+        """Remove every entry expired at ``now``, including those in the bucket the cutoff falls
+        in (full-snapshot cleanup: the snapshot then holds no expired entry), checking at most
+        ``chunk`` (default :data:`CHUNK_ROWS`) index entries at a time; arguments and result as
+        for :meth:`expire`.
+
+        The candidates are the index entries of the expired range, from :func:`_keys_in_chunks`:
+        the loaded version's, then (``pending``) those this epoch staged. ``pending=False`` is
+        for callers none of whose staged writes can have expired (the provider stamps them all
+        with ``now``); it spares sorting the epoch's writes.
+
+        Invariant: the result is that of one :meth:`expire` of all candidates at once. Each
+        chunk is checked against the current values, which include earlier chunks' removals: a
+        key listed again in a later chunk (its entry in a later bucket, next to a stale one in an
+        older bucket) is then absent, so only that index entry is dropped and the key is counted
+        once; a committed index entry this epoch moved or deleted meets the value of this epoch
+        (a rewritten entry survives; if that one has expired, its own index entry is in the
+        range too and it would have been removed anyway).
+        """
+        bounds = codec.expired_index_range(self._ns, self._ttl, self._granularity, now, whole_buckets=False)
+        if bounds is None:
+            return 0
+        decode = syskeys.decode_index_key
+        removed = 0
+        for index_keys in _keys_in_chunks(self._store, bounds[0], bounds[1], chunk or CHUNK_ROWS, pending):
+            candidates: list[tuple[bytes, int]] = []
+            for index_key in index_keys:
+                bucket, data_key = decode(self._ns, index_key)
+                candidates.append((data_key, bucket))
+            removed += self.expire(candidates, now, removed_keys)
+        return removed
+
+
+def _keys_in_chunks(store: VersionedStore, start: bytes, end: Optional[bytes], chunk: int,
+                    pending: bool) -> Iterator[list[bytes]]:
+    """The keys in ``[start, end)`` in ascending lists of at most ``chunk``: first the loaded
+    version's, then with ``pending`` those this epoch staged as puts (a key both committed and
+    staged comes twice). The caller may stage writes while it holds a list: the loaded version is
+    read by one iterator, which staging does not change; the staged writes are read anew from
+    just after the last key of the previous list, by an iterator released before the list is
+    handed out (the overlay must not be written while it is iterated)."""
+    committed: list[bytes] = []
+    for key, _ in store.iterate_committed(start, end):
+        committed.append(key)
+        if len(committed) >= chunk:
+            yield committed
+            committed = []
+    if committed:
+        yield committed
+    if not pending:
+        return
+    resume: Optional[bytes] = start
+    while resume is not None:
+        staged, resume = _staged_puts(store, resume, end, chunk)
+        if staged:
+            yield staged
+
+
+def _staged_puts(store: VersionedStore, start: bytes, end: Optional[bytes],
+                 chunk: int) -> tuple[list[bytes], Optional[bytes]]:
+    """Up to ``chunk`` keys staged as puts in ``[start, end)``, and where to resume (None: done).
+    The iterator is local, so it is released when this returns."""
+    found: list[bytes] = []
+    for key, value in store.iterate_pending(start, end):
+        if value is not None:
+            found.append(key)
+            if len(found) >= chunk:
+                return found, key + b"\x00"  # the least key above it
+    return found, None
 
 
 # ---------------------------------------------------------------------------- layout migration
@@ -285,41 +358,80 @@ def is_stamped(store: VersionedStore, namespace: bytes) -> bool:
 
 
 def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
-                   entries: Callable[[], Iterator[tuple[bytes, bytes]]], now: int,
-                   ttl_ms: Optional[int] = None) -> int:
+                   entries: Callable[[Optional[bytes]], Iterator[tuple[bytes, bytes]]], now: int,
+                   ttl_ms: Optional[int] = None, chunk: Optional[int] = None) -> int:
     """Make ``namespace`` stamped or unstamped, rewriting its existing entries if the stored
     layout differs; returns how many entries were rewritten.
 
     Turning TTL on stamps every existing value with ``now`` (its TTL starts at the
     migration) and builds the index; turning it off strips the stamps and drops the index.
-    ``entries`` yields the namespace's committed ``(key, raw value)`` pairs. The rewrite is
-    staged like any write and becomes durable with the next commit (one large changelog).
+    The rewrite is staged like any write and becomes durable with the next commit (one large
+    changelog; the store's overlay spills to local disk past its share of memory).
+
+    ``entries(start)`` yields the namespace's ``(key, raw value)`` pairs with ``key >= start``
+    (all of them for ``None``), ascending, as the caller's view shows them (the loaded version,
+    or the merged view when the epoch may have staged rewrites of these values, e.g. a schema
+    migration). Memory is one chunk: at most ``chunk`` (default :data:`CHUNK_ROWS`) pairs are
+    taken from one iterator, which is released before they are staged, and the next chunk is
+    asked for from just after the last key -- the staged rewrites of keys up to it do not change
+    what follows, so the merged view, which must not be written while it is iterated, is fine.
+
+    The dropped index is read from the loaded version (one iterator, which staging does not
+    change): no index entry of a namespace is staged before its layout changes, as TTL writes
+    to a namespace only once its layout is settled (the provider migrates before it stages
+    anything; a keyed state migrates when it is registered, before it is handed out).
     """
     marker = syskeys.marker_key(namespace)
     if (store.get(marker) is not None) == stamped:
         return 0
-    rows = list(entries())
+    chunk = chunk or CHUNK_ROWS
+    rewritten = 0
+    start: Optional[bytes] = None
+    while True:
+        rows = _take(entries(start), chunk)
+        if not rows:
+            break
+        rewritten += len(rows)
+        store.stage_changes(*(_stamped(namespace, rows, now, ttl_ms) if stamped else _unstamped(rows)))
+        if len(rows) < chunk:
+            break
+        start = rows[-1][0] + b"\x00"  # the least key above the last one
+    if stamped:
+        store.put(marker, codec.STAMPED_MARKER)
+        return rewritten
+    # Every index entry of the namespace goes, whatever bucket width wrote it.
+    index_start = syskeys.index_prefix(namespace)
+    for index_keys in _keys_in_chunks(store, index_start, prefix_upper_bound(index_start), chunk, pending=False):
+        store.delete_many(index_keys)
+    store.delete(marker)
+    return rewritten
+
+
+def _take(rows: Iterator[tuple[bytes, bytes]], limit: int) -> list[tuple[bytes, bytes]]:
+    """The first ``limit`` of ``rows``; the iterator is closed when this returns."""
+    try:
+        return list(itertools.islice(rows, limit))
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+
+
+def _stamped(namespace: bytes, rows: list[tuple[bytes, bytes]], now: int,
+             ttl_ms: Optional[int]) -> tuple[list[bytes], list[Optional[bytes]]]:
+    """Writes stamping ``rows`` with ``now``: an index entry and the stamped value each."""
+    # Without the TTL, a 1 ms bucket: still at or before the stamp, so still correct.
+    granularity_ms = codec.index_granularity(ttl_ms) if ttl_ms else 1
+    prefix = syskeys.index_key(namespace, codec.bucket_start(now, granularity_ms), b"")
+    head = codec.stamp(b"", now)
     keys: list[bytes] = []
     values: list[Optional[bytes]] = []
-    if stamped:
-        # Without the TTL, a 1 ms bucket: still at or before the stamp, so still correct.
-        granularity_ms = codec.index_granularity(ttl_ms) if ttl_ms else 1
-        prefix = syskeys.index_key(namespace, codec.bucket_start(now, granularity_ms), b"")
-        head = codec.stamp(b"", now)
-        for key, raw in rows:
-            keys += [prefix + key, key]
-            values += [b"", head + raw]
-        keys.append(marker)
-        values.append(codec.STAMPED_MARKER)
-    else:
-        for key, raw in rows:
-            keys.append(key)
-            values.append(codec.unstamp(raw)[1])
-        # Every index entry of the namespace goes, whatever bucket width wrote it.
-        for key, _ in store.prefix_scan(syskeys.index_prefix(namespace)):
-            keys.append(key)
-            values.append(None)
-        keys.append(marker)
-        values.append(None)
-    store.stage_changes(keys, values)
-    return len(rows)
+    for key, raw in rows:
+        keys += [prefix + key, key]
+        values += [b"", head + raw]
+    return keys, values
+
+
+def _unstamped(rows: list[tuple[bytes, bytes]]) -> tuple[list[bytes], list[Optional[bytes]]]:
+    """Writes stripping the stamps of ``rows``."""
+    return [key for key, _ in rows], [codec.unstamp(raw)[1] for key, raw in rows]

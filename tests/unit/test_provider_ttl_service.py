@@ -14,6 +14,7 @@ from spark_state.keys import system as syskeys
 from spark_state.provider.service import StoreService
 from spark_state.provider.ttl_commit import OP_TOUCH
 from spark_state.ttl import codec
+from spark_state.ttl import kv as ttl_kv
 
 PUT, DELETE = 0, 1
 UNKNOWN, ABSENT = -1, -2
@@ -150,6 +151,34 @@ def test_full_snapshot_cleanup_removes_every_expired_row_before_a_snapshot(tmp_p
     assert shim.batch(1)["ttl"]["expired"] == 1  # incremental: one per commit
     reply = shim.batch(2)  # version 3: this commit snapshots, so everything expired goes first
     assert reply["commit"]["snapshot_taken"] and reply["ttl"]["expired"] == 4 and reply["numKeys"] == 0
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, ttl_kv.CHUNK_ROWS])
+def test_full_snapshot_cleanup_in_chunks_removes_what_one_pass_removes(tmp_path, monkeypatch, chunk):
+    monkeypatch.setattr(ttl_kv, "CHUNK_ROWS", chunk)
+    # The batch clock: a batch that loads version v runs at v * 1000 ms.
+    shim = Shim(tmp_path, ttl="1h", ttl_cleanupSize="0", ttl_backgroundCleanup="false",
+                ttl_fullSnapshotCleanup="true", snapshotInterval="4")
+    shim.batch(0)
+    shim.batch(1, [(PUT, key(i), b"v%d" % i, 0, ABSENT) for i in range(12)])   # stamped 1000, bucket 0 of 225 s
+    shim.reopen(ttl="700ms", ttl_cleanupSize="0", ttl_backgroundCleanup="false",
+                ttl_fullSnapshotCleanup="true", snapshotInterval="4")            # buckets of 43 ms
+    # Rewrites at 2000 look for the old entry in bucket 989 (43 ms wide): the one in bucket 0 stays, stale.
+    reply = shim.batch(2, [(PUT, key(i), b"w%d" % i, 1, 1000) for i in (0, 1)])
+    assert not reply["commit"]["snapshot_taken"] and reply["ttl"]["expired"] == 0
+    # Version 4 snapshots: everything expired at 3000 goes. k0 and k1 (stamped 2000) have a stale
+    # entry in bucket 0 and the real one in bucket 1978: in different chunks when chunks are small.
+    reply = shim.batch(3, [(PUT, key(2), b"x2", 1, 1000),      # rewritten in this epoch: survives
+                           (DELETE, key(3), None, 1, 1000),    # deleted by the epoch: not an expiry
+                           (PUT, key(20), b"new", 0, ABSENT)])
+    assert reply["commit"]["snapshot_taken"]
+    assert reply["ttl"]["expired"] == 10                       # k0, k1, k4..k11: each once
+    assert reply["numKeys"] == 2 and shim.store.num_keys() == 2
+    data = {k: codec.unstamp(v) for k, v in shim.store.iterate(None, syskeys.SYSTEM_PREFIX)}
+    assert data == {key(2): (3000, b"x2"), key(20): (3000, b"new")}
+    # No stale entry is left: the index holds the two live rows, in the bucket of 3000.
+    index = [syskeys.decode_index_key(b"", k) for k in shim.system_keys() if k != syskeys.marker_key(b"")]
+    assert index == [(2967, key(2)), (2967, key(20))]
 
 
 def test_turning_ttl_on_stamps_existing_rows_and_off_strips_them(tmp_path):

@@ -78,7 +78,7 @@ def test_migration_on_and_off_keeps_values(tmp_path) -> None:
     store = VersionedStore(str(tmp_path)).load(0)
     store.put_many([b"a", b"b"], [b"1", b"2"])
     store.commit()
-    entries = lambda: iter(list(store.iterate(None, syskeys.SYSTEM_PREFIX)))  # noqa: E731
+    entries = lambda start: store.iterate_committed(start, syskeys.SYSTEM_PREFIX)  # noqa: E731
     assert migrate_layout(store, b"", True, entries, now=7_777, ttl_ms=TTL) == 2
     store.commit()
     assert data(store) == {b"a": (7_777, b"1"), b"b": (7_777, b"2")} and len(index(store)) == 2
