@@ -6,7 +6,8 @@ driver: that heap holds the executor's state memory). For each provider, one fre
 
 1. **one batch of N distinct keys** for every N of ``--first-batches`` (default 1M, 10M, 30M), each
    on a fresh checkpoint: the batch's time, the JVM's peak used heap (sampled every 0.25 s) and its
-   live set (the largest old generation after a collection), the peak RSS of the JVM and of the
+   live set (the largest old generation after a collection; with ``--held-every S``, also the heap
+   held: the most used right after a full collection forced every S seconds), the peak RSS of the JVM and of the
    provider's Python workers (sampled every 0.25 s from outside), and ``memoryUsedBytes`` (summed
    over the state operator's stores, as Spark reports it);
 2. after the largest first batch, **``--updates`` batches of 1M updates** (existing keys, distinct
@@ -32,7 +33,7 @@ workers, and how many timers fired.
 
 Usage:
     python bench/large_state_bench.py [--providers sparkstate,rocksdb] [--first-batches 1000000,10000000,30000000]
-        [--updates 5] [--driver-memory 1g] [--cap-s 1800] [--conf KEY=VALUE ...] [--json out.json]
+        [--updates 5] [--driver-memory 1g] [--held-every S] [--cap-s 1800] [--conf KEY=VALUE ...] [--json out.json]
     python bench/large_state_bench.py --suite keyed [--first-batches 10000000,30000000] [--timers 1000000]
 """
 
@@ -128,13 +129,21 @@ def run_worker(spec: dict) -> None:
     management = spark._jvm.java.lang.management.ManagementFactory
     memory_bean = management.getMemoryMXBean()
     old_gen = [p for p in management.getMemoryPoolMXBeans() if "Old Gen" in p.getName() or "Tenured" in p.getName()]
-    peaks = {"heap": 0, "old_after_gc": 0}
+    peaks = {"heap": 0, "old_after_gc": 0, "held": 0}
     stop = threading.Event()
+    held_every = spec.get("held_every") or 0
+    last_full_gc = time.monotonic()
 
     def sample() -> None:
+        nonlocal last_full_gc
         while not stop.is_set():
             try:
                 peaks["heap"] = max(peaks["heap"], memory_bean.getHeapMemoryUsage().getUsed())
+                if held_every and time.monotonic() - last_full_gc >= held_every:
+                    # What the heap holds: used right after a full collection (G1's System.gc() is one).
+                    spark._jvm.java.lang.System.gc()
+                    peaks["held"] = max(peaks["held"], memory_bean.getHeapMemoryUsage().getUsed())
+                    last_full_gc = time.monotonic()
                 for pool in old_gen:
                     usage = pool.getCollectionUsage()
                     if usage is not None:
@@ -174,10 +183,11 @@ def run_worker(spec: dict) -> None:
                         "commit_ms": sum(op.commitTimeMs for op in ops),
                         "custom": {k: sum(dict(op.customMetrics or {}).get(k, 0) for op in ops)
                                    for k in {k for op in ops for k in dict(op.customMetrics or {})}},
-                        "heap_peak_bytes": peaks["heap"], "old_after_gc_peak_bytes": peaks["old_after_gc"]}
+                        "heap_peak_bytes": peaks["heap"], "old_after_gc_peak_bytes": peaks["old_after_gc"],
+                        "held_peak_bytes": peaks["held"]}
                 if spec["suite"] == "keyed":
                     line.update(keyed_figures(p))
-                peaks["heap"] = 0  # per batch from here on
+                peaks["heap"] = peaks["held"] = 0  # per batch from here on
                 with open(spec["result"], "a") as out:
                     out.write(json.dumps(line) + "\n")
             if done:
@@ -308,7 +318,8 @@ def run_provider(name: str, args, workdir: str, inputs: dict[int, dict], confs: 
         stage(input_dir, first_files + updates)
         spec = {"provider": name, "suite": suite, "input_dir": input_dir, "driver_memory": args.driver_memory,
                 "checkpoint": os.path.join(run_dir, "ckpt"), "local_dir": os.path.join(run_dir, "local"),
-                "result": os.path.join(run_dir, "result.jsonl"), "confs": confs, "query": args.query}
+                "result": os.path.join(run_dir, "result.jsonl"), "confs": confs, "query": args.query,
+                "held_every": args.held_every}
         t = time.monotonic()
         lines, rss = launch(spec, args.cap_s)
         batches = [b for b in lines if "batch" in b]
@@ -323,13 +334,15 @@ def run_provider(name: str, args, workdir: str, inputs: dict[int, dict], confs: 
                                     / MB) if first else None,
                  "heap_peak_mb": first["heap_peak_bytes"] / MB if first else None,
                  "live_set_mb": max((b["old_after_gc_peak_bytes"] for b in batches), default=0) / MB,
+                 "held_mb": first.get("held_peak_bytes", 0) / MB if first else None,
                  "jvm_rss_mb": rss.get("jvm", 0) / MB, "worker_rss_mb": rss.get("workers", 0) / MB,
                  "worker_anon_mb": rss.get("workers_anon", 0) / MB,
                  "spills": first["custom"].get("sparkStateSpills") if first else None,
                  "error": errors[0][:400] if errors else None}
         out["first"][n] = entry
         print(f"  {tag}: first batch {entry['seconds'] or float('nan'):.1f} s, heap peak "
-              f"{entry['heap_peak_mb'] or 0:.0f} MB, live set {entry['live_set_mb']:.0f} MB, JVM RSS "
+              f"{entry['heap_peak_mb'] or 0:.0f} MB, live set {entry['live_set_mb']:.0f} MB"
+              + (f", held after a full GC {entry['held_mb']:.0f} MB" if args.held_every else "") + ", JVM RSS "
               f"{entry['jvm_rss_mb']:.0f} MB, a worker's RSS {entry['worker_rss_mb']:.0f} MB (anonymous "
               f"{entry['worker_anon_mb']:.0f} MB), memoryUsedBytes "
               f"{entry['memory_used_mb'] or 0:.0f} MB ({time.monotonic() - t:.0f} s in all)"
@@ -391,6 +404,9 @@ def main(argv=None) -> int:
                         help="provider suite: groupBy(k).count() in update mode, or dropDuplicates([k]) in append mode")
     parser.add_argument("--timers", type=int, default=1_000_000, help="keyed suite: timers due in one batch (0: none)")
     parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--held-every", type=float, default=0, metavar="S",
+                        help="every S seconds, a full GC and the heap used after it (the heap the batch holds, "
+                             "garbage excluded; slows the run, so keep timing runs without it)")
     parser.add_argument("--cap-s", type=float, default=1800, help="longest one process may take")
     parser.add_argument("--workdir")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
@@ -428,16 +444,16 @@ def main(argv=None) -> int:
 
 def report(results: dict, sizes: list[int]) -> None:
     runs = results["runs"]
-    print(f"\n{'run':<20}{'keys':>12}{'batch s':>9}{'heap MB':>9}{'live MB':>9}{'JVM RSS':>9}{'worker':>9}"
-          f"{'anon':>9}{'memUsed':>9}")
+    print(f"\n{'run':<20}{'keys':>12}{'batch s':>9}{'heap MB':>9}{'live MB':>9}{'held MB':>9}{'JVM RSS':>9}"
+          f"{'worker':>9}{'anon':>9}{'memUsed':>9}")
     for name, r in runs.items():
         for n, e in sorted(r.get("first", {}).items()):
             if e["seconds"] is None:
                 print(f"{name:<20}{n:>12,}  stopped: {e['error']}")
                 continue
             print(f"{name:<20}{n:>12,}{e['seconds']:>9.1f}{e['heap_peak_mb']:>9.0f}{e['live_set_mb']:>9.0f}"
-                  f"{e['jvm_rss_mb']:>9.0f}{e['worker_rss_mb']:>9.0f}{e['worker_anon_mb']:>9.0f}"
-                  f"{e['memory_used_mb']:>9.0f}")
+                  f"{e.get('held_mb') or 0:>9.0f}{e['jvm_rss_mb']:>9.0f}{e['worker_rss_mb']:>9.0f}"
+                  f"{e['worker_anon_mb']:>9.0f}{e['memory_used_mb']:>9.0f}")
     ours, base = runs.get("sparkstate", {}), runs.get("rocksdb", {})
     for n in sizes:
         a, b = ours.get("first", {}).get(n, {}), base.get("first", {}).get(n, {})
@@ -450,10 +466,11 @@ def report(results: dict, sizes: list[int]) -> None:
     if ours.get("restart", {}).get("first_batch_s") and base.get("restart", {}).get("first_batch_s"):
         print(f"sparkstate / Spark RocksDB, restart with the local state deleted: "
               f"{ours['restart']['first_batch_s'] / base['restart']['first_batch_s']:.2f}")
-    heaps = [e["heap_peak_mb"] for _, e in sorted(ours.get("first", {}).items()) if e.get("heap_peak_mb")]
-    if len(heaps) > 1:
-        print(f"sparkstate peak heap from the smallest to the largest first batch: {heaps} MB "
-              f"(largest / smallest {max(heaps) / min(heaps):.2f})")
+    for figure, label in (("heap_peak_mb", "peak used heap"), ("held_mb", "heap held after a full GC")):
+        heaps = [round(e[figure]) for _, e in sorted(ours.get("first", {}).items()) if e.get(figure)]
+        if len(heaps) > 1:
+            print(f"sparkstate {label} from the smallest to the largest first batch: {heaps} MB "
+                  f"(largest / smallest {max(heaps) / min(heaps):.2f})")
 
 
 if __name__ == "__main__":

@@ -244,11 +244,14 @@ object ProviderCore {
     "spark-state: runs of pending writes spilled to local disk (an epoch larger than its share of the memory budget)")
   val SpilledBytesMetric = StateStoreCustomSumMetric("sparkStateSpilledBytes",
     "spark-state: bytes of pending writes spilled to local disk")
+  val HeapBytesMetric = StateStoreCustomSizeMetric("sparkStateHeapBytes",
+    "spark-state: the executor heap's part of memoryUsedBytes (the JVM's view of the version, and the most the " +
+      "epoch's pending writes held before they spilled)")
 
   val CustomMetrics: Seq[StateStoreCustomMetric] = Seq(
     CommitTimeMetric, LoadTimeMetric, ChangelogBytesMetric, SnapshotBytesMetric,
     SnapshotFilesUploadedMetric, SnapshotFilesReusedMetric, RestoresMetric, TtlExpiredMetric, TtlMigratedMetric,
-    ViewExportsMetric, SpillsMetric, SpilledBytesMetric)
+    ViewExportsMetric, SpillsMetric, SpilledBytesMetric, HeapBytesMetric)
 
   /** Hadoop S3A settings reused as checkpoint storage options, so credentials are configured once. */
   private val S3aOptions = Seq(

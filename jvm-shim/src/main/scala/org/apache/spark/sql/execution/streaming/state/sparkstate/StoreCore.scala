@@ -210,7 +210,8 @@ private[sparkstate] abstract class StoreCore(parts: StoreParts) {
       ProviderCore.ViewExportsMetric ->
         (if (Json.text(loadReply, "viewPath").nonEmpty || Json.text(loadReply, "heapPath").nonEmpty) 1L else 0L),
       ProviderCore.SpillsMetric -> buffer.spillCount,
-      ProviderCore.SpilledBytesMetric -> buffer.spillBytes)
+      ProviderCore.SpilledBytesMetric -> buffer.spillBytes,
+      ProviderCore.HeapBytesMetric -> (db.memoryBytes + buffer.peakBytes))
     // This store's share of its worker's RocksDB memory (both backends keep the worker's store in
     // RocksDB; see provider/service.py), what the JVM's view of the version holds (rocksdb: its
     // layers; hashmap: the state), and the most this epoch's pending writes held in the heap.
