@@ -395,7 +395,7 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
     rewritten = 0
     start: Optional[bytes] = None
     while True:
-        rows = _take(entries(start), chunk)
+        rows = take_rows(entries(start), chunk)
         if not rows:
             break
         rewritten += len(rows)
@@ -414,8 +414,9 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
     return rewritten
 
 
-def _take(rows: Iterator[tuple[bytes, bytes]], limit: int) -> list[tuple[bytes, bytes]]:
-    """The first ``limit`` of ``rows``; the iterator is closed when this returns."""
+def take_rows(rows: Iterator[tuple[bytes, bytes]], limit: int) -> list[tuple[bytes, bytes]]:
+    """The first ``limit`` of ``rows``; the iterator is closed when this returns (a pass that
+    stages what it read must not hold an iterator of the merged view meanwhile)."""
     try:
         return list(itertools.islice(rows, limit))
     finally:
