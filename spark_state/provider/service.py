@@ -60,15 +60,12 @@ CRASH_ON_COMMIT_OPTION = provider_options.CRASH_ON_COMMIT
 
 
 class _Instance:
-    __slots__ = ("store", "lock", "crash_on_commit", "views", "ttl", "expired_candidates", "where",
-                 "expired_batch_rows")
+    __slots__ = ("store", "lock", "crash_on_commit", "views", "ttl", "expired_candidates", "where")
 
     def __init__(self, store: VersionedStore, crash_on_commit: Optional[str], views: ViewExporter,
-                 ttl: StoreTtl, where: str, expired_batch_rows: int = 0) -> None:
+                 ttl: StoreTtl, where: str) -> None:
         self.store = store
         self.crash_on_commit = crash_on_commit
-        #: keys per record batch of the expired-keys file (0: the default; a testing option)
-        self.expired_batch_rows = expired_batch_rows
         self.ttl = ttl
         self.where = where
         #: (version, [(key, index bucket)]): expired rows background cleanup found in that version
@@ -222,7 +219,7 @@ class StoreService:
                 now = int(now_ms) if int(now_ms) >= 0 else ttl.now_ms(store.version)
                 background, instance.expired_candidates = instance.expired_candidates, None
                 candidates = background[1] if background and background[0] == store.version else None
-                with instance.views.expired_keys(instance.expired_batch_rows) as expired:
+                with instance.views.expired_keys() as expired:
                     epoch = commit_epoch(store, ttl, changes, now, candidates, instance.where, expired)
                     view = commit_view(store, stamped=ttl.enabled, stamp_ms=now,
                                        layout_changed=epoch.layout_changed and epoch.migrated > 0, expired=expired)
@@ -305,9 +302,8 @@ class StoreService:
                 # Views live in the worker's own local directory: if the worker is killed, its
                 # successor removes them with the dead worker's store copies (localdirs).
                 views = ViewExporter(config.backend, os.path.join(process_root(config.local_dir),
-                                                                  f"views-{instance_id}"))
-                instance = self._instances[instance_id] = _Instance(store, crash, views, ttl, checkpoint,
-                                                                   batch_rows)
+                                                                  f"views-{instance_id}"), batch_rows)
+                instance = self._instances[instance_id] = _Instance(store, crash, views, ttl, checkpoint)
                 _LOG.info("opened store %s for %s (backend=%s: JVM views; %s)", instance_id, checkpoint,
                           config.backend, ttl.config.describe() if ttl.config else ttl.exempt_reason or "no TTL")
             return instance

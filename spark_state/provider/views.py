@@ -78,11 +78,14 @@ def commit_id(store: VersionedStore) -> str:
 
 
 class ViewExporter:
-    """Exports of one provider instance's store for the JVM, in ``directory`` (owned by it)."""
+    """Exports of one provider instance's store for the JVM, in ``directory`` (owned by it);
+    ``expired_batch_rows``: keys per record batch of expired-keys files (0:
+    :data:`EXPIRED_BATCH_ROWS`; tests set it small)."""
 
-    def __init__(self, kind: str, directory: str) -> None:
+    def __init__(self, kind: str, directory: str, expired_batch_rows: int = 0) -> None:
         self.kind = kind
         self.directory = directory
+        self.expired_batch_rows = expired_batch_rows or EXPIRED_BATCH_ROWS
         #: (version, path) of exported RocksDB views, oldest first
         self._views: list[tuple[int, str]] = []
         # A worker restarted after a crash reuses the instance's directory: whatever the previous
@@ -121,11 +124,10 @@ class ViewExporter:
                 rows += batch.num_rows
         return path, rows
 
-    def expired_keys(self, batch_rows: int = 0) -> ExpiredKeys:
-        """A sink for the keys TTL expiry deletes in one commit (``batch_rows``: keys per record
-        batch, default :data:`EXPIRED_BATCH_ROWS`)."""
+    def expired_keys(self) -> ExpiredKeys:
+        """A sink for the keys TTL expiry deletes in one commit, its file in this directory."""
         path = os.path.join(self.directory, f"expired-{uuid.uuid4().hex[:12]}.arrow")
-        return ExpiredKeys(path, batch_rows or EXPIRED_BATCH_ROWS)
+        return ExpiredKeys(path, self.expired_batch_rows)
 
     def close(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -236,7 +236,7 @@ def test_expired_keys_reach_the_jvm_in_record_batches_up_to_a_bound(tmp_path, ex
 
 
 def test_a_failed_commit_leaves_no_expired_keys_file(tmp_path):
-    sink = views.ViewExporter("rocksdb", str(tmp_path / "views")).expired_keys(batch_rows=2)
+    sink = views.ViewExporter("rocksdb", str(tmp_path / "views"), expired_batch_rows=2).expired_keys()
     with pytest.raises(RuntimeError, match="commit failed"):
         with sink:
             sink.extend([b"a", b"b", b"c"])                          # one batch written
