@@ -279,6 +279,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "`backend=rocksdb`: bytes of layered epochs per store before a fresh export")),
     OptionSpec("testing.crashOnCommit", "provider", testing_only=True, meaning=(
         "`<version>:<dir>:once|always` makes a worker exit while committing `<version>`")),
+    OptionSpec("testing.expiredKeysBatchRows", "provider", default="`8192`", testing_only=True, meaning=(
+        "keys per record batch of the file of keys a commit's TTL expiry deleted; the JVM applies 8 "
+        "batches at most, past them it reloads the version")),
     # --- memory -----------------------------------------------------------------------------------
     OptionSpec("memory.budget", "memory", default="a quarter of the executor's memory, at least 64 MB", meaning=(
         "the state memory of one executor (`256m`, `2g` or bytes), in four equal parts: the provider's "

@@ -22,6 +22,10 @@ worker's fault injection, never by :class:`~spark_state.config.EngineConfig`:
 ``testing.crashOnCommit``
     Fault injection for tests, ``<version>:<marker dir>:once|always``: a worker exits abruptly
     while committing ``<version>``. Never set it in production.
+``testing.expiredKeysBatchRows``
+    Test hook: keys per record batch of the file of keys a commit's TTL expiry deleted, which
+    also scales how many the JVM applies before it reloads the version instead
+    (:mod:`spark_state.provider.views`). Never set it in production.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ CRASH_ON_COMMIT = "testing.crashOnCommit"
 HEAP_MAX_BYTES = "heap.maxBytes"
 VIEW_LAYER_EPOCHS = "rocksdb.viewLayers.maxEpochs"
 VIEW_LAYER_BYTES = "rocksdb.viewLayers.maxBytes"
+EXPIRED_BATCH_ROWS = "testing.expiredKeysBatchRows"
 PROVIDER_ONLY = (WORKERS_PER_EXECUTOR, PRESTART_WORKERS, CRASH_ON_COMMIT, HEAP_MAX_BYTES, VIEW_LAYER_EPOCHS,
-                 VIEW_LAYER_BYTES)
+                 VIEW_LAYER_BYTES, EXPIRED_BATCH_ROWS)
 #: Upper bound of workersPerExecutor: more workers than that only cost memory.
 MAX_WORKERS_PER_EXECUTOR = 64
 
@@ -74,11 +79,12 @@ def validate_provider_options(options: Mapping[str, str]) -> None:
             if not ok:
                 raise ConfigError(f"option {CONF_PREFIX}{key} must be a size such as 512m, 2g or a number of "
                                   f"bytes, got {options[key]!r}")
-    if VIEW_LAYER_EPOCHS in options:
-        raw = str(options[VIEW_LAYER_EPOCHS]).strip()
-        if not raw.isdigit() or int(raw) < 1:
-            raise ConfigError(f"option {CONF_PREFIX}{VIEW_LAYER_EPOCHS} must be a whole number of 1 or more, "
-                              f"got {options[VIEW_LAYER_EPOCHS]!r}")
+    for key in (VIEW_LAYER_EPOCHS, EXPIRED_BATCH_ROWS):
+        if key in options:
+            raw = str(options[key]).strip()
+            if not raw.isdigit() or int(raw) < 1:
+                raise ConfigError(f"option {CONF_PREFIX}{key} must be a whole number of 1 or more, "
+                                  f"got {options[key]!r}")
     if CRASH_ON_COMMIT in options and not _CRASH_SPEC.match(str(options[CRASH_ON_COMMIT]).strip()):
         raise ConfigError(
             f"option {CONF_PREFIX}{CRASH_ON_COMMIT} (testing only) must be <version>:<marker dir>:once|always, "

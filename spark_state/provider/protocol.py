@@ -33,6 +33,13 @@ order, then key order::
     key          binary  stored key (key-group prefixed, as in the changes file)
     value        binary  the value put (bare UnsafeRow: TTL stamps are stripped); null for deletes
 
+Expired-keys file (Arrow IPC *file*, written by the worker at ``commit()`` with TTL; its path is
+the commit reply's ``view.expiredPath``, see ``views``), the data keys TTL expiry deleted, in
+record batches, at most ``views.EXPIRED_BATCHES_APPLIED`` of them (past that the reply is
+``view.apply = "reload"`` and there is no file)::
+
+    key          binary  stored key (as in the changes file)
+
 Load and commit replies carry ``ttl``: ``stamped`` (the loaded version's values start with an
 8-byte big-endian last-access stamp, which reads strip), ``enabled``, and when enabled
 ``ttlMs``, ``nowMs`` (processing time of this batch, taken once at load), ``returnExpired``

@@ -219,11 +219,10 @@ class StoreService:
                 now = int(now_ms) if int(now_ms) >= 0 else ttl.now_ms(store.version)
                 background, instance.expired_candidates = instance.expired_candidates, None
                 candidates = background[1] if background and background[0] == store.version else None
-                expired_keys: list[bytes] = []
-                epoch = commit_epoch(store, ttl, changes, now, candidates, instance.where, expired_keys)
-                view = commit_view(store, instance.views, stamped=ttl.enabled, stamp_ms=now,
-                                   layout_changed=epoch.layout_changed and epoch.migrated > 0,
-                                   expired_keys=expired_keys)
+                with instance.views.expired_keys() as expired:
+                    epoch = commit_epoch(store, ttl, changes, now, candidates, instance.where, expired)
+                    view = commit_view(store, stamped=ttl.enabled, stamp_ms=now,
+                                       layout_changed=epoch.layout_changed and epoch.migrated > 0, expired=expired)
                 return self._state(store) | {"commitId": commit_id(store), "commit": asdict(store.last_commit),
                                         "ttl": ttl_state(instance) | asdict(epoch), "view": view}
         return _reply(run)
@@ -299,10 +298,11 @@ class StoreService:
                 runs = RunContext(RunRegistry(storage), options.get("runId"))
                 store = VersionedStore(storage, worker_config(config), runs=runs, background_snapshots=True)
                 crash = (options.get("engine") or {}).get(CRASH_ON_COMMIT_OPTION)
+                batch_rows = int((options.get("engine") or {}).get(provider_options.EXPIRED_BATCH_ROWS, 0))
                 # Views live in the worker's own local directory: if the worker is killed, its
                 # successor removes them with the dead worker's store copies (localdirs).
                 views = ViewExporter(config.backend, os.path.join(process_root(config.local_dir),
-                                                                  f"views-{instance_id}"))
+                                                                  f"views-{instance_id}"), batch_rows)
                 instance = self._instances[instance_id] = _Instance(store, crash, views, ttl, checkpoint)
                 _LOG.info("opened store %s for %s (backend=%s: JVM views; %s)", instance_id, checkpoint,
                           config.backend, ttl.config.describe() if ttl.config else ttl.exempt_reason or "no TTL")

@@ -41,6 +41,7 @@ from ..engine.epoch_writes import ArrowWrites
 from ..keys.system import SYSTEM_PREFIX
 from ..engine.store import VersionedStore
 from ..ttl import TtlKeyValue, is_stamped, migrate_layout
+from ..ttl.kv import KeySink
 from .ttl_policy import StoreTtl
 
 _LOG = logging.getLogger(__name__)
@@ -135,11 +136,11 @@ class EpochTtl:
 
 def stage_epoch(store: VersionedStore, ttl: StoreTtl, table: pa.Table, now: int,
                 background: Optional[Sequence[tuple[bytes, int]]] = None, where: str = "",
-                expired_keys: Optional[list[bytes]] = None) -> EpochTtl:
+                expired_keys: Optional[KeySink] = None) -> EpochTtl:
     """Stage the changes ``table`` in ``store`` (loaded, nothing staged yet) with ``ttl``'s layout,
     one record batch at a time (the store's overlay spills to local disk past its share of memory);
     ``where`` names the store in logs. The data keys expiry removes are appended to
-    ``expired_keys`` if given (the JVM's views apply them)."""
+    ``expired_keys`` if given (the file of keys the JVM's views apply, or a list)."""
     result = EpochTtl()
     stamped = is_stamped(store, NAMESPACE)
     if stamped != ttl.enabled:
@@ -180,7 +181,7 @@ def stage_epoch(store: VersionedStore, ttl: StoreTtl, table: pa.Table, now: int,
 
 def commit_epoch(store: VersionedStore, ttl: StoreTtl, table: pa.Table, now: int,
                  background: Optional[Sequence[tuple[bytes, int]]] = None, where: str = "",
-                 expired_keys: Optional[list[bytes]] = None) -> EpochTtl:
+                 expired_keys: Optional[KeySink] = None) -> EpochTtl:
     """Commit the epoch of the changes ``table`` on top of the version ``store`` has loaded
     (nothing staged yet), with ``ttl``'s layout; arguments as for :func:`stage_epoch`.
 

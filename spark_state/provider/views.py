@@ -21,7 +21,17 @@ loads; the worker exports only if that is not the id of the version it loaded.
 After a commit, the JVM applies the epoch's writes to its views itself; ``commit_view`` tells it
 how the worker stored them (protocol in ``protocol.py``): as shipped (``buffer``), stamped with
 the batch's TTL time plus the keys TTL expired (``stamped``), or not rebuildable (``reload``: a TTL
-layout migration rewrote every row, or an earlier attempt of the run committed other content).
+layout migration rewrote every row, an earlier attempt of the run committed other content, or TTL
+expired more keys than the JVM applies, :data:`EXPIRED_BATCHES_APPLIED`).
+
+The expired keys are written to their file as expiry finds them (:class:`ExpiredKeys`), a record
+batch at a time, and the JVM applies at most :data:`EXPIRED_BATCHES_APPLIED` batches of them: past
+that, a commit (a full-snapshot cleanup can expire millions of rows) is a ``reload``, so neither
+side holds the keys of a large expiry. Applying them batch by batch in the JVM would not bound it:
+the applied delta stays in the heap as a layer (``rocksdb``) or as the undo that readers of the
+previous version consult (``hashmap``). A reload costs one fresh export at the next load: a
+checkpoint of the worker's RocksDB (``rocksdb``), or the state shipped once more (``hashmap``, whose
+state is in the heap anyway), which is of the order of the expiry pass itself.
 """
 
 from __future__ import annotations
@@ -30,7 +40,8 @@ import logging
 import os
 import shutil
 import uuid
-from typing import Any, Optional, Sequence
+from types import TracebackType
+from typing import Any, Iterable, Optional
 
 import pyarrow as pa
 
@@ -48,6 +59,14 @@ VIEW_HASHMAP = C.BACKEND_HASHMAP
 #: opening it). Older ones are deleted; the JVM's open handles keep their files readable.
 VIEWS_KEPT = 2
 
+#: Keys per record batch of the expired-keys file (:class:`ExpiredKeys`): what the worker holds of
+#: them at a time (a few hundred KB).
+EXPIRED_BATCH_ROWS = 8_192
+#: Record batches of expired keys the JVM applies to its views at most; a commit that expires more
+#: makes the JVM reload the version (module docstring). 65,536 keys: a few MB of the JVM's heap.
+EXPIRED_BATCHES_APPLIED = 8
+
+#: The expired-keys file (Arrow IPC file format): one column, the data keys TTL expiry deleted.
 _KEYS = pa.schema([("key", pa.binary())])
 _ENTRIES = pa.schema([("key", pa.binary()), ("value", pa.binary())])
 
@@ -59,11 +78,14 @@ def commit_id(store: VersionedStore) -> str:
 
 
 class ViewExporter:
-    """Exports of one provider instance's store for the JVM, in ``directory`` (owned by it)."""
+    """Exports of one provider instance's store for the JVM, in ``directory`` (owned by it);
+    ``expired_batch_rows``: keys per record batch of expired-keys files (0:
+    :data:`EXPIRED_BATCH_ROWS`; tests set it small)."""
 
-    def __init__(self, kind: str, directory: str) -> None:
+    def __init__(self, kind: str, directory: str, expired_batch_rows: int = 0) -> None:
         self.kind = kind
         self.directory = directory
+        self.expired_batch_rows = expired_batch_rows or EXPIRED_BATCH_ROWS
         #: (version, path) of exported RocksDB views, oldest first
         self._views: list[tuple[int, str]] = []
         # A worker restarted after a crash reuses the instance's directory: whatever the previous
@@ -102,25 +124,105 @@ class ViewExporter:
                 rows += batch.num_rows
         return path, rows
 
-    def expired_file(self, keys: Sequence[bytes]) -> Optional[str]:
-        """The keys TTL expiry deleted in a commit, as an Arrow file for the JVM (None if none)."""
-        if not keys:
-            return None
+    def expired_keys(self) -> ExpiredKeys:
+        """A sink for the keys TTL expiry deletes in one commit, its file in this directory."""
         path = os.path.join(self.directory, f"expired-{uuid.uuid4().hex[:12]}.arrow")
-        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, _KEYS) as writer:
-            writer.write_batch(pa.record_batch([pa.array(list(keys), pa.binary())], schema=_KEYS))
-        return path
+        return ExpiredKeys(path, self.expired_batch_rows)
 
     def close(self) -> None:
         shutil.rmtree(self.directory, ignore_errors=True)
         self._views = []
 
 
-def commit_view(store: VersionedStore, exporter: ViewExporter, *, stamped: bool, stamp_ms: int,
-                layout_changed: bool, expired_keys: Sequence[bytes]) -> dict[str, Any]:
-    """How the JVM rebuilds the data changes of the commit just made (``CommitDelta.scala``)."""
-    if store.last_commit.lost_to_earlier_attempt == "replaced" or layout_changed:
+class ExpiredKeys:
+    """The data keys TTL expiry deletes in one commit, written to an Arrow IPC file for the JVM's
+    views (schema ``key: binary``) as they come: :meth:`append` holds at most ``batch_rows`` keys
+    before it writes them as one record batch. Past :data:`EXPIRED_BATCHES_APPLIED` batches the
+    file is deleted and keys are only counted: the JVM reloads the version instead.
+
+    The file is created at the first full batch (or at :meth:`finish`); a context manager that
+    deletes it if the block raises (a failed commit hands nothing to the JVM)."""
+
+    def __init__(self, path: str, batch_rows: int) -> None:
+        self.path = path
+        self.batch_rows = batch_rows
+        #: keys appended so far
+        self.count = 0
+        self._limit = batch_rows * EXPIRED_BATCHES_APPLIED
+        self._batch: list[bytes] = []
+        self._sink: Optional[pa.NativeFile] = None
+        self._writer: Optional[pa.ipc.RecordBatchFileWriter] = None
+
+    @property
+    def overflowed(self) -> bool:
+        """More keys than the JVM applies: the commit is a reload."""
+        return self.count > self._limit
+
+    def append(self, key: bytes) -> None:
+        self.count += 1
+        if self.count > self._limit:
+            if self.count == self._limit + 1:
+                self.discard()
+            return
+        self._batch.append(key)
+        if len(self._batch) >= self.batch_rows:
+            self._flush()
+
+    def extend(self, keys: Iterable[bytes]) -> None:
+        for key in keys:
+            self.append(key)
+
+    def finish(self) -> Optional[str]:
+        """Close the file and return its path; None (and no file) if no key came or too many."""
+        if self.overflowed or self.count == 0:
+            self.discard()
+            return None
+        self._flush()
+        assert self._writer is not None and self._sink is not None
+        self._writer.close()
+        self._sink.close()
+        self._writer = self._sink = None
+        return self.path
+
+    def discard(self) -> None:
+        """Drop what was written and the batch held."""
+        self._batch = []
+        if self._writer is not None:
+            assert self._sink is not None
+            self._writer.close()
+            self._sink.close()
+            self._writer = self._sink = None
+        if os.path.exists(self.path):
+            os.remove(self.path)
+
+    def _flush(self) -> None:
+        if self._writer is None:
+            self._sink = pa.OSFile(self.path, "wb")
+            self._writer = pa.ipc.new_file(self._sink, _KEYS)
+        if self._batch:
+            self._writer.write_batch(pa.record_batch([pa.array(self._batch, pa.binary())], schema=_KEYS))
+            self._batch = []
+
+    def __enter__(self) -> ExpiredKeys:
+        return self
+
+    def __exit__(self, kind: Optional[type[BaseException]], error: Optional[BaseException],
+                 trace: Optional[TracebackType]) -> None:
+        if kind is not None:
+            self.discard()
+
+
+def commit_view(store: VersionedStore, *, stamped: bool, stamp_ms: int, layout_changed: bool,
+                expired: ExpiredKeys) -> dict[str, Any]:
+    """How the JVM rebuilds the data changes of the commit just made (``CommitDelta.scala``);
+    ``expired`` holds the keys TTL expiry deleted (its file is handed to the JVM or deleted)."""
+    if store.last_commit.lost_to_earlier_attempt == "replaced" or layout_changed or expired.overflowed:
+        if expired.overflowed:
+            _LOG.info("TTL expired %d rows at version %d, more than the JVM applies (%d): its views reload "
+                      "the version", expired.count, store.version, expired.batch_rows * EXPIRED_BATCHES_APPLIED)
+        expired.discard()
         return {"apply": "reload"}
     if not stamped:
+        expired.discard()
         return {"apply": "buffer"}
-    return {"apply": "stamped", "stampMs": stamp_ms, "expiredPath": exporter.expired_file(expired_keys)}
+    return {"apply": "stamped", "stampMs": stamp_ms, "expiredPath": expired.finish()}

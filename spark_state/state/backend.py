@@ -119,7 +119,7 @@ class KeyedStateBackend:
                     f"state; a {descriptor.kind} state needs another name")
             return existing
         self.flush()  # registration may scan the store (schema checks, TTL layout migration)
-        restore_keyed_schema(self._store, descriptor, lambda: self._entries_of(descriptor.name_bytes))
+        restore_keyed_schema(self._store, descriptor, lambda start: self._entries_of(descriptor.name_bytes, start))
         access = self._access_for(descriptor)
         state = _STATE_CLASSES[type(descriptor)](self.key_context, descriptor, access)
         self._states[descriptor.name] = state

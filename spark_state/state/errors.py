@@ -36,6 +36,12 @@ class StateSchemaIncompatibleError(StateSchemaError):
             f"unchanged. To fix: {FIXES}")
 
 
+class StateMigrationAbortedError(SparkStateError):
+    """A schema migration failed after it had staged part of its rewrite (a conversion that
+    passed the migration's check failed when repeated). Deliberately not a
+    :class:`StateSchemaError`: nothing may catch it and go on, the epoch must fail."""
+
+
 class StateSchemaConflictError(StateSchemaError):
     """The partitions being merged by a rescale recorded different schemas for a state.
 

@@ -13,6 +13,19 @@ the verdict). :func:`restore_keyed_schema` runs when a function registers a keye
   (a full scan, as the TTL layout migration does), keeping each entry's TTL stamp, and
   the record, all in the pending epoch: the commit makes both durable or neither.
 
+A migration holds one chunk of the state (:data:`MIGRATION_CHUNK` values), in two passes. The
+first converts every value and stages nothing, so a value that cannot be converted raises
+``StateSchemaIncompatibleError`` with nothing staged -- callers may catch it and go on with the
+epoch (register the state under a new name), so a half-migrated state must never be staged. It
+keeps the first chunk's results: a state of one chunk is converted once. The second converts
+and stages a chunk at a time; ``entries`` is the merged view (this epoch's writes included),
+which must not be written while it is iterated, so each chunk is taken from its own iterator,
+released before the chunk is staged, and the next starts just after the chunk's last key (the
+rewrites staged up to it do not change what follows). Conversions are functions of the stored
+bytes, so the second pass converts what the first did; should one fail there all the same (a
+conversion hook that is not deterministic), the error is a ``StateMigrationAbortedError``,
+which no caller catches: the task fails and the epoch is never committed.
+
 Which entries hold values depends on the kind (see :mod:`.keys`): the base entry for
 value, reducing and aggregating state; for list state the entries with an 8-byte
 sequence suffix (the base entry is the sequence counter, not a value); for map state
@@ -23,15 +36,15 @@ incompatible).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable, Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from ..keys import keyed as K
 from ..keys.system import keyed_record_key, name_of_record_key, record_range
 from ..engine.store import VersionedStore
 from ..ttl import codec as ttl_codec
-from ..ttl.kv import is_stamped
+from ..ttl.kv import is_stamped, take_rows
 from .compatibility import Rewrite, equivalent, judge
-from .errors import StateSchemaConflictError, StateSchemaIncompatibleError
+from .errors import StateMigrationAbortedError, StateSchemaConflictError, StateSchemaIncompatibleError
 from .schema import SINGLE_VALUE_KINDS, StateSchema, schema_of
 
 if TYPE_CHECKING:
@@ -39,7 +52,12 @@ if TYPE_CHECKING:
 
 _LOG = logging.getLogger(__name__)
 
-Entries = Callable[[], Iterable[tuple[bytes, bytes]]]
+#: ``entries(start)``: the state's stored ``(key, raw value)`` pairs with ``key >= start`` (all for
+#: None), ascending, this epoch's writes included.
+Entries = Callable[[Optional[bytes]], Iterator[tuple[bytes, bytes]]]
+
+#: Values a schema migration converts and stages at a time: what it holds in memory.
+MIGRATION_CHUNK = 65_536
 
 
 def restore_keyed_schema(store: VersionedStore, descriptor: "StateDescriptor", entries: Entries) -> int:
@@ -68,9 +86,7 @@ def restore_keyed_schema(store: VersionedStore, descriptor: "StateDescriptor", e
     if verdict.migrates:
         assert verdict.rewrite is not None
         stamped = is_stamped(store, descriptor.name_bytes)
-        keys, values = _rewrite_values(name, old, new, entries(), verdict.rewrite, stamped)
-        store.put_many(keys, values)
-        rewritten = len(keys)
+        rewritten = _migrate_values(store, name, old, new, entries, verdict.rewrite, stamped)
         _LOG.info("state %r: migrated from %s to %s; %d stored values rewritten (durable at the next commit)",
                   name, old.describe(), new.describe(), rewritten)
     store.put(record_key, new.encode())
@@ -85,24 +101,59 @@ def _is_value(kind: str, suffix: bytes) -> bool:
     return True  # map: every entry is a map entry
 
 
-def _rewrite_values(name: str, old: StateSchema, new: StateSchema, entries: Iterable[tuple[bytes, bytes]],
-                    rewrite: Rewrite, stamped: bool) -> tuple[list[bytes], list[bytes]]:
-    """Every value entry rewritten; all or nothing (converted before anything is staged)."""
-    keys: list[bytes] = []
-    values: list[bytes] = []
+def _migrate_values(store: VersionedStore, name: str, old: StateSchema, new: StateSchema, entries: Entries,
+                    rewrite: Rewrite, stamped: bool, chunk: int = 0) -> int:
+    """Stage every value entry rewritten, all or nothing, ``chunk`` (default
+    :data:`MIGRATION_CHUNK`) values at a time (two passes: see the module docstring); returns
+    how many were rewritten."""
+    chunk = chunk or MIGRATION_CHUNK
     head = ttl_codec.STAMP_BYTES if stamped else 0
-    for key, raw in entries:
-        if not _is_value(old.kind, K.split_entry(key)[3]):
-            continue
+
+    def convert(raw: bytes) -> bytes:
         try:
-            converted = rewrite(raw[head:])
+            return raw[:head] + rewrite(raw[head:])
         except Exception as exc:
             raise StateSchemaIncompatibleError(
                 name, old.describe(), new.describe(),
                 f"a stored value could not be migrated ({type(exc).__name__}: {exc})") from exc
-        keys.append(key)
-        values.append(raw[:head] + converted)
-    return keys, values
+
+    # Pass 1: check every value, staging nothing (one iterator: nothing is written meanwhile).
+    first: list[tuple[bytes, bytes]] = []
+    total = 0
+    for key, raw in _values(old.kind, entries(None)):
+        converted = convert(raw)
+        total += 1
+        if len(first) < chunk:
+            first.append((key, converted))
+    # Pass 2: stage, the first chunk as converted above, then a chunk per iterator.
+    rows = first
+    while rows:
+        store.put_many([k for k, _ in rows], [v for _, v in rows])
+        if len(rows) < chunk:
+            break
+        start = rows[-1][0] + b"\x00"  # the least key above the last one
+        rows = []
+        for key, raw in take_rows(_values(old.kind, entries(start)), chunk):
+            try:
+                rows.append((key, convert(raw)))
+            except StateSchemaIncompatibleError as exc:
+                raise StateMigrationAbortedError(
+                    f"state {name!r}: a stored value that converted when the migration from {old.describe()} "
+                    f"to {new.describe()} was checked failed when converted again ({exc.reason}); part of the "
+                    "migration is staged, so this epoch fails. Make the conversion deterministic") from exc
+    return total
+
+
+def _values(kind: str, entries: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+    """The value entries of ``entries`` (see the module docstring); closing it closes ``entries``."""
+    try:
+        for key, raw in entries:
+            if _is_value(kind, K.split_entry(key)[3]):
+                yield key, raw
+    finally:
+        close = getattr(entries, "close", None)
+        if close is not None:
+            close()
 
 
 def merge_schema_records(source: VersionedStore, target: VersionedStore, tag: bytes,

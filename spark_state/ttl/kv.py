@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence
 
 from ..engine.store import VersionedStore, prefix_upper_bound
 from ..keys import system as syskeys
@@ -35,6 +35,13 @@ PRIOR_ABSENT = -2
 #: Index entries :meth:`TtlKeyValue.expire_all` checks at a time, and entries :func:`migrate_layout`
 #: rewrites at a time: what these passes over a whole namespace hold in memory.
 CHUNK_ROWS = 65_536
+
+
+class KeySink(Protocol):
+    """Where :meth:`TtlKeyValue.expire` puts the keys it removed: a list, or a sink that writes
+    them out as they come (the provider's file for the JVM, ``provider.views.ExpiredKeys``)."""
+
+    def append(self, key: bytes) -> None: ...
 
 
 @dataclass
@@ -240,7 +247,7 @@ class TtlKeyValue:
         return found
 
     def expire(self, candidates: Iterable[tuple[bytes, int]], now: int,
-               removed_keys: Optional[list[bytes]] = None) -> int:
+               removed_keys: Optional[KeySink] = None) -> int:
         """Remove each candidate whose entry has expired; drop stale index entries (the
         entry is gone, or lives in a later bucket). Returns how many entries were removed;
         their keys are appended to ``removed_keys`` if given."""
@@ -279,7 +286,7 @@ class TtlKeyValue:
         """Remove every entry expired at ``now`` (:meth:`expire_all`, this epoch's writes included)."""
         return self.expire_all(self.now() if now is None else now)
 
-    def expire_all(self, now: int, removed_keys: Optional[list[bytes]] = None, pending: bool = True,
+    def expire_all(self, now: int, removed_keys: Optional[KeySink] = None, pending: bool = True,
                    chunk: Optional[int] = None) -> int:
         """Remove every entry expired at ``now``, including those in the bucket the cutoff falls
         in (full-snapshot cleanup: the snapshot then holds no expired entry), checking at most
@@ -388,7 +395,7 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
     rewritten = 0
     start: Optional[bytes] = None
     while True:
-        rows = _take(entries(start), chunk)
+        rows = take_rows(entries(start), chunk)
         if not rows:
             break
         rewritten += len(rows)
@@ -407,8 +414,9 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
     return rewritten
 
 
-def _take(rows: Iterator[tuple[bytes, bytes]], limit: int) -> list[tuple[bytes, bytes]]:
-    """The first ``limit`` of ``rows``; the iterator is closed when this returns."""
+def take_rows(rows: Iterator[tuple[bytes, bytes]], limit: int) -> list[tuple[bytes, bytes]]:
+    """The first ``limit`` of ``rows``; the iterator is closed when this returns (a pass that
+    stages what it read must not hold an iterator of the merged view meanwhile)."""
     try:
         return list(itertools.islice(rows, limit))
     finally:

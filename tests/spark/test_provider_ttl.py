@@ -174,6 +174,40 @@ def test_return_expired_if_not_cleaned_up_returns_rows_still_stored(spark, tmp_p
     assert _state_rows(spark, tmp_path / "ours", confs=ttl_confs("2500ms")) == {1: 2}  # NeverReturnExpired
 
 
+def test_views_drop_what_expiry_removed_past_the_bound_and_below_it(spark, tmp_path, ours):
+    """The keys a commit's expiry removed reach the JVM's views in record batches (2 keys each
+    here), at most 8 of them per store: past that the views reload the version from the worker.
+    ReturnExpiredIfNotCleanedUp makes a stale view visible: a row expiry removed but the view still
+    held would be returned, and its count would go on instead of starting again."""
+    write_batches(tmp_path / "in", [
+        [(k, 0) for k in range(200)],       # batch 0, now 0: ~50 keys per store (4 partitions)
+        [(k, 1) for k in range(1000, 1020)],
+        [(5000, 2)],
+        [(0, 3)],                           # 3000: 1..199 expired (returned, then removed at commit: reload)
+        [(1, 4), (0, 4), (1000, 4)],        # 4000: 1001..1019 removed at commit (~5 per store: applied)
+        [(1001, 5), (2, 5), (0, 5), (5000, 5)],
+    ], SCHEMA)
+    confs = ttl_confs("2500ms", **{"ttl.visibility": "ReturnExpiredIfNotCleanedUp",
+                                   "ttl.backgroundCleanup": "false", "testing.expiredKeysBatchRows": "2"})
+    run = run_query(spark, _count, provider_class=ours, input_dir=tmp_path / "in", schema=SCHEMA,
+                    checkpoint_dir=tmp_path / "ours", extra_confs=confs)
+    assert run.batches[3] == [(0, 2)]                                # expired, still stored: returned
+    assert [_metric(run, b, "sparkStateTtlExpiredRows") for b in (3, 4, 5)] == [199, 19, 0]
+    # Removed at the commit of batch 3 (each store over the bound: its views reloaded): gone; the live
+    # row and one expired but not removed yet are read.
+    assert sorted(run.batches[4]) == [(0, 3), (1, 1), (1000, 2)]
+    # Removed at the commit of batch 4 (under the bound: the views applied the file): gone.
+    assert sorted(run.batches[5]) == [(0, 4), (2, 1), (1001, 1), (5000, 2)]
+    assert _rows_total(run, 5) == 6
+    # Each path was taken: per store (Spark's hash partitioning of k), batch 3 removed more than
+    # 8 batches of 2 keys, batch 4 fewer, in more than one batch somewhere.
+    per_store = lambda keys: sorted(r[1] for r in spark.createDataFrame(  # noqa: E731
+        [(k,) for k in keys], "k long").groupBy(F.expr("pmod(hash(k), 4)")).count().collect())
+    assert min(per_store(range(1, 200))) > 16 and len(per_store(range(1, 200))) == 4
+    assert 2 < max(per_store(range(1001, 1020))) <= 16
+    assert _state_rows(spark, tmp_path / "ours", confs=confs) == {0: 4, 1: 1, 2: 1, 1000: 2, 1001: 1, 5000: 2}
+
+
 def test_restart_with_a_different_ttl_applies_it_to_existing_state(spark, tmp_path, ours):
     """As in Flink, TTL is not part of the checkpoint: rows carry their last-access time, and
     the TTL of the running query decides."""

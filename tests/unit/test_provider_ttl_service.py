@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from spark_state.keys import system as syskeys
+from spark_state.provider import views
 from spark_state.provider.service import StoreService
 from spark_state.provider.ttl_commit import OP_TOUCH
 from spark_state.ttl import codec
@@ -208,3 +210,36 @@ def test_restart_with_another_ttl_needs_no_migration(tmp_path):
     shim.reopen(ttl="500ms")  # another TTL, hence another index bucket width: still swept
     reply = shim.batch(1)
     assert reply["ttl"]["migrated"] == 0 and reply["ttl"]["expired"] == 1
+
+
+@pytest.mark.parametrize("expired", [5, 16, 17], ids=["3-batches", "at-the-bound", "past-the-bound"])
+def test_expired_keys_reach_the_jvm_in_record_batches_up_to_a_bound(tmp_path, expired):
+    """The keys a commit's expiry deleted go to the JVM in a file of record batches of
+    ``testing.expiredKeysBatchRows`` keys, at most EXPIRED_BATCHES_APPLIED (8) of them: past
+    that the commit tells the JVM to reload the version, and no file is left behind."""
+    assert views.EXPIRED_BATCHES_APPLIED == 8
+    shim = Shim(tmp_path, ttl="700ms", ttl_backgroundCleanup="false", testing_expiredKeysBatchRows="2")
+    shim.batch(0, [(PUT, key(i), b"v", 0, ABSENT) for i in range(expired)])
+    reply = shim.batch(1, [(PUT, key(50), b"live", 0, ABSENT)])   # at 1000 ms all of them expired
+    assert reply["ttl"]["expired"] == expired and reply["numKeys"] == 1
+    files = list((tmp_path / "local").rglob("expired-*"))
+    if expired > 16:
+        assert reply["view"] == {"apply": "reload"} and files == []
+        return
+    path = reply["view"]["expiredPath"]
+    assert reply["view"] == {"apply": "stamped", "stampMs": 1000, "expiredPath": path} and files == [Path(path)]
+    with pa.OSFile(path, "rb") as source:
+        reader = pa.ipc.open_file(source)
+        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    assert [b.num_rows for b in batches] == [2] * (expired // 2) + [1] * (expired % 2)
+    assert sorted(k for b in batches for k in b.column("key").to_pylist()) == sorted(key(i) for i in range(expired))
+
+
+def test_a_failed_commit_leaves_no_expired_keys_file(tmp_path):
+    sink = views.ViewExporter("rocksdb", str(tmp_path / "views"), expired_batch_rows=2).expired_keys()
+    with pytest.raises(RuntimeError, match="commit failed"):
+        with sink:
+            sink.extend([b"a", b"b", b"c"])                          # one batch written
+            assert Path(sink.path).exists()
+            raise RuntimeError("commit failed")
+    assert not Path(sink.path).exists()

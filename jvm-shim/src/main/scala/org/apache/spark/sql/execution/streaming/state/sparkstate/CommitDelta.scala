@@ -19,7 +19,16 @@ import org.apache.spark.sql.util.ArrowUtils
  *  - `"apply": "stamped"`: puts and OnReadAndWrite touches are stored as `[stampMs int64 BE][row]`,
  *    and the keys in `expiredPath` (an Arrow file, column `key`) were deleted by TTL expiry;
  *  - `"apply": "reload"`: the JVM cannot rebuild the change (TTL turned on or off rewrote every row; the
- *    commit lost to an earlier attempt whose content differs): views forget, the next load exports.
+ *    commit lost to an earlier attempt whose content differs), or should not: TTL expired more keys than
+ *    the worker sends (`spark_state/provider/views.py`, `EXPIRED_BATCHES_APPLIED` record batches, 65,536
+ *    keys by default; a full-snapshot cleanup can expire millions). Views forget, the next load exports.
+ *
+ * Why a bound and a reload rather than applying a large expiry batch by batch: the applied delta stays
+ * in the heap whole either way -- as a [[Layer]] until the next refresh (`rocksdb`), or as the undo that
+ * readers of the previous version consult ([[HeapViews]], `hashmap`) -- so only not applying it bounds
+ * the heap. The reload costs one export at the next load: a RocksDB checkpoint (`rocksdb`), or the state
+ * shipped again (`hashmap`, streamed into the new map a record batch at a time), of the order of the
+ * expiry pass the worker just made. So [[readKeys]] reads at most that bound of keys.
  *
  * Keys are sorted (unsigned bytes, RocksDB's order) and distinct; deletes carry [[ChangeBuffer.Tombstone]].
  * `hashes(i)` is `HashBytesMap.hash(keys(i))`: the buffer computed it once per key, and the heap map's
