@@ -109,6 +109,8 @@ def main(workdir: str, mode: str, keys: int, confs: dict[str, str]) -> None:
     result["spills"] = [sum(dict(op.customMetrics or {}).get("sparkStateSpills", 0) for op in p.stateOperators or [])
                         for p in progress]
     result["memory_used_bytes"] = [sum(op.memoryUsedBytes for op in p.stateOperators or []) for p in progress]
+    result["heap_bytes"] = [sum(dict(op.customMetrics or {}).get("sparkStateHeapBytes", 0)
+                                for op in p.stateOperators or []) for p in progress]
     if mode == "keyed":
         figures = [dict(p.observedMetrics)["spark_state.RunningCount"]["figures"] for p in progress]
         result["state_rows"] = [f["rows_total"] for f in figures]
