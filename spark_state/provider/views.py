@@ -41,7 +41,7 @@ import os
 import shutil
 import uuid
 from types import TracebackType
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import pyarrow as pa
 
@@ -167,10 +167,6 @@ class ExpiredKeys:
         self._batch.append(key)
         if len(self._batch) >= self.batch_rows:
             self._flush()
-
-    def extend(self, keys: Iterable[bytes]) -> None:
-        for key in keys:
-            self.append(key)
 
     def finish(self) -> Optional[str]:
         """Close the file and return its path; None (and no file) if no key came or too many."""

@@ -42,7 +42,7 @@ from ..keys import keyed as K
 from ..keys.system import keyed_record_key, name_of_record_key, record_range
 from ..engine.store import VersionedStore
 from ..ttl import codec as ttl_codec
-from ..ttl.kv import is_stamped, take_rows
+from ..ttl.kv import is_stamped, resumable_chunks
 from .compatibility import Rewrite, equivalent, judge
 from .errors import StateMigrationAbortedError, StateSchemaConflictError, StateSchemaIncompatibleError
 from .schema import SINGLE_VALUE_KINDS, StateSchema, schema_of
@@ -126,21 +126,23 @@ def _migrate_values(store: VersionedStore, name: str, old: StateSchema, new: Sta
         if len(first) < chunk:
             first.append((key, converted))
     # Pass 2: stage, the first chunk as converted above, then a chunk per iterator.
-    rows = first
-    while rows:
-        store.put_many([k for k, _ in rows], [v for _, v in rows])
-        if len(rows) < chunk:
-            break
-        start = rows[-1][0] + b"\x00"  # the least key above the last one
-        rows = []
-        for key, raw in take_rows(_values(old.kind, entries(start)), chunk):
-            try:
-                rows.append((key, convert(raw)))
-            except StateSchemaIncompatibleError as exc:
-                raise StateMigrationAbortedError(
-                    f"state {name!r}: a stored value that converted when the migration from {old.describe()} "
-                    f"to {new.describe()} was checked failed when converted again ({exc.reason}); part of the "
-                    "migration is staged, so this epoch fails. Make the conversion deterministic") from exc
+    if first:
+        store.put_many([k for k, _ in first], [v for _, v in first])
+    if len(first) < chunk:
+        return total
+
+    def convert_again(raw: bytes) -> bytes:
+        try:
+            return convert(raw)
+        except StateSchemaIncompatibleError as exc:
+            raise StateMigrationAbortedError(
+                f"state {name!r}: a stored value that converted when the migration from {old.describe()} "
+                f"to {new.describe()} was checked failed when converted again ({exc.reason}); part of the "
+                "migration is staged, so this epoch fails. Make the conversion deterministic") from exc
+
+    after_first = first[-1][0] + b"\x00"  # the least key above the first chunk's last
+    for rows in resumable_chunks(lambda start: _values(old.kind, entries(start)), chunk, after_first):
+        store.put_many([k for k, _ in rows], [convert_again(raw) for _, raw in rows])
     return total
 
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence, TypeVar
 
+from ..arrow_chunks import chunks
 from ..engine.store import VersionedStore, prefix_upper_bound
 from ..keys import system as syskeys
 from . import codec
@@ -35,6 +36,8 @@ PRIOR_ABSENT = -2
 #: Index entries :meth:`TtlKeyValue.expire_all` checks at a time, and entries :func:`migrate_layout`
 #: rewrites at a time: what these passes over a whole namespace hold in memory.
 CHUNK_ROWS = 65_536
+#: A stored value, or what a pass over stored entries holds in its place.
+V = TypeVar("V")
 
 
 class KeySink(Protocol):
@@ -325,37 +328,33 @@ def _keys_in_chunks(store: VersionedStore, start: bytes, end: Optional[bytes], c
     """The keys in ``[start, end)`` in ascending lists of at most ``chunk``: first the loaded
     version's, then with ``pending`` those this epoch staged as puts (a key both committed and
     staged comes twice). The caller may stage writes while it holds a list: the loaded version is
-    read by one iterator, which staging does not change; the staged writes are read anew from
-    just after the last key of the previous list, by an iterator released before the list is
-    handed out (the overlay must not be written while it is iterated)."""
-    committed: list[bytes] = []
-    for key, _ in store.iterate_committed(start, end):
-        committed.append(key)
-        if len(committed) >= chunk:
-            yield committed
-            committed = []
-    if committed:
-        yield committed
+    read by one iterator, which staging does not change; the staged writes are read in
+    :func:`resumable_chunks` (the overlay must not be written while it is iterated)."""
+    yield from chunks((key for key, _ in store.iterate_committed(start, end)), chunk)
     if not pending:
         return
-    resume: Optional[bytes] = start
-    while resume is not None:
-        staged, resume = _staged_puts(store, resume, end, chunk)
-        if staged:
-            yield staged
+
+    def staged_puts(after: Optional[bytes]) -> Iterator[tuple[bytes, Optional[bytes]]]:
+        return ((k, v) for k, v in store.iterate_pending(after, end) if v is not None)
+
+    for rows in resumable_chunks(staged_puts, chunk, start):
+        yield [key for key, _ in rows]
 
 
-def _staged_puts(store: VersionedStore, start: bytes, end: Optional[bytes],
-                 chunk: int) -> tuple[list[bytes], Optional[bytes]]:
-    """Up to ``chunk`` keys staged as puts in ``[start, end)``, and where to resume (None: done).
-    The iterator is local, so it is released when this returns."""
-    found: list[bytes] = []
-    for key, value in store.iterate_pending(start, end):
-        if value is not None:
-            found.append(key)
-            if len(found) >= chunk:
-                return found, key + b"\x00"  # the least key above it
-    return found, None
+def resumable_chunks(entries: Callable[[Optional[bytes]], Iterator[tuple[bytes, V]]], chunk: int,
+                     start: Optional[bytes] = None) -> Iterator[list[tuple[bytes, V]]]:
+    """The ascending ``(key, value)`` pairs of ``entries(start)`` in lists of at most ``chunk``,
+    each list taken from an iterator of its own (``entries(key)``: the pairs from ``key`` on),
+    closed before the list is handed out; the next is asked for from just after the list's last
+    key. Between lists the caller may stage writes of keys up to that one: a view that must not be
+    written while it is iterated (the merged view of a store) is not being iterated then."""
+    while True:
+        rows = take_rows(entries(start), chunk)
+        if rows:
+            yield rows
+        if len(rows) < chunk:
+            return
+        start = rows[-1][0] + b"\x00"  # the least key above the last one
 
 
 # ---------------------------------------------------------------------------- layout migration
@@ -393,16 +392,9 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
         return 0
     chunk = chunk or CHUNK_ROWS
     rewritten = 0
-    start: Optional[bytes] = None
-    while True:
-        rows = take_rows(entries(start), chunk)
-        if not rows:
-            break
+    for rows in resumable_chunks(entries, chunk):
         rewritten += len(rows)
         store.stage_changes(*(_stamped(namespace, rows, now, ttl_ms) if stamped else _unstamped(rows)))
-        if len(rows) < chunk:
-            break
-        start = rows[-1][0] + b"\x00"  # the least key above the last one
     if stamped:
         store.put(marker, codec.STAMPED_MARKER)
         return rewritten
@@ -414,7 +406,7 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
     return rewritten
 
 
-def take_rows(rows: Iterator[tuple[bytes, bytes]], limit: int) -> list[tuple[bytes, bytes]]:
+def take_rows(rows: Iterator[tuple[bytes, V]], limit: int) -> list[tuple[bytes, V]]:
     """The first ``limit`` of ``rows``; the iterator is closed when this returns (a pass that
     stages what it read must not hold an iterator of the merged view meanwhile)."""
     try:

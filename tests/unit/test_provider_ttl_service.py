@@ -239,7 +239,8 @@ def test_a_failed_commit_leaves_no_expired_keys_file(tmp_path):
     sink = views.ViewExporter("rocksdb", str(tmp_path / "views"), expired_batch_rows=2).expired_keys()
     with pytest.raises(RuntimeError, match="commit failed"):
         with sink:
-            sink.extend([b"a", b"b", b"c"])                          # one batch written
+            for key in (b"a", b"b", b"c"):  # one batch written
+                sink.append(key)
             assert Path(sink.path).exists()
             raise RuntimeError("commit failed")
     assert not Path(sink.path).exists()

@@ -197,6 +197,9 @@ private[sparkstate] abstract class StoreCore(parts: StoreParts) {
   // -------------------------------------------------------------------------------- metrics
   def metrics: StateStoreMetrics = {
     val reply = if (commitReply != null) commitReply else loadReply
+    // What the JVM's view of the version holds (rocksdb: its layers; hashmap: the state), and the most
+    // this epoch's pending writes held in the heap.
+    val heapBytes = db.memoryBytes + buffer.peakBytes
     val custom = Map[StateStoreCustomMetric, Long](
       ProviderCore.CommitTimeMetric -> commitMs,
       ProviderCore.LoadTimeMetric -> loadMs,
@@ -211,12 +214,10 @@ private[sparkstate] abstract class StoreCore(parts: StoreParts) {
         (if (Json.text(loadReply, "viewPath").nonEmpty || Json.text(loadReply, "heapPath").nonEmpty) 1L else 0L),
       ProviderCore.SpillsMetric -> buffer.spillCount,
       ProviderCore.SpilledBytesMetric -> buffer.spillBytes,
-      ProviderCore.HeapBytesMetric -> (db.memoryBytes + buffer.peakBytes))
+      ProviderCore.HeapBytesMetric -> heapBytes)
     // This store's share of its worker's RocksDB memory (both backends keep the worker's store in
-    // RocksDB; see provider/service.py), what the JVM's view of the version holds (rocksdb: its
-    // layers; hashmap: the state), and the most this epoch's pending writes held in the heap.
-    StateStoreMetrics(Json.long(reply, "numKeys"), Json.long(reply, "memoryBytes") + db.memoryBytes + buffer.peakBytes,
-      custom)
+    // RocksDB; see provider/service.py), and its heap bytes.
+    StateStoreMetrics(Json.long(reply, "numKeys"), Json.long(reply, "memoryBytes") + heapBytes, custom)
   }
 
   private def checkUpdating(op: String): Unit = {
