@@ -132,7 +132,8 @@ _CASE_MODULES = {"tests/spark/test_operator_equivalence.py": "agg_update", "test
                  "tests/ops/test_migrate.py": None, "tests/ops/test_rescale.py": None}
 #: Run first, in this order (node id prefixes): the longest tests and units.
 _LONG_FIRST = [
-    "tests/reliability/test_speculation.py", "tests/reliability/test_kill.py", "tests/lines/", "tests/soak/",
+    "tests/reliability/test_speculation.py", "tests/reliability/test_kill.py", "tests/reliability/test_time_kills.py",
+    "tests/lines/", "tests/soak/",
     "tests/spark/test_jobs.py", "tests/reliability/test_single_writer.py", "tests/connect/",
     "tests/spark/test_operator_equivalence.py", "tests/ops/", "tests/reliability/", "tests/packaging/",
     "tests/faults/", "tests/spark/", "tests/process/", "tests/state_data/", "tests/s3/", "examples/",

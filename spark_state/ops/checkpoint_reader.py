@@ -15,6 +15,9 @@ What Spark keeps in a checkpoint ``<cp>`` (Spark 4.3, offset log v1)::
     state/<op>/0[/<store>]/_metadata/schema   key and value schema (partition 0 only)
     .<name>.crc                       Hadoop's checksum of <name> (local file systems)
 
+The entries of the offset and commit logs are read and written by their one codec,
+:mod:`spark_state.spark.logs`.
+
 The offset log's ``conf`` pins, per checkpoint, the partition count of stateful operators
 (``spark.sql.shuffle.partitions``) and the provider class
 (``spark.sql.streaming.stateStore.providerClass``; absent in checkpoints from before Spark
@@ -43,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from ..errors import CheckpointFileMissingError
+from ..spark.logs import OffsetEntry
 from ..storage import CheckpointStorage, open_storage
 from .errors import NoCommittedBatchError, NotACheckpointError, UnsupportedCheckpointError
 
@@ -113,40 +117,6 @@ class OperatorInfo:
             info["numPartitions"] = partitions
         stores = tuple(StoreInfo(s.name, s.num_cols_prefix_key, partitions) for s in self.stores)
         return OperatorInfo(self.id, self.name, stores, doc)
-
-
-@dataclass(frozen=True)
-class OffsetEntry:
-    """One ``offsets/<b>`` file: the version line, the metadata and the per-source lines."""
-
-    batch_id: int
-    version_line: str
-    metadata: dict
-    source_lines: tuple[str, ...]
-
-    @property
-    def conf(self) -> dict[str, str]:
-        return dict(self.metadata.get("conf") or {})
-
-    def with_conf(self, **changes: str) -> "OffsetEntry":
-        metadata = json.loads(json.dumps(self.metadata))
-        metadata.setdefault("conf", {}).update(changes)
-        return OffsetEntry(self.batch_id, self.version_line, metadata, self.source_lines)
-
-    def encode(self) -> bytes:
-        lines = [self.version_line, json.dumps(self.metadata, separators=(",", ":")), *self.source_lines]
-        return "\n".join(lines).encode("utf-8")
-
-    @classmethod
-    def decode(cls, batch_id: int, data: bytes, where: str) -> "OffsetEntry":
-        lines = data.decode("utf-8").split("\n")
-        if len(lines) < 2 or not lines[0].startswith("v"):
-            raise NotACheckpointError(f"{where} is not a Spark offset log entry (expected 'v1' and a metadata line)")
-        try:
-            metadata = json.loads(lines[1]) if lines[1].strip() else {}
-        except json.JSONDecodeError as exc:
-            raise NotACheckpointError(f"{where}: the metadata line is not JSON ({exc})") from None
-        return cls(batch_id, lines[0], metadata, tuple(lines[2:]))
 
 
 #: The stores of a stream-stream join (state format v1/v2), in Spark's order.

@@ -42,8 +42,9 @@ from typing import Any, Callable, Optional
 from ..config import EngineConfig
 from ..storage import CheckpointStorage, open_storage
 from . import savepoint_format as F
-from .checkpoint_reader import (PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OffsetEntry,
-                                OperatorInfo, SparkCheckpoint, StoreInfo)
+from ..spark.logs import OffsetEntry
+from .checkpoint_reader import (PROVIDER_CLASS_CONF, SHUFFLE_PARTITIONS_CONF, SPARKSTATE_PROVIDER, OperatorInfo,
+                                SparkCheckpoint, StoreInfo)
 from .errors import SavepointError, TargetExistsError
 from .process_locations import CHECKPOINT, FORMER_DEFAULT, beside_checkpoint
 from .progress import Progress

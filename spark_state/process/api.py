@@ -166,9 +166,10 @@ def keyed_co_process(
     ``left.connect(right).keyBy(...).process(...)``): rows of ``left`` go to
     ``process_element1``, rows of ``right`` to ``process_element2``, and both share each
     key's state and timers. The key columns must have the same types on both sides. Each
-    side may declare event time with ``withWatermark``; the operator's watermark is the
-    minimum over the sides that have seen rows (Spark's default policy). Other options as
-    for :func:`keyed_process`."""
+    side may declare event time with ``withWatermark``; the operator's watermark is Spark's:
+    the minimum over the sides that have seen rows under Spark's default policy
+    (``spark.sql.streaming.multipleWatermarkPolicy``). Other options as for
+    :func:`keyed_process`."""
     function = _function_instance(function, KeyedCoProcessFunction, "keyed_co_process")
     _check_stream(left, "keyed_co_process")
     _check_stream(right, "keyed_co_process")
@@ -228,8 +229,8 @@ def keyed_broadcast_process(
     Every partition receives every row of ``broadcast_df``, before the keyed rows of the same
     batch, sorted by ``broadcast_order`` (columns of ``broadcast_df``; None first) and then by
     the whole row, so that each partition applies the same rows in the same order. Broadcast
-    rows are never late and carry no event time into the watermark (a ``withWatermark`` on
-    ``broadcast_df`` is ignored).
+    rows are never late. The watermark is Spark's (docs/time.md): a ``withWatermark`` on
+    ``broadcast_df`` counts in it as in any query of Spark's.
     ``process_broadcast_element`` writes the broadcast states named in ``broadcast_states``
     (``MapStateDescriptor`` objects); ``process_element`` and ``on_timer`` read them. Broadcast
     state is operator state of each partition, committed with its keyed state, and on a

@@ -41,3 +41,8 @@ class OutputSchemaError(SparkStateError, ValueError):
 
 class NotInStreamingQueryError(SparkStateError, RuntimeError):
     """The operator ran outside a streaming micro-batch (no ``streaming.sql.batchId``)."""
+
+
+class BatchTimeMismatchError(SparkStateError, RuntimeError):
+    """A task's batch id (``streaming.sql.batchId``) has no entry in the query's offset log,
+    which is readable: the function would run on a time Spark does not know."""

@@ -4,8 +4,9 @@ Spark users declare event time on the DataFrame (``df.withWatermark("ts", "10 se
 Spark records it as an ``EventTimeWatermark`` node in the logical plan. spark-state reads
 that node from ``df._jdf.queryExecution().analyzed()`` (its ``eventTime`` attribute and
 ``delay``, converted with Spark's own ``EventTimeWatermark.getDelayMs``), so one declaration
-serves Spark and the function. The watermark itself is computed by spark-state
-(:mod:`.clock`): Spark's is not visible to ``mapInArrow`` tasks.
+serves Spark and the function. The column gives each row's event time (``ctx.timestamp()``,
+late rows) and the delay the watermark where the tasks compute it themselves; the watermark of
+a batch is Spark's, read from the query's offset log (:mod:`.clock`, :mod:`.spark_time`).
 
 A Spark Connect DataFrame has no ``_jdf``: its ``withWatermark`` calls are read from the
 client's own plan (``WithWatermark`` nodes), and the delay strings are converted by the

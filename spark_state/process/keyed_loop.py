@@ -47,20 +47,23 @@ from .keyed_input import (GROUP_ROWS, BatchLayout, SideLayout, event_millis, gat
 from .phases import BroadcastPhase, OperatorStatePhase, TimePhase
 from .plan import ProcessPlan
 from .observation import ObservationWriter
+from .spark_time import SparkOffsetLog
 from .stores import PartitionStore, store_observation, task_output
 
 
 @dataclass
 class LoopTask:
-    """What the keyed loop and its phases read of a task: the batch, the partition, and the state
-    location (URL and storage) whose clock and event-time files the time phase reads and writes.
-    A streaming task (:mod:`.runner`) adds its query run; an offline run (:mod:`.offline`) is
-    batch 0 of a scratch location."""
+    """What the keyed loop and its phases read of a task: the batch, the partition, the state
+    location (URL and storage) whose clock and event-time files the time phase reads and writes,
+    and the query's offset log, where the batch's time is Spark's (:mod:`.spark_time`). A
+    streaming task (:mod:`.runner`) adds its query run; an offline run (:mod:`.offline`) is
+    batch 0 of a scratch location, without an offset log."""
 
     batch_id: int
     partition: int
     url: str
     storage: CheckpointStorage
+    offset_log: Optional[SparkOffsetLog]
 
 
 def keyed_loop(plan: ProcessPlan, task: LoopTask, ps: PartitionStore, own: KeyGroupRange,

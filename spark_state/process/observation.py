@@ -35,12 +35,19 @@ next_event_timer_ms         the earliest pending event-time timer (min; null if 
 next_processing_timer_ms    the earliest pending processing-time timer (min; null if none)
 event_timers_due            an event-time timer is due at ``next_watermark_ms``, which is above
                             ``watermark_ms``: the next batch fires it
+spark_time                  the batch's watermark and processing time are Spark's, from the query's
+                            offset log (every task's; null when no task read the batch's time;
+                            :mod:`.spark_time`)
 =========================== ======================================================================
 
-``event_timers_due`` and ``next_processing_timer_ms`` are what spark-state's tick source (the JVM
-class ``TickSource``, unioned into every function's input) reads after each batch to decide
-whether Spark must run a batch for timers. ``next_watermark_ms`` is :func:`.clock.compute`'s rule
-written as Spark aggregates: ``max(W, min over sides that saw rows of (max event time - delay))``.
+What spark-state's tick source (the JVM class ``TickSource``, unioned into every function's
+input) reads after each batch to decide whether Spark must run a batch for timers:
+``next_processing_timer_ms``, and for event time, when ``spark_time`` is true,
+``next_event_timer_ms`` against Spark's own watermark of the next batch (the commit log's),
+else ``event_timers_due``. ``next_watermark_ms`` is :func:`.clock.compute`'s rule written as
+Spark aggregates, ``max(W, min over sides that saw rows of (max event time - delay))``: Spark's
+next watermark too, unless Spark's watermark follows other rows than the function's (a filter
+after ``withWatermark``, several watermarks in one query).
 """
 
 from __future__ import annotations
@@ -72,12 +79,13 @@ TASK_FIELDS: tuple[tuple[str, Any], ...] = (
     ("watermark_ms", LongType()),
     ("next_event_timer_ms", LongType()),
     ("next_processing_timer_ms", LongType()),
+    ("spark_time", BooleanType()),
 )
 
 #: The fields of the observation in the query progress, in order.
 PROGRESS_FIELDS = ("batch", "tasks", "rows_total", "rows_updated", "state_bytes", "checkpoint_bytes_written",
                    "commit_ms", "timers_fired", "late_rows_dropped", "watermark_ms", "next_watermark_ms",
-                   "next_event_timer_ms", "next_processing_timer_ms", "event_timers_due")
+                   "next_event_timer_ms", "next_processing_timer_ms", "event_timers_due", "spark_time")
 
 
 def observation_name(operator_name: str) -> str:
@@ -105,7 +113,7 @@ def with_observation(output_schema: StructType, event_sides: Mapping[str, int]) 
 _COMBINE = {"batch": "max", "rows_total": "sum", "rows_updated": "sum", "state_bytes": "sum",
             "checkpoint_bytes_written": "sum", "commit_ms": "sum", "timers_fired": "sum",
             "late_rows_dropped": "sum", "watermark_ms": "max", "next_event_timer_ms": "min",
-            "next_processing_timer_ms": "min"}
+            "next_processing_timer_ms": "min", "spark_time": "min"}
 #: The single column of the observation in the query's progress: a struct of PROGRESS_FIELDS.
 FIGURES = "figures"
 

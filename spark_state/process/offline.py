@@ -121,7 +121,7 @@ def run_keyed_offline(plan: ProcessPlan, partition: int, storage: CheckpointStor
         ps = PartitionStore(storage.url, partition, layout, store, "new", _BATCH, storage, cached=False)
         counted = _Counted(batches)
         own = owned_key_groups(plan.max_parallelism, plan.parallelism, partition)
-        for _ in keyed_loop(plan, LoopTask(_BATCH, partition, storage.url, storage), ps, own, iter(counted)):
+        for _ in keyed_loop(plan, LoopTask(_BATCH, partition, storage.url, storage, None), ps, own, iter(counted)):
             pass  # output rows are dropped; the observation row too
         yield OfflineRun(partition, counted.rows, store, storage)
     finally:

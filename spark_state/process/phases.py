@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from ..partitioning.keygroups import KeyGroupRange
 from ..state.key_context import KeyContext
 from ..state.timers import EVENT_TIME, PROCESSING_TIME
-from .clock import record_max_event_time, resolve
+from .clock import SPARK, record_max_event_time, resolve
 from .functions import BroadcastContext, KeyedContext, OperatorContext
 from .keycodec import key_decoder
 from .keyed_input import SideLayout, side_rows
@@ -48,11 +48,11 @@ class TimePhase:
         self._task = task
         self._delays = plan.event_delays
         self._drop_late = plan.options.late_rows == "drop"
-        storage, batch_id, delays = task.storage, task.batch_id, self._delays
+        storage, batch_id, delays, offsets = task.storage, task.batch_id, self._delays, task.offset_log
         # A bootstrap task registers timers for the query that restores its state, which
         # defines on_timer and reads event time; it fires none itself (phases.timers is off).
         bootstrap = plan.phases.bootstrap
-        self.timers = TimerService(ps.store, keys, lambda: resolve(storage, batch_id, delays),
+        self.timers = TimerService(ps.store, keys, lambda: resolve(storage, batch_id, delays, spark=offsets),
                                    event_time=bool(delays) or bootstrap, fires=plan.phases.timers or bootstrap,
                                    function_name=plan.function_name)
         #: the batch's watermark (after :meth:`start`; None without event time)
@@ -94,8 +94,11 @@ class TimePhase:
 
     def observation(self) -> dict[str, Optional[int]]:
         """This task's time figures (:mod:`.observation`): watermark, timers fired, late rows,
-        the earliest pending timers and, per event-time side, the largest event time so far."""
+        the earliest pending timers, whether the batch's time was Spark's and, per event-time side,
+        the largest event time so far."""
+        read = self.timers.time_read
         values: dict[str, Optional[int]] = {
+            "spark_time": None if read is None else read.source == SPARK,
             "watermark_ms": self.watermark, "timers_fired": self.timers.fired,
             "late_rows_dropped": self.late_dropped,
             "next_event_timer_ms": self._next_timers[0], "next_processing_timer_ms": self._next_timers[1],

@@ -54,6 +54,7 @@ from .location import (
 from .observation import ObservationWriter
 from .operator_state import KEYED_OPERATOR_PREFIX, OperatorStateStore, redistribute
 from .plan import ProcessPlan
+from .spark_time import SparkOffsetLog
 from .stores import PartitionStore, acquire, store_observation, task_output
 
 
@@ -74,7 +75,8 @@ def _task(plan: ProcessPlan, partition: Optional[int] = None) -> _Task:
             f"{plan.function_name} runs only in a streaming query (no '{BATCH_ID_PROPERTY}' "
             "task property): keyed_process/checkpointed_process need a streaming DataFrame, "
             "started with writeStream")
-    url = locate(plan.location, tc.getLocalProperty(QUERY_ID_PROPERTY), tc.getLocalProperty(CHECKPOINT_ROOT_PROPERTY))
+    checkpoint_root = tc.getLocalProperty(CHECKPOINT_ROOT_PROPERTY)
+    url = locate(plan.location, tc.getLocalProperty(QUERY_ID_PROPERTY), checkpoint_root)
     run_id = run_id_of_task({k: tc.getLocalProperty(k) for k in (JOB_DESCRIPTION_PROPERTY, JOB_GROUP_PROPERTY)})
     if run_id is None:
         raise NotInStreamingQueryError(
@@ -85,7 +87,8 @@ def _task(plan: ProcessPlan, partition: Optional[int] = None) -> _Task:
     storage = storage_for(url, plan.location.storage_options)
     verify_location(storage, plan.kind, plan.max_parallelism, plan.key_record)
     part = tc.partitionId() if partition is None else partition
-    return _Task(int(raw), part, url, storage, run_context(storage, run_id))
+    offset_log = SparkOffsetLog(checkpoint_root, plan.location.storage_options) if checkpoint_root else None
+    return _Task(int(raw), part, url, storage, offset_log, run_context(storage, run_id))
 
 
 def _check_parallelism(plan: ProcessPlan, partition: int) -> None:

@@ -73,6 +73,11 @@ class TimerService:
             self._clock = self._clock_fn()
         return self._clock
 
+    @property
+    def time_read(self) -> Optional[BatchTime]:
+        """The batch's time if this task read it (None: nothing asked for it)."""
+        return self._clock
+
     def current_watermark(self) -> int:
         """The batch's watermark (epoch ms; 0 before any event time was seen, as in Spark)."""
         return self.batch_time().watermark_ms

@@ -45,7 +45,6 @@ timers; aggregation and deduplication).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import tempfile
@@ -59,7 +58,7 @@ from pyspark.sql.types import StructType, TimestampType
 
 from ..ops import savepoint_format as F
 from ..ops.process_locations import CHECKPOINT as PLACED_BESIDE_CHECKPOINT
-from ..ops.checkpoint_reader import PROVIDER_CLASS_CONF, SPARKSTATE_PROVIDER, OffsetEntry, SparkCheckpoint
+from ..ops.checkpoint_reader import PROVIDER_CLASS_CONF, SPARKSTATE_PROVIDER, SparkCheckpoint
 from ..ops.progress import Progress
 from ..ops.savepoint import check_empty_target, take, write_file
 from ..process.api import key_columns
@@ -69,6 +68,7 @@ from ..process.inputs import check_same_key_types
 from ..process.offline import plan_offline
 from ..process.options import process_options
 from ..process.plan import KEYED, BroadcastSpec, ProcessPlan
+from ..spark.logs import OffsetEntry, next_batch_watermark
 from ..state import MapStateDescriptor
 from ..storage import CheckpointStorage, open_storage
 from .bootstrap_task import RESULT_DDL, BroadcastOutputDropped, CoOutputDropped, OutputDropped, bootstrap_partition
@@ -303,7 +303,7 @@ class SavepointWriter:
             manifest.operators = []
         offsets = OffsetEntry.decode(n, ckpt.storage.read_bytes(f"offsets/{n}"), f"offsets/{n}")
         commit = ckpt.storage.read_bytes(f"commits/{n}")
-        watermark = _next_watermark(commit)
+        watermark = next_batch_watermark(commit)
         metadata = dict(offsets.metadata, batchWatermarkMs=watermark)
         batch0 = OffsetEntry(0, offsets.version_line, metadata, tuple("-" for _ in range(count)))
         write_file(target, f"{F.SPARK_DIR}/offsets/0", batch0.encode(), manifest)
@@ -403,12 +403,3 @@ def _renumber_time_files(target: CheckpointStorage, manifest: F.SavepointManifes
                 target.write_bytes(path, target.read_bytes(entry.path))
                 target.delete(entry.path)
                 manifest.files[i] = dataclasses.replace(entry, path=path)
-
-
-def _next_watermark(commit: bytes) -> int:
-    """The ``nextBatchWatermarkMs`` of a commit log entry (0 when it has none)."""
-    lines = commit.decode("utf-8").split("\n")
-    try:
-        return int(json.loads(lines[1]).get("nextBatchWatermarkMs", 0)) if len(lines) > 1 else 0
-    except (ValueError, AttributeError):
-        return 0

@@ -34,7 +34,7 @@ from ..keys import keyed as K
 from ..keys import system as syskeys
 from ..keys.keygroup_prefix import KEY_GROUP
 from ..ops import savepoint_format as F
-from ..ops.checkpoint_reader import OffsetEntry
+from ..spark.logs import OffsetEntry
 from ..ops.state_files import read_unlisted_entries, verified_file, write_state_file
 from ..ops.state_io import reader_config
 from ..storage import open_storage

@@ -188,6 +188,12 @@ class CheckpointStorage(ABC):
         for path in paths:
             self.delete(path)
 
+    def delete_empty_dir(self, path: str) -> None:  # noqa: B027 - an optional hook: object stores have no directories
+        """Remove directory *path* if it is empty; a missing or non-empty directory is not an
+        error. Directories are implicit (created by writes), so a storage that has them (a file
+        system) keeps them after their last file is deleted until this is called; object
+        stores have none, and this default does nothing."""
+
     # ---- navigation and lifecycle --------------------------------------------------
 
     @abstractmethod

@@ -60,6 +60,11 @@ class Backend:
             with suppress(FileNotFoundError):
                 fs.rm_file(path)
 
+    def delete_empty_dir(self, fs: Any, path: str) -> None:
+        """Remove the empty directory *path* where the file system has directories (see
+        :meth:`~spark_state.storage.CheckpointStorage.delete_empty_dir`); object stores have
+        none, so the default does nothing."""
+
     def close(self, fs: Any) -> None:
         """Release the file system's connections (best effort)."""
 

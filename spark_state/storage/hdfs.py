@@ -81,6 +81,11 @@ class HdfsBackend(Backend):
         with open(local_path, "rb") as src:
             self._write_then_rename(fs, path, lambda f: shutil.copyfileobj(src, f, COPY_CHUNK), True)
 
+    def delete_empty_dir(self, fs: Any, path: str) -> None:
+        # The NameNode refuses to remove a directory that still has entries (non-recursive).
+        with suppress(FileNotFoundError):
+            fs.rmdir(path)
+
     @staticmethod
     def _write_then_rename(fs: Any, path: str, fill: Callable[[Any], object], overwrite: bool) -> None:
         directory, name = posixpath.split(path)

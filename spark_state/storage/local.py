@@ -282,6 +282,15 @@ class LocalStorage(CheckpointStorage):
             except (FileNotFoundError, NotADirectoryError):
                 pass
 
+    def delete_empty_dir(self, path: str) -> None:
+        target = self._abs(path)
+        with self._errors("delete the directory", path):
+            try:
+                os.rmdir(target)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                    raise
+
     # ---- navigation ----------------------------------------------------------------
 
     def child(self, subpath: str) -> "LocalStorage":

@@ -280,6 +280,9 @@ class FsspecStorage(CheckpointStorage):
             self._run(f"delete {len(targets)} files under", "", self.backend.delete_many, self.fs, targets,
                       missing="none")
 
+    def delete_empty_dir(self, path: str) -> None:
+        self._run("delete the directory", path, self.backend.delete_empty_dir, self.fs, self._p(path), missing="none")
+
     # ---- navigation and lifecycle --------------------------------------------------
 
     def child(self, subpath: str) -> "FsspecStorage":

@@ -125,8 +125,11 @@ def test_a_run_without_new_files_runs_no_batch(spark, window_runs):
     assert last.batches == {} and not [p for p in last.progress if p.get("numInputRows")]
     assert window_runs["spark"][-1].batches == {}
     # the tick source's record of the last batch (<checkpoint>/sources/<i>/observation): batch 9, nothing due
+    # by the tasks' estimate, no processing-time timer, on Spark's time, watermark 42 s, the window [40, 50)
+    # pending (Spark's next watermark, in the commit log, stays at 42 s: nothing due either)
     saved = sorted((window_runs["root"] / "ckpt-keyed" / "sources").glob("*/observation"))
-    assert [p.read_text().split() for p in saved] == [["9", "false", "-"]]
+    at_42s, at_50s = str(nodata_fns.EPOCH_MS + 42_000), str(nodata_fns.EPOCH_MS + 50_000)
+    assert [p.read_text().split() for p in saved] == [["9", "false", "-", "true", at_42s, at_50s]]
 
     def run():
         return run_query(spark, _keyed, provider_class=HDFS_PROVIDER, input_dir=str(window_runs["root"] / "in"),
@@ -135,7 +138,7 @@ def test_a_run_without_new_files_runs_no_batch(spark, window_runs):
 
     saved[0].unlink()
     assert run().batches == {10: []}
-    assert saved[0].read_text().split() == ["10", "false", "-"] and run().batches == {}
+    assert saved[0].read_text().split() == ["10", "false", "-", "true", at_42s, at_50s] and run().batches == {}
 
 
 @pytest.mark.lines

@@ -122,12 +122,13 @@ def batches(seed: int) -> list[list[tuple[str, int, int]]]:
              for i in range(ROWS_PER_BATCH)] for f in range(NUM_BATCHES)]
 
 
-def batch_files(checkpoint: str) -> dict[int, list[int]]:
-    """Which input files each micro-batch of a query read, from its checkpoint: the offset log
-    gives each batch's end offset in the file source's log, which names the files. Usually one
-    file per batch; two when a whole-application kill fell between the two logs' writes."""
+def batch_files(checkpoint: str, source: int = 0) -> dict[int, list[int]]:
+    """Which input files each micro-batch of a query read from its file source ``source``, from
+    its checkpoint: the offset log gives each batch's end offset in the file source's log, which
+    names the files. Usually one file per batch; two when a whole-application kill fell between
+    the two logs' writes."""
     paths: dict[int, str] = {}
-    source_log = os.path.join(checkpoint, "sources", "0")
+    source_log = os.path.join(checkpoint, "sources", str(source))
     for name in os.listdir(source_log):
         if name.startswith("."):
             continue
@@ -140,7 +141,7 @@ def batch_files(checkpoint: str) -> dict[int, list[int]]:
     for name in os.listdir(os.path.join(checkpoint, "offsets")):
         if name.isdigit():
             with open(os.path.join(checkpoint, "offsets", name)) as f:
-                ends[int(name)] = int(json.loads(f.read().splitlines()[2])["logOffset"])
+                ends[int(name)] = int(json.loads(f.read().splitlines()[2 + source])["logOffset"])
     grouping, previous = {}, -1
     for batch in sorted(ends):
         grouping[batch] = [int(paths[o].rsplit("batch-", 1)[1].split(".")[0]) for o in range(previous + 1, ends[batch] + 1)]

@@ -16,7 +16,8 @@ from spark_state import EngineConfig, VersionedStore
 from spark_state.checkpoint.runs import RunContext, RunRegistry
 from spark_state.keys import system as syskeys
 from spark_state.ops import savepoint_format as F
-from spark_state.ops.checkpoint_reader import OffsetEntry, parse_schema_file
+from spark_state.ops.checkpoint_reader import parse_schema_file
+from spark_state.spark.logs import OffsetEntry
 from spark_state.ops.errors import SavepointError
 from spark_state.ops.resplit import Split, partition_of_rows
 from spark_state.partitioning.spark_hash import spark_key_group, spark_partition_id

@@ -30,8 +30,11 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  *  2. **Batches for timers.** Its offset is a count of ticks. At each trigger it reads the observation its
  *     function's tasks reported for the last batch (`df.observe("spark_state.<name>", ...)`, column `figures`,
  *     in the query's last progress) and grows by one -- so that Spark runs a batch, with one tick row -- when
- *       - `event_timers_due`: an event-time timer is due at the watermark of the next batch, which is above the
- *         last batch's (the rule is computed by the tasks' observation, see `spark_state.process.observation`);
+ *       - an event-time timer is due at the watermark of the next batch, which is above the last batch's: when
+ *         the tasks ran on Spark's time (`spark_time`, `spark_state.process.spark_time`), the next watermark is
+ *         Spark's own, `nextBatchWatermarkMs` of the batch's entry in the commit log, compared with the earliest
+ *         pending timer (`next_event_timer_ms`); otherwise the tasks' own estimate, `event_timers_due` (see
+ *         `spark_state.process.observation`);
  *       - `next_processing_timer_ms` has passed (not under `availableNow`: a periodic processing-time timer
  *         would never let the run end);
  *     at most once per observed batch. With nothing due it never grows, so an idle query runs no batch.
@@ -79,6 +82,8 @@ private[sparkstate] class TickTable(options: CaseInsensitiveStringMap) extends T
 private[sparkstate] trait RunningQuery {
   def lastProgress(): org.apache.spark.sql.streaming.StreamingQueryProgress
   def lastCommittedBatch(): Option[Long]
+  /** Spark's watermark of the batch after `batch`, once `batch` is committed (its commit log entry). */
+  def nextWatermark(batch: Long): Option[Long]
 }
 
 private[sparkstate] object RunningQuery {
@@ -89,6 +94,7 @@ private[sparkstate] object RunningQuery {
       new RunningQuery {
         def lastProgress() = q.lastProgress
         def lastCommittedBatch(): Option[Long] = q.commitLog.getLatest().map(_._1)
+        def nextWatermark(batch: Long): Option[Long] = q.commitLog.get(batch).map(_.nextBatchWatermarkMs)
       }
     }
 }
@@ -99,9 +105,29 @@ private[sparkstate] case class TickOffset(n: Long) extends Offset {
 
 private[sparkstate] case class TickPartition(n: Long) extends InputPartition
 
-/** What the function's tasks reported for `batch` (see the class comment of [[TickSource]]). */
-private[sparkstate] case class Observation(batch: Long, eventTimersDue: Boolean, nextProcessingTimerMs: Option[Long]) {
-  def line: String = s"$batch $eventTimersDue ${nextProcessingTimerMs.getOrElse("-")}"
+/**
+ * What the function's tasks reported for `batch` (see the class comment of [[TickSource]]): `sparkTime` when they
+ * ran on Spark's watermark, `watermarkMs` the batch's watermark, `nextEventTimerMs` the earliest pending event-time
+ * timer, `eventTimersDue` the tasks' own estimate of whether it is due at the next batch.
+ */
+private[sparkstate] case class Observation(
+    batch: Long,
+    eventTimersDue: Boolean,
+    nextProcessingTimerMs: Option[Long],
+    sparkTime: Boolean = false,
+    watermarkMs: Option[Long] = None,
+    nextEventTimerMs: Option[Long] = None) {
+
+  /** An event-time timer is due at the next batch's watermark `next` (Spark's, when known). */
+  def eventTimerDueAt(next: => Option[Long]): Boolean =
+    if (!sparkTime) eventTimersDue
+    else nextEventTimerMs.exists(t => next.exists(w => t <= w && watermarkMs.forall(w > _)))
+
+  /** One line: `batch due next-processing-timer spark-time watermark next-event-timer` ("-" for none). */
+  def line: String = Seq(batch, eventTimersDue, opt(nextProcessingTimerMs), sparkTime, opt(watermarkMs),
+    opt(nextEventTimerMs)).mkString(" ")
+
+  private def opt(v: Option[Long]): String = v.map(_.toString).getOrElse("-")
 }
 
 private[sparkstate] object Observation {
@@ -114,22 +140,25 @@ private[sparkstate] object Observation {
       val i = row.schema.fieldNames.indexOf(name)
       if (i < 0 || row.isNullAt(i)) null else row.get(i)
     }
-    field("batch") match {
-      case b: java.lang.Number =>
-        val next = field("next_processing_timer_ms") match {
-          case n: java.lang.Number => Some(n.longValue())
-          case _ => None
-        }
-        Some(Observation(b.longValue(), field("event_timers_due") == true, next))
+    def long(name: String): Option[Long] = field(name) match {
+      case n: java.lang.Number => Some(n.longValue())
       case _ => None
+    }
+    long("batch").map { b =>
+      Observation(b, field("event_timers_due") == true, long("next_processing_timer_ms"),
+        field("spark_time") == true, long("watermark_ms"), long("next_event_timer_ms"))
     }
   }
 
-  def parse(line: String): Option[Observation] = line.trim.split(" ") match {
-    case Array(b, due, next) =>
-      try Some(Observation(b.toLong, due.toBoolean, if (next == "-") None else Some(next.toLong)))
-      catch { case _: IllegalArgumentException => None }
-    case _ => None
+  /** An [[Observation.line]], or the three fields an earlier release wrote. */
+  def parse(line: String): Option[Observation] = {
+    def opt(v: String): Option[Long] = if (v == "-") None else Some(v.toLong)
+    try line.trim.split(" ") match {
+      case Array(b, due, next) => Some(Observation(b.toLong, due.toBoolean, opt(next)))
+      case Array(b, due, next, spark, watermark, nextEvent) =>
+        Some(Observation(b.toLong, due.toBoolean, opt(next), spark.toBoolean, opt(watermark), opt(nextEvent)))
+      case _ => None
+    } catch { case _: IllegalArgumentException => None }
   }
 }
 
@@ -194,7 +223,8 @@ private[sparkstate] class TickStream(name: String, timers: Boolean, checkpointLo
     }
     observed match {
       case Some(o) if o.batch > tickedFor =>
-        val isDue = o.eventTimersDue || (!availableNow && o.nextProcessingTimerMs.exists(_ <= now))
+        val isDue = o.eventTimerDueAt(query.flatMap(_.nextWatermark(o.batch))) ||
+          (!availableNow && o.nextProcessingTimerMs.exists(_ <= now))
         if (isDue) tickedFor = o.batch
         isDue
       case _ => false
