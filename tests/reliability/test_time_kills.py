@@ -39,11 +39,11 @@ from time_fns import expected_co_counts, watermarks
 pytestmark = pytest.mark.spark
 
 JOB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs", "time_kill_job.py")
-NUM_BATCHES = 10
+NUM_BATCHES = 8
 #: the batch killed between its output and its commit, and run again with an executor kill
-K1 = 3
+K1 = 2
 #: the batch whose offset log write the application is killed before
-K2 = 6
+K2 = 5
 
 
 class _Job:

@@ -31,7 +31,7 @@ _TESTS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 for sub in ("spark", "process", "reliability"):
     sys.path.insert(0, os.path.join(_TESTS, sub))
 
-PARALLELISM = 4
+PARALLELISM = 2
 QUERIES = ("session", "ptime", "co", "agg")
 
 
