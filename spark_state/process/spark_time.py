@@ -14,8 +14,8 @@ processing time are Spark's, whatever Spark's watermark follows (a filter after
 Besides Spark's time, two outcomes:
 
 * **Not readable here** (executors that cannot reach the checkpoint, no storage options for
-  it): None, and one log line per checkpoint and process; the clock then computes the time
-  from the rows the function saw, as :mod:`.clock` documents.
+  it): None, and one log line per checkpoint and process, which then does not try again; the
+  clock computes the time from the rows the function saw, as :mod:`.clock` documents.
 * **A batch Spark did not run**: the checkpoint is readable (its ``metadata`` file is there)
   but ``offsets/<B>`` is not, although Spark writes it before batch ``B`` starts and keeps it
   long after. The task's batch id and Spark's log disagree: :class:`~.errors.BatchTimeMismatchError`
@@ -60,6 +60,8 @@ class SparkOffsetLog:
 
         :raises BatchTimeMismatchError: the checkpoint is readable but has no ``offsets/<batch>``.
         """
+        if self.checkpoint_root in _unreadable:
+            return None  # not tried again in this process: a storage that failed may take its timeout again
         path = f"offsets/{batch}"
         try:
             storage = storage_for(self.checkpoint_root, self.storage_options)
