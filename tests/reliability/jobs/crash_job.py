@@ -95,6 +95,7 @@ def _sorted_by_seq(batches):
 def main(workdir: str) -> int:
     from pyspark.sql import functions as F
 
+    from job_support import await_queries
     import process_fns
     from process_fns import ALL_STATES_OUTPUT, AllStates
     from spark_state import keyed_process
@@ -115,18 +116,7 @@ def main(workdir: str) -> int:
                              engine={"snapshotInterval": str(SNAPSHOT_INTERVAL), "retainedVersions": str(RETAINED)})
     keyed = (keyed_df.writeStream.outputMode("append").foreachBatch(_writer(workdir, "keyed"))
              .option("checkpointLocation", os.path.join(workdir, "ckpt-keyed")).trigger(availableNow=True).start())
-    failed = False
-    for query in (agg, keyed):
-        try:
-            query.awaitTermination()
-        except Exception as exc:  # StreamingQueryException: the test shows it
-            print(f"QUERY FAILED {query.name or query.id}: {exc}", file=sys.stderr, flush=True)
-            failed = True
-    if failed:
-        return 1
-    print("DONE", flush=True)
-    spark.stop()
-    return 0
+    return await_queries(spark, (agg, keyed))
 
 
 if __name__ == "__main__":

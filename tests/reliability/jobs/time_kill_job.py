@@ -83,6 +83,7 @@ def _writer(workdir: str, query: str):
 
 
 def main(workdir: str) -> int:
+    from job_support import await_queries
     import time_fns
     import time_kill_fns
     from spark_state import keyed_co_process, keyed_process
@@ -116,18 +117,7 @@ def main(workdir: str) -> int:
                   .foreachBatch(_writer(workdir, name))
                   .option("checkpointLocation", os.path.join(workdir, f"ckpt-{name}")).trigger(availableNow=True))
         queries.append(writer.start())
-    failed = False
-    for query in queries:
-        try:
-            query.awaitTermination()
-        except Exception as exc:  # StreamingQueryException: the test shows it
-            print(f"QUERY FAILED {query.id}: {exc}", file=sys.stderr, flush=True)
-            failed = True
-    if failed:
-        return 1
-    print("DONE", flush=True)
-    spark.stop()
-    return 0
+    return await_queries(spark, queries)
 
 
 if __name__ == "__main__":
