@@ -35,6 +35,11 @@ class SnapshotFile:
     shared: bool
 
 
+class UnsortedChangesError(ValueError):
+    """Changes given to :meth:`KVBackend.apply_sorted` are not in strictly ascending key order;
+    nothing was applied."""
+
+
 class KVBackend(ABC):
     """One store's committed state, open on a local directory."""
 
@@ -71,6 +76,13 @@ class KVBackend(ABC):
         given as columns: their order does not matter, so a backend may apply them without a
         Python-level loop per key."""
         self.apply(itertools.chain(zip(put_keys, put_values), zip(delete_keys, itertools.repeat(None))))
+
+    def apply_sorted(self, batches: Iterable[tuple[list[bytes], list[Optional[bytes]]]], scratch_dir: str) -> None:
+        """Apply the changes of ``batches`` (keys, values; None deletes) atomically, as
+        :meth:`apply` does; a backend may rely on the keys ascending strictly across all
+        batches (a changelog's order) and raise :class:`UnsortedChangesError` before anything
+        is applied when they do not. ``scratch_dir`` is local disk the backend may write to."""
+        self.apply(itertools.chain.from_iterable(zip(keys, values) for keys, values in batches))
 
     def count_existing(self, keys: Sequence[bytes]) -> int:
         """How many of ``keys`` (distinct) are present; used to keep an exact key count."""

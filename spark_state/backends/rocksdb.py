@@ -17,6 +17,7 @@ checkpoint storage instead), so the WAL would only cost write throughput.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import shutil
 from typing import Iterable, Iterator, Optional, Sequence, cast
@@ -26,7 +27,7 @@ import rocksdict
 from .. import constants as C
 from ..errors import CheckpointCorruptError
 from ..storage.localdisk import disk_errno
-from .base import BackendFactory, Change, KVBackend, SnapshotFile
+from .base import BackendFactory, Change, KVBackend, SnapshotFile, UnsortedChangesError
 from .rocksdb_resources import SharedRocksDBResources, memtable_bytes, shared_resources
 from .rocksdb_threads import lower_compaction_priority
 
@@ -85,6 +86,7 @@ class RocksDBBackend(KVBackend):
     def __init__(self, directory: str, resources: SharedRocksDBResources, wal: bool,
                  compaction_nice: int = C.DEFAULT_COMPACTION_NICE) -> None:
         self._directory = directory
+        self._resources = resources
         options = _options(resources)
         # The default column family named with our options: rocksdict opens an existing database
         # (a restored snapshot) with the column families of its OPTIONS file otherwise, that is
@@ -151,6 +153,40 @@ class RocksDBBackend(KVBackend):
         collections.deque(map(batch.delete, delete_keys), 0)
         if len(batch):
             self._db.write(batch, self._write_options)
+
+    def apply_sorted(self, batches: Iterable[tuple[list[bytes], list[Optional[bytes]]]], scratch_dir: str) -> None:
+        # One SST file written in key order and ingested: no memtable inserts and no flush of them
+        # (which a read view's export would wait for). It lands in level 0 over what the database
+        # holds, its entries newer than every one there; compactions merge it later, at idle priority.
+        os.makedirs(scratch_dir, exist_ok=True)
+        path = os.path.join(scratch_dir, f"ingest-{os.getpid()}-{id(self)}.sst")
+        writer = rocksdict.SstFileWriter(options=_options(self._resources))
+        writer.open(path)
+        written = 0
+        try:
+            try:
+                for keys, values in batches:
+                    if None in values:  # deletes among the puts: in key order, one by one
+                        for key, value in zip(keys, values):
+                            if value is None:
+                                del writer[key]
+                            else:
+                                writer[key] = value
+                    else:  # driven from C, as apply_distinct does
+                        collections.deque(map(writer.__setitem__, keys, values), 0)
+                    written += len(keys)
+            except Exception as exc:  # rocksdict raises plain Exception for keys out of order
+                if "ascending order" not in str(exc):
+                    raise
+                raise UnsortedChangesError(str(exc)) from None
+            if written:
+                writer.finish()
+                ingest = rocksdict.IngestExternalFileOptions()
+                ingest.set_move_files(True)
+                self._db.ingest_external_file([path], ingest)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def memory_bytes(self) -> int:
         total = 0

@@ -97,11 +97,12 @@ def repoint_manifest(storage: CheckpointStorage, manifest: Manifest, ref: Snapsh
 
 
 def snapshot_due(interval: int, loaded: Optional[Manifest], background: Optional[BackgroundSnapshots]) -> bool:
-    """Whether the commit on the version of manifest ``loaded`` snapshots: its chain (rebased on
-    the newest background snapshot) reaches ``interval`` (0: never) or holds changelogs of more than
-    ``constants.SNAPSHOT_REPLAY_BYTES`` (so that a restore never replays much more than that, after
-    an epoch of millions of keys too), and no upload is in flight (one at a time; a later commit
-    takes the snapshot)."""
+    """Whether the commit on the version of manifest ``loaded`` snapshots, decided before its epoch:
+    its chain (rebased on the newest background snapshot) reaches ``interval`` (0: never) or holds
+    changelogs of more than ``constants.SNAPSHOT_REPLAY_BYTES``, and no upload is in flight (one at
+    a time; a later commit takes the snapshot). The commit itself also snapshots when its own
+    changelog brings the chain past that size (:func:`~.commit.commit_epoch`'s ``replay_limit``),
+    so that a restore never replays much more than it, after an epoch of millions of keys too."""
     chain = loaded.replay if loaded else ()
     if background is not None:
         chain = background.rebase(loaded.base_snapshot if loaded else None, chain)[1]

@@ -14,8 +14,10 @@ Steps, in order (crash points in brackets, ``spark_state.testing.crashpoints``):
    speculative attempt never overwrites a file another attempt's manifest may name);
 3. [``commit.after-changelog``] the writes are applied to the local backend in one batch;
 4. [``commit.after-apply``] the new manifest's chain is the loaded one plus this changelog,
-   rebased on the newest background snapshot; if a snapshot is due it is uploaded now (inline)
-   or captured for the background thread;
+   rebased on the newest background snapshot; if a snapshot is due -- decided before the epoch,
+   or because the chain's changelogs, this one included, pass ``replay_limit`` bytes (an epoch
+   of millions of keys is snapshotted at once, so a restore never replays it) -- it is uploaded
+   now (inline) or captured for the background thread;
 5. [``commit.before-manifest``] the manifest is written -- the **commit point**. Unranked it
    replaces any earlier one atomically; ranked (a run) it is created if absent, and an attempt
    that finds it present lost to an earlier attempt of its run: its commit becomes a no-op
@@ -80,7 +82,7 @@ class CommitOutcome:
 def commit_epoch(writes: EpochWrites, loaded: Loaded, *, storage: CheckpointStorage, gate: RunGate,
                  backend_name: str, snapshot_due: bool, background: Optional[BackgroundSnapshots],
                  capture: Callable[[int], Capture], upload: Callable[[int], tuple[SnapshotRef, SnapshotStats]],
-                 invalidate: Callable[[], None], scratch_dir: str) -> CommitOutcome:
+                 invalidate: Callable[[], None], scratch_dir: str, replay_limit: int = 0) -> CommitOutcome:
     """Persist ``writes`` as version ``loaded.version + 1`` (steps in the module docstring).
 
     ``capture(v)`` / ``upload(v)`` snapshot the local copy (for the background thread / now);
@@ -118,6 +120,9 @@ def commit_epoch(writes: EpochWrites, loaded: Loaded, *, storage: CheckpointStor
         if background is not None:
             base, chain = background.rebase(base, chain)
             record_upload_stats(metrics, background.take_stats())
+        if replay_limit and sum(r.size for r in chain) >= replay_limit:
+            snapshot_due = True
+        if background is not None:
             if snapshot_due and not background.in_flight:
                 if background.last_capture_skipped:
                     # Commits came back to back and the previous capture found the store moved

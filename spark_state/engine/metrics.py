@@ -36,7 +36,16 @@ class RestoreMetrics:
     #: "restore" (snapshot + changelogs from checkpoint storage) or "empty".
     mode: str = "empty"
     changelogs_replayed: int = 0
+    #: bytes of the changelogs replayed
+    changelog_bytes_replayed: int = 0
+    #: the base snapshot's files downloaded (or copied) and their bytes
     snapshot_files_downloaded: int = 0
+    snapshot_bytes_downloaded: int = 0
+    #: the base snapshot's files hard-linked from a checkpoint on the same file system
+    snapshot_files_linked: int = 0
+    #: time bringing in and opening the base snapshot, and replaying the changelogs
+    snapshot_ms: float = 0.0
+    replay_ms: float = 0.0
     duration_ms: float = 0.0
 
 
@@ -51,3 +60,19 @@ def record_upload_stats(metrics: CommitMetrics, stats: SnapshotStats) -> None:
     metrics.snapshot_files_uploaded = stats.files_uploaded
     metrics.snapshot_files_reused = stats.files_reused
     metrics.snapshot_bytes_uploaded = stats.bytes_uploaded
+
+
+def describe_restore(m: RestoreMetrics) -> str:
+    """What a load waited for, in words (the slow-load log line)."""
+    if m.mode not in ("restore", "replay"):
+        return f"version {m.version} ({m.mode})"
+    parts = []
+    if m.mode == "restore" and m.snapshot_files_downloaded + m.snapshot_files_linked == 0:
+        parts.append("no snapshot yet")
+    elif m.mode == "restore":
+        parts.append(f"its base snapshot in {m.snapshot_ms:.0f} ms ({m.snapshot_files_downloaded} files, "
+                     f"{m.snapshot_bytes_downloaded / 1e6:.1f} MB fetched; {m.snapshot_files_linked} linked)")
+    parts.append(f"{m.changelogs_replayed} changelogs ({m.changelog_bytes_replayed / 1e6:.1f} MB) replayed in "
+                 f"{m.replay_ms:.0f} ms")
+    what = "restored from checkpoint storage" if m.mode == "restore" else "brought up to date"
+    return f"version {m.version} {what}: " + ", ".join(parts)

@@ -17,33 +17,38 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 from typing import Optional
+
+import pyarrow.compute as pc
 
 from .. import constants as C
 from ..backends import KVBackend, backend_factory
-from ..backends.base import BackendFactory
+from ..backends.base import BackendFactory, UnsortedChangesError
 from ..checkpoint import changelog, layout
 from ..checkpoint.checksum import crc32_file
 from ..checkpoint.metadata import ChangelogRef, Manifest
-from ..checkpoint.snapshots import SharedFileIndex, download_snapshot, read_descriptor
+from ..checkpoint.snapshots import FetchStats, SharedFileIndex, download_snapshot, read_descriptor
 from ..config import EngineConfig
 from ..errors import CheckpointCorruptError, CheckpointFileMissingError
 from ..storage import CheckpointStorage
 from ..storage.local_copy import local_file
+from .metrics import RestoreMetrics
+from .restore_plan import RestorePlan
 
 _LOG = logging.getLogger(__name__)
 
 
 def open_base_snapshot(storage: CheckpointStorage, manifest: Manifest, factory: BackendFactory,
-                       config: EngineConfig, work_dir: str) -> tuple[KVBackend, SharedFileIndex, int]:
-    """Download ``manifest``'s base snapshot into ``work_dir`` and open it: ``(backend, shared-file
-    index of its SSTs for the next incremental snapshot, number of files downloaded)``."""
+                       config: EngineConfig, work_dir: str) -> tuple[KVBackend, SharedFileIndex, FetchStats]:
+    """Bring ``manifest``'s base snapshot into ``work_dir`` and open it: ``(backend, shared-file
+    index of its SSTs for the next incremental snapshot, what the fetch did)``."""
     base = manifest.base_snapshot
     assert base is not None
     descriptor = read_descriptor(storage, base)
     snapshot_dir = os.path.join(work_dir, f"db-{layout.new_id()}")
     needed_by = storage.full_url(layout.manifest_path(manifest.version, manifest.rank))
-    download_snapshot(storage, descriptor, snapshot_dir, needed_by)
+    fetched = download_snapshot(storage, descriptor, snapshot_dir, needed_by)
     if descriptor.backend == factory.name:
         backend = factory.open_snapshot(snapshot_dir)
         shared = [f.name for f in descriptor.files if f.path.startswith(C.SHARED_DIR + "/")]
@@ -51,7 +56,7 @@ def open_base_snapshot(storage: CheckpointStorage, manifest: Manifest, factory: 
     else:
         backend = _convert_snapshot(descriptor.backend, snapshot_dir, factory, config, work_dir)
         index = SharedFileIndex()
-    return backend, index, len(descriptor.files)
+    return backend, index, fetched
 
 
 def _convert_snapshot(written_by: str, snapshot_dir: str, factory: BackendFactory, config: EngineConfig,
@@ -69,11 +74,15 @@ def _convert_snapshot(written_by: str, snapshot_dir: str, factory: BackendFactor
 
 
 def replay_changelog(storage: CheckpointStorage, backend: KVBackend, ref: ChangelogRef, manifest: Manifest,
-                     scratch_dir: Optional[str] = None) -> None:
+                     scratch_dir: str) -> None:
     """Apply the changelog ``ref`` (one of ``manifest``'s) to ``backend``, after checking it. The
     file is read from a local copy (:func:`~spark_state.storage.local_copy.local_file`; a download
-    goes under ``scratch_dir``), memory-mapped, one record batch and one write batch at a time:
-    an epoch of any size replays in bounded memory."""
+    goes under ``scratch_dir``), memory-mapped, one record batch at a time: an epoch of any size
+    replays in bounded memory. A changelog holds each key of its epoch once; one written in key
+    order (the provider's commits sort their keys) goes to the backend in that order
+    (:meth:`~spark_state.backends.base.KVBackend.apply_sorted`: RocksDB writes it as one SST file
+    and ingests it), any other a batch at a time (``apply_distinct``: puts and deletes as two lists,
+    filled from C)."""
     url = storage.full_url(ref.path)
     try:
         with local_file(storage, ref.path, scratch_dir) as path:
@@ -83,12 +92,31 @@ def replay_changelog(storage: CheckpointStorage, backend: KVBackend, ref: Change
             crc = crc32_file(path)
             if crc != ref.crc32:
                 raise CheckpointCorruptError(url, f"CRC-32 is {crc:#010x}, expected {ref.crc32:#010x}")
-            for keys, values in changelog.read_file(path, url, ref.version):
-                backend.apply(zip(keys.to_pylist(), values.to_pylist()))
+            try:
+                backend.apply_sorted(((keys.to_pylist(), values.to_pylist())
+                                      for keys, values in changelog.read_file(path, url, ref.version)), scratch_dir)
+            except UnsortedChangesError:
+                for keys, values in changelog.read_file(path, url, ref.version):
+                    deleted = values.is_null()
+                    kept = pc.invert(deleted)
+                    backend.apply_distinct(keys.filter(kept).to_pylist(), values.filter(kept).to_pylist(),
+                                           keys.filter(deleted).to_pylist())
     except CheckpointFileMissingError:
         raise CheckpointFileMissingError(
             url, needed_by=storage.full_url(layout.manifest_path(manifest.version, manifest.rank))
         ) from None
+
+
+def restore_metrics(plan: RestorePlan, fetched: FetchStats, started: float, snapshot_done: float) -> RestoreMetrics:
+    """What a load that executed ``plan`` did: ``fetched`` by its base snapshot, its start, the end
+    of its snapshot part and now (``time.perf_counter()`` values)."""
+    done = time.perf_counter()
+    return RestoreMetrics(
+        version=plan.version, mode=plan.mode, changelogs_replayed=len(plan.replay),
+        changelog_bytes_replayed=sum(ref.size for ref in plan.replay),
+        snapshot_files_downloaded=fetched.files_fetched, snapshot_bytes_downloaded=fetched.bytes_fetched,
+        snapshot_files_linked=fetched.files_linked, snapshot_ms=(snapshot_done - started) * 1000,
+        replay_ms=(done - snapshot_done) * 1000, duration_ms=(done - started) * 1000 if plan.manifest else 0.0)
 
 
 def discard_local_copy(backend: Optional[KVBackend], work_dir: str, store_url: str) -> None:

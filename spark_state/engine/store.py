@@ -55,7 +55,7 @@ from ..checkpoint.background import BackgroundSnapshots, Capture
 from ..checkpoint.metadata import Manifest, SnapshotRef
 from ..checkpoint.retention import CleanupResult, cleanup, list_versions
 from ..checkpoint.runs import RunContext
-from ..checkpoint.snapshots import SharedFileIndex, SnapshotStats
+from ..checkpoint.snapshots import FetchStats, SharedFileIndex, SnapshotStats
 from ..config import EngineConfig
 from ..errors import StoreStateError
 from ..storage import CheckpointStorage, open_storage
@@ -69,7 +69,7 @@ from .fencing import RunGate
 from .localdirs import process_root
 from .metrics import CommitMetrics, RestoreMetrics, record_snapshot
 from .overlay import WriteOverlay
-from .restore import discard_local_copy, open_base_snapshot, replay_changelog
+from .restore import discard_local_copy, open_base_snapshot, replay_changelog, restore_metrics
 from .restore_plan import HeldCopy, plan_restore
 
 __all__ = ["CommitMetrics", "RestoreMetrics", "VersionedStore", "prefix_upper_bound"]
@@ -184,16 +184,18 @@ class VersionedStore(EpochAccess):
                 return self
             manifest = plan.manifest
             base = manifest.base_snapshot if manifest is not None else None
-            downloaded = 0
+            fetched = FetchStats()
+            snapshot_done = started
             try:
                 if plan.mode != "replay":  # "empty" or "restore": replace the local copy
                     if base is None:
                         self._reset_to_empty()
                     else:
                         self._close_backend()
-                        self._backend, self._shared_index, downloaded = open_base_snapshot(
+                        self._backend, self._shared_index, fetched = open_base_snapshot(
                             self._storage, manifest, self._factory, self._config, self._work_dir)  # type: ignore[arg-type]
                         self._state_origin = base.path
+                snapshot_done = time.perf_counter()
                 backend = self._backend
                 for ref in plan.replay:
                     replay_changelog(self._storage, backend, ref, manifest, self._work_dir)  # type: ignore[arg-type]
@@ -205,11 +207,7 @@ class VersionedStore(EpochAccess):
             self._num_keys = manifest.num_keys if manifest is not None else 0
             if plan.replay:
                 self._state_origin = plan.replay[-1].path
-            self.last_restore = RestoreMetrics(
-                version=version, mode=plan.mode, changelogs_replayed=len(plan.replay),
-                snapshot_files_downloaded=downloaded,
-                duration_ms=(time.perf_counter() - started) * 1000 if manifest is not None else 0.0,
-            )
+            self.last_restore = restore_metrics(plan, fetched, started, snapshot_done)
             return self
 
     # ------------------------------------------------------------------ commit
@@ -256,7 +254,8 @@ class VersionedStore(EpochAccess):
                 writes, Loaded(self._backend, self._version, self._manifest, self._num_keys),
                 storage=self._storage, gate=self._gate, backend_name=self._factory.name, snapshot_due=snapshot_due,
                 background=self._background, capture=self._capture_snapshot, upload=self._upload_snapshot,
-                invalidate=self._invalidate, scratch_dir=self._work_dir)
+                invalidate=self._invalidate, scratch_dir=self._work_dir,
+                replay_limit=C.SNAPSHOT_REPLAY_BYTES if self._config.snapshot_interval else 0)
             metrics, manifest = outcome.metrics, outcome.manifest
             if outcome.adopted:
                 self._adopt_earlier_commit(outcome)

@@ -131,6 +131,18 @@ class CheckpointStorage(ABC):
             CheckpointFileMissingError: no file at *path*.
         """
 
+    def fetch_file(self, path: str, local_path: str) -> bool:
+        """Make the new local file *local_path* hold the immutable file at *path*, for a local
+        working copy that only reads it (a snapshot's SST): where this storage is a directory on
+        the local path's file system, a hard link, which copies nothing; otherwise a download
+        (:meth:`download_file`). Returns True when linked.
+
+        Raises:
+            CheckpointFileMissingError: no file at *path*.
+        """
+        self.download_file(path, local_path)
+        return False
+
     @abstractmethod
     def exists(self, path: str) -> bool:
         """True if a file (not a directory) exists at *path*."""

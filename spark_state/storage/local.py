@@ -42,6 +42,9 @@ from .localdisk import disk_errno, local_disk_error
 __all__ = ["LocalStorage", "atomic_local_copy", "atomic_local_write"]
 
 _COPY_CHUNK = 1 << 20  # 1 MiB: large enough for throughput, small enough to stream
+#: Why a hard link cannot be made where a copy can: another file system, no links supported or
+#: allowed, too many links to the inode.
+_NO_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EACCES})
 
 
 def _fsync_dir(path: str) -> None:
@@ -226,6 +229,24 @@ class LocalStorage(CheckpointStorage):
             # The local side is the caller's working directory: its failures are reported
             # as such, not as failures of checkpoint storage.
             atomic_local_copy(read, local_path, store=self.url, source=self.full_url(path))
+
+    def fetch_file(self, path: str, local_path: str) -> bool:
+        # Checkpoint files are never written in place (writes go to a temp name and are renamed,
+        # deletes unlink), so the working copy may share the inode; another file system, or one
+        # without hard links, gets a copy.
+        source = self._abs(path)
+        try:
+            os.link(source, local_path)
+            return True
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+            if not os.path.isfile(source):
+                raise self._missing(path, e) from e
+            raise  # the local side is missing: the caller's working directory
+        except OSError as e:
+            if e.errno not in _NO_LINK:
+                raise
+        self.download_file(path, local_path)
+        return False
 
     def exists(self, path: str) -> bool:
         return os.path.isfile(self._abs(path))

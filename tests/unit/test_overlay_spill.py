@@ -137,10 +137,11 @@ def test_a_large_changelog_goes_through_local_disk_and_reads_back(tmp_path, monk
         assert not [f for _, _, files in os.walk(tmp_path / "local") for f in files if f.startswith("spool-")]
 
 
-def test_a_large_epoch_makes_the_next_commit_snapshot(tmp_path, monkeypatch):
+def test_a_large_epoch_is_snapshotted_by_its_own_commit(tmp_path, monkeypatch):
     """A restore replays at most about constants.SNAPSHOT_REPLAY_BYTES of changelogs: once the
-    chain since the last snapshot passes it (here lowered to 64 KB), the next commit snapshots,
-    long before the interval (100 commits) would."""
+    chain since the last snapshot passes it (here lowered to 64 KB), the commit whose changelog
+    brought it there snapshots, long before the interval (100 commits) would, so that a restart
+    never replays the large epoch."""
     from spark_state import constants as C
 
     monkeypatch.setattr(C, "SNAPSHOT_REPLAY_BYTES", 64 * 1024)
@@ -153,8 +154,8 @@ def test_a_large_epoch_makes_the_next_commit_snapshot(tmp_path, monkeypatch):
         for i in range(5000):  # a changelog of ~100 KB
             store.put(b"k%06d" % i, b"value-%012d" % i)
         store.commit()
-        assert not store.last_commit.snapshot_taken  # the chain it was decided on was small
-        store.put(b"after", b"1")
-        store.commit()
         assert store.last_commit.snapshot_taken
         assert not store.manifest.replay  # restores start from this snapshot
+        store.put(b"after", b"1")
+        store.commit()
+        assert not store.last_commit.snapshot_taken and len(store.manifest.replay) == 1
