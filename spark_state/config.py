@@ -52,6 +52,7 @@ class EngineConfig:
             from our changelog, written before a commit returns.
         spill_threshold_bytes: bytes (estimated) an epoch's pending writes of one store may hold
             in memory before they spill to local disk (:mod:`spark_state.engine.overlay`).
+        load_warn_after_ms: a load slower than this logs what it waited for; ``0``: never.
         storage_options: options for checkpoint storage (``s3.endpoint_url``, ...).
     """
 
@@ -64,6 +65,7 @@ class EngineConfig:
     compaction_nice: int = C.DEFAULT_COMPACTION_NICE
     rocksdb_wal: bool = False
     spill_threshold_bytes: int = DEFAULT_SPILL_THRESHOLD
+    load_warn_after_ms: int = C.DEFAULT_LOAD_WARN_AFTER_MS
     storage_options: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -136,6 +138,7 @@ def _check(values: Mapping[str, Any], given_as: str = "") -> None:
     _require_int(name("write_buffer_mb"), values["write_buffer_mb"], minimum=1)
     _require_int(name("compaction_nice"), values["compaction_nice"], minimum=0)
     _require_int(name("spill_threshold_bytes"), values["spill_threshold_bytes"], minimum=1)
+    _require_int(name("load_warn_after_ms"), values["load_warn_after_ms"], minimum=0)
     if values["compaction_nice"] > C.MAX_NICE:
         raise ConfigError(f"option {name('compaction_nice')!r} must be a nice value from 0 to {C.MAX_NICE} "
                           f"(0 leaves RocksDB's compaction threads as they are), got {values['compaction_nice']}")

@@ -52,6 +52,8 @@ DEFAULT_SNAPSHOT_INTERVAL = 10
 #: A snapshot is also due once the changelogs a restore would replay pass this many bytes (a large
 #: epoch, e.g. the first batch after an outage): restores then replay at most about this much.
 SNAPSHOT_REPLAY_BYTES = 64 << 20
+#: A store's load slower than this (ms) logs one line saying what it waited for (``load.warnAfterMs``).
+DEFAULT_LOAD_WARN_AFTER_MS = 10_000
 #: Versions kept restorable; Spark's ``spark.sql.streaming.minBatchesToRetain`` default.
 DEFAULT_RETAINED_VERSIONS = 100
 #: Process-wide RocksDB block cache (shared by every store of the process).

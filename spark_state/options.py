@@ -200,6 +200,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
                    "Process-wide: the lowest priority any store asks for wins")),
     OptionSpec("rocksdb.writeAheadLog", "engine", field="rocksdb_wal", kind="bool", default="`false`",
                meaning="RocksDB's own WAL (our changelog already makes commits durable)"),
+    OptionSpec("load.warnAfterMs", "engine", field="load_warn_after_ms", kind="int",
+               default=f"`{C.DEFAULT_LOAD_WARN_AFTER_MS}`", meaning=(
+                   "a store's load that takes longer (milliseconds) logs one line at WARN level saying what it "
+                   "waited for: the restore from checkpoint storage (snapshot files and bytes fetched or linked, "
+                   "changelogs replayed) and, on the provider, the JVM's view; `0` logs none. Every load's "
+                   "figures are in the query's progress either way")),
     OptionSpec("memory.spillThreshold", "engine", field="spill_threshold_bytes", kind="size",
                default="`64m` for the engine API; for the provider and keyed functions, their part of "
                        "`memory.budget`", meaning=(

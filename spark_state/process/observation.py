@@ -26,6 +26,12 @@ state_bytes                 memory the tasks' state holds: their stores' share o
                             (hashmap: the state), plus the peak of the epoch's pending writes
 checkpoint_bytes_written    bytes the batch's commits wrote to checkpoint storage
 commit_ms                   time spent in the commits (ms)
+load_ms                     the slowest task's load of its state (ms; max): nothing to do for a
+                            store a worker kept from the previous batch, a restore from
+                            checkpoint storage after a restart, a lost executor or a rescale
+load_files_fetched          snapshot files the loads downloaded or copied (hard links excluded)
+load_bytes_fetched          their bytes
+changelog_bytes_replayed    bytes of changelogs the loads replayed
 timers_fired                timers fired (both domains; null when the input is read plainly)
 late_rows_dropped           rows dropped as late (event time at or below the watermark; null
                             when the input is read plainly)
@@ -74,6 +80,10 @@ TASK_FIELDS: tuple[tuple[str, Any], ...] = (
     ("state_bytes", LongType()),
     ("checkpoint_bytes_written", LongType()),
     ("commit_ms", DoubleType()),
+    ("load_ms", DoubleType()),
+    ("load_files_fetched", LongType()),
+    ("load_bytes_fetched", LongType()),
+    ("changelog_bytes_replayed", LongType()),
     ("timers_fired", LongType()),
     ("late_rows_dropped", LongType()),
     ("watermark_ms", LongType()),
@@ -84,8 +94,9 @@ TASK_FIELDS: tuple[tuple[str, Any], ...] = (
 
 #: The fields of the observation in the query progress, in order.
 PROGRESS_FIELDS = ("batch", "tasks", "rows_total", "rows_updated", "state_bytes", "checkpoint_bytes_written",
-                   "commit_ms", "timers_fired", "late_rows_dropped", "watermark_ms", "next_watermark_ms",
-                   "next_event_timer_ms", "next_processing_timer_ms", "event_timers_due", "spark_time")
+                   "commit_ms", "load_ms", "load_files_fetched", "load_bytes_fetched", "changelog_bytes_replayed",
+                   "timers_fired", "late_rows_dropped", "watermark_ms", "next_watermark_ms", "next_event_timer_ms",
+                   "next_processing_timer_ms", "event_timers_due", "spark_time")
 
 
 def observation_name(operator_name: str) -> str:
@@ -111,7 +122,8 @@ def with_observation(output_schema: StructType, event_sides: Mapping[str, int]) 
 
 #: How each task figure combines over the batch's tasks: summed, the highest or the lowest (``tasks`` is a count).
 _COMBINE = {"batch": "max", "rows_total": "sum", "rows_updated": "sum", "state_bytes": "sum",
-            "checkpoint_bytes_written": "sum", "commit_ms": "sum", "timers_fired": "sum",
+            "checkpoint_bytes_written": "sum", "commit_ms": "sum", "load_ms": "max", "load_files_fetched": "sum",
+            "load_bytes_fetched": "sum", "changelog_bytes_replayed": "sum", "timers_fired": "sum",
             "late_rows_dropped": "sum", "watermark_ms": "max", "next_event_timer_ms": "min",
             "next_processing_timer_ms": "min", "spark_time": "min"}
 #: The single column of the observation in the query's progress: a struct of PROGRESS_FIELDS.

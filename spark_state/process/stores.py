@@ -25,7 +25,9 @@ Invariants
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Optional
@@ -37,10 +39,13 @@ from ..backends.rocksdb_resources import current_resources
 from ..checkpoint.runs import RunContext
 from ..config import EngineConfig
 from ..storage import CheckpointStorage
+from ..engine.metrics import RestoreMetrics, describe_restore
 from ..engine.store import VersionedStore
 from .arrow_io import OutputWriter
 from .errors import StateVersionMissingError
 from .location import Choice, Layout, choose_layout, describe_layouts, register_layout, valid_rank
+
+_LOG = logging.getLogger(__name__)
 
 #: Stores one Python worker keeps open between batches (least recently used are closed).
 MAX_CACHED_STORES = 64
@@ -110,6 +115,10 @@ class PartitionStore:
     #: keep the committed store in the worker's cache for the next batch (a streaming task); an
     #: offline run (:mod:`.offline`) keeps it itself, and closes it
     cached: bool = True
+    #: what the loads of the task's stores did (the store's, or a rescale's old stores'), and how
+    #: long :func:`acquire` took
+    loads: tuple[RestoreMetrics, ...] = ()
+    load_ms: float = 0.0
 
     def commit(self) -> int:
         """Commit batch version ``batch_version + 1``; keep the store for the next batch (``cached``)."""
@@ -151,6 +160,10 @@ def store_observation(ps: PartitionStore, batch_id: int) -> dict[str, Any]:
     commit = store.last_commit
     return {
         "batch": batch_id,
+        "load_ms": ps.load_ms,
+        "load_files_fetched": sum(m.snapshot_files_downloaded for m in ps.loads),
+        "load_bytes_fetched": sum(m.snapshot_bytes_downloaded for m in ps.loads),
+        "changelog_bytes_replayed": sum(m.changelog_bytes_replayed for m in ps.loads),
         "rows_total": store.num_keys(),
         "rows_updated": commit.num_updates + commit.num_deletes,
         "state_bytes": state_memory_bytes(store),
@@ -184,13 +197,29 @@ def acquire(
     populate: Populate,
     runs: RunContext,
 ) -> PartitionStore:
-    """Open partition ``partition``'s store at ``batch_version`` (see the module docstring).
+    """Open partition ``partition``'s store at ``batch_version`` (see the module docstring), with
+    what its loads did; one that took longer than ``config.load_warn_after_ms`` logs it.
 
     ``runs`` is the task's run at this location (global versions = batch versions).
 
     :raises StateVersionMissingError: no layout holds ``batch_version``.
     :raises ConcurrentWriterError: this run was fenced off by an earlier one still running.
     """
+    started = time.perf_counter()
+    ps = _acquire(storage, config, parallelism, partition, batch_version, sources_needed, populate, runs)
+    ps.load_ms = (time.perf_counter() - started) * 1000
+    if ps.origin not in ("cached", "new"):
+        ps.loads = ps.loads or (ps.store.last_restore,)
+    if config.load_warn_after_ms and ps.load_ms > config.load_warn_after_ms:
+        _LOG.warning("spark-state: loading batch version %d of partition %d under %s took %.0f ms (%s): %s",
+                     batch_version, partition, storage.url, ps.load_ms, ps.origin,
+                     "; ".join(describe_restore(m) for m in ps.loads) or "no restore")
+    return ps
+
+
+def _acquire(storage: CheckpointStorage, config: EngineConfig, parallelism: int, partition: int,
+             batch_version: int, sources_needed: Callable[[Layout], Iterable[int]], populate: Populate,
+             runs: RunContext) -> PartitionStore:
     url = storage.url
     runs.before_load(batch_version)
     cached = CACHE.take(url, parallelism, partition)
@@ -249,6 +278,7 @@ def _rescale(storage: CheckpointStorage, config: EngineConfig, parallelism: int,
                                  runs=runs.at_offset(choice.layout.base))
             old_stores[j] = old
             old.load(old_s)
+        loads = tuple(old.last_restore for old in old_stores.values())
         populate(store, choice.layout, old_stores)
     except BaseException:
         store.close()
@@ -257,7 +287,7 @@ def _rescale(storage: CheckpointStorage, config: EngineConfig, parallelism: int,
         for old in old_stores.values():
             old.close()
     register_layout(storage, layout)
-    return PartitionStore(storage.url, partition, layout, store, "rescaled", batch_version, storage)
+    return PartitionStore(storage.url, partition, layout, store, "rescaled", batch_version, storage, loads=loads)
 
 
 def _is_local(url: str) -> bool:

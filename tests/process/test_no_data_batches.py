@@ -172,6 +172,16 @@ def test_progress_shows_the_figures_of_the_state(window_runs):
             assert o["next_watermark_ms"] == after.watermark_ms, where
         assert o["event_timers_due"] == (after is not None and bool(after.emitted)), where
         assert o["next_processing_timer_ms"] is None, where
+    # Loads: each run after the first restores its stores from checkpoint storage in its first
+    # batch (the Python workers' stores belong to the run before): the changelogs since version 0
+    # (no snapshot yet at these sizes). Other batches find a store cached, or replay what another
+    # worker committed.
+    firsts = {min(p["batchId"] for p in run.progress) for run in window_runs["keyed"][1:] if run.progress}
+    for batch_id, o in observed.items():
+        where = f"batch {batch_id}: {o}"
+        assert o["load_ms"] >= 0 and (o["load_files_fetched"] > 0) == (o["load_bytes_fetched"] > 0), where
+        if batch_id in firsts:
+            assert o["load_ms"] > 0 and o["changelog_bytes_replayed"] > 0, where
 
 
 def _count(text: str) -> int:

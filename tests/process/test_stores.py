@@ -4,6 +4,8 @@ trusted, rescale layouts, missing versions, the location's metadata."""
 from __future__ import annotations
 
 import json
+import logging
+import time
 
 import pytest
 
@@ -166,3 +168,47 @@ def test_a_local_location_without_the_state_of_earlier_batches_names_the_unshare
     with pytest.raises(StateVersionMissingError, match=r"no state for batch 3 .*is a local path: executors on "
                                                        r"different hosts do not share it"):
         _acquire(storage, 2, 1, 3)
+
+
+def test_loads_report_what_they_did_and_a_slow_one_is_logged(storage, caplog, monkeypatch):
+    """A store the worker holds costs nothing; one another run committed is restored (its figures
+    in the task's store); with load.warnAfterMs below the load's time, one WARN line says why; a
+    rescale reports the loads of the old stores it read."""
+    from spark_state.process import stores as stores_mod
+    from spark_state.process.stores import store_observation
+
+    ps = _acquire(storage, 1, 0, 0)
+    ps.store.put(b"k", b"v")
+    ps.commit()
+    cached = _acquire(storage, 1, 0, 1)
+    assert cached.origin == "cached" and cached.loads == ()
+    assert store_observation(cached, 1)["changelog_bytes_replayed"] == 0
+    cached.discard()
+    slow = CONFIG.replace(load_warn_after_ms=0)
+    with caplog.at_level(logging.WARNING, logger="spark_state.process.stores"):
+        quiet = acquire(storage, slow, 1, 0, 1, _all, _copy_all, run_context(storage, "run-2"))
+    assert quiet.origin == "loaded" and len(quiet.loads) == 1 and quiet.loads[0].changelogs_replayed == 1
+    figures = store_observation(quiet, 1)
+    assert figures["load_ms"] > 0 and figures["changelog_bytes_replayed"] == quiet.loads[0].changelog_bytes_replayed > 0
+    assert not caplog.records, "load.warnAfterMs=0 logs nothing"
+    quiet.discard()
+    CACHE.clear()
+    eager = CONFIG.replace(load_warn_after_ms=1)
+    real = stores_mod._acquire
+
+    def slow_acquire(*args):  # a load of 10 ms, past the 1 ms of load.warnAfterMs
+        time.sleep(0.01)
+        return real(*args)
+
+    monkeypatch.setattr(stores_mod, "_acquire", slow_acquire)
+    with caplog.at_level(logging.WARNING, logger="spark_state.process.stores"):
+        logged = acquire(storage, eager, 1, 0, 1, _all, _copy_all, run_context(storage, "run-3"))
+    monkeypatch.undo()
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "loading batch version 1 of partition 0" in lines[0]
+    assert "version 1 restored from checkpoint storage: no snapshot yet, 1 changelogs" in lines[0], lines[0]
+    logged.discard()
+    rescaled = [acquire(storage, CONFIG, 2, i, 1, _all, _copy_all, run_context(storage, "run-4")) for i in range(2)]
+    assert all(ps.origin == "rescaled" and len(ps.loads) == 1 for ps in rescaled)
+    for ps in rescaled:
+        ps.discard()

@@ -36,8 +36,16 @@ def test_two_executors_each_run_a_worker_and_moved_partitions_restore(tmp_path):
     assert result["workers_before_kill"] == 2  # one Python worker per executor JVM
     assert result["killed"] is not None and result["killed"] not in result["executors_after_kill"]
     after_kill = {int(b): n for b, n in result["restores"].items() if int(b) >= 3}
-    # Partitions of the removed executor were restored from checkpoint storage on the other one.
+    # Partitions of the removed executor were restored from checkpoint storage on the other one,
+    # and their loads say so: time, and a snapshot's files (linked from the local checkpoint or
+    # fetched) or changelogs replayed.
     assert sum(after_kill.values()) >= 1, result
+    for b, n in after_kill.items():
+        loads = result["loads"][str(b)]
+        if n:
+            assert loads["sparkStateLoadTimeMs"] > 0, loads
+            assert (loads["sparkStateLoadFilesLinked"] + loads["sparkStateLoadFilesFetched"] > 0
+                    or loads["sparkStateChangelogBytesReplayed"] > 0), loads
 
 
 def test_the_plugin_starts_the_workers_with_the_executor_and_the_query_uses_them(tmp_path):
@@ -175,3 +183,11 @@ def test_sigkill_mid_stream_then_restart_gives_the_state_of_a_run_without_failur
     assert "DONE" in second.stdout, second.stderr[-4000:]
     state = _run_job("kill_job.py", workdir, "verify")["state"]
     assert {int(k): v for k, v in state.items()} == expected
+    # The restarted process had no local state: each of the 3 stores was restored from the
+    # checkpoint, and its load says from what (a snapshot's files, fetched or linked, and changelogs).
+    loads = json.loads(next(line for line in second.stdout.splitlines() if line.startswith("LOADS "))[6:])
+    assert loads["sparkStateRestoresFromCheckpoint"] == 3, loads
+    assert loads["sparkStateLoadTimeMs"] > 0
+    snapshot_files = loads["sparkStateLoadFilesLinked"] + loads["sparkStateLoadFilesFetched"]
+    assert snapshot_files > 0 or loads["sparkStateChangelogBytesReplayed"] > 0, loads
+    assert (loads["sparkStateLoadBytesFetched"] > 0) == (loads["sparkStateLoadFilesFetched"] > 0), loads

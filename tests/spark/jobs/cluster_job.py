@@ -64,7 +64,9 @@ def main(workdir: str) -> None:
     query.awaitTermination()
     restores = {p["batchId"]: p["stateOperators"][0]["customMetrics"]["sparkStateRestoresFromCheckpoint"]
                 for p in query.recentProgress if p["stateOperators"]}
-    result = dict(events, restores=restores, counts_match=counts == dict(expected),
+    loads = {p["batchId"]: dict(p["stateOperators"][0]["customMetrics"]) for p in query.recentProgress
+             if p["stateOperators"]}
+    result = dict(events, restores=restores, loads=loads, counts_match=counts == dict(expected),
                   keys=len(counts), total=sum(counts.values()))
     spark.stop()
     print("RESULT " + json.dumps(result), flush=True)

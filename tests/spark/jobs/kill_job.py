@@ -2,7 +2,8 @@
 (driver, executor and Python workers at once) in the middle of the stream and start it again.
 
 Usage: kill_job.py WORKDIR run     -- process every input file (slowly: each batch sleeps),
-                                      printing "BATCH <id>" after each
+                                      printing "BATCH <id>" after each, and at the end "LOADS <json>":
+                                      the state operator's load figures of the run's first batch
        kill_job.py WORKDIR verify  -- print "RESULT <json>" with the final state read through
                                       Spark's state data source
 """
@@ -48,6 +49,8 @@ def run(workdir: str) -> None:
              .writeStream.outputMode("update").foreachBatch(slow)
              .option("checkpointLocation", os.path.join(workdir, "ckpt")).trigger(availableNow=True).start())
     query.awaitTermination()
+    first = min((p for p in query.recentProgress if p.stateOperators), key=lambda p: p.batchId)
+    print("LOADS " + json.dumps({"batch": first.batchId, **dict(first.stateOperators[0].customMetrics)}), flush=True)
     print("DONE", flush=True)
 
 

@@ -9,7 +9,7 @@ import org.apache.spark.sql.catalyst.plans.physical.Partitioning
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.execution.{SparkPlan, SparkStrategy, UnaryExecNode}
 import org.apache.spark.sql.execution.metric.{SQLMetric, SQLMetrics}
-import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.types.{DoubleType, StructType}
 
 /**
  * spark-state's session extensions (`spark.sql.extensions`, which `spark_state.configure` and
@@ -97,6 +97,8 @@ case class FunctionMetricsExec(name: String, child: SparkPlan) extends UnaryExec
     "state_bytes" -> SQLMetrics.createSizeMetric(sparkContext, "state size in the backends"),
     "checkpoint_bytes_written" -> SQLMetrics.createSizeMetric(sparkContext, "bytes written to checkpoint storage"),
     "commit_ms" -> SQLMetrics.createTimingMetric(sparkContext, "time to commit changes"),
+    "load_ms" -> SQLMetrics.createTimingMetric(sparkContext, "time to load the state"),
+    "load_bytes_fetched" -> SQLMetrics.createSizeMetric(sparkContext, "bytes fetched from checkpoint storage"),
     "timers_fired" -> SQLMetrics.createMetric(sparkContext, "number of timers fired"),
     "late_rows_dropped" -> SQLMetrics.createMetric(sparkContext, "number of rows which are dropped by watermark"))
 
@@ -105,7 +107,7 @@ case class FunctionMetricsExec(name: String, child: SparkPlan) extends UnaryExec
     val struct = child.output(column).dataType.asInstanceOf[StructType]
     // (field ordinal, is the field a double, metric) for the fields the node shows
     val adds = metrics.toSeq.flatMap { case (field, metric) =>
-      struct.getFieldIndex(field).map(i => (i, field == "commit_ms", metric))
+      struct.getFieldIndex(field).map(i => (i, struct(i).dataType == DoubleType, metric))
     }.toArray
     val width = struct.length
     child.execute().mapPartitionsInternal { rows =>

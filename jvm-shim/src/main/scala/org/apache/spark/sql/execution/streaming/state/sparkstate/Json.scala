@@ -19,6 +19,12 @@ private[sparkstate] object Json {
     if (n == null || n.isNull) 0L else n.asLong()
   }
 
+  def double(node: JsonNode, path: String*): Double = {
+    var n = node
+    path.foreach(p => n = if (n == null) null else n.get(p))
+    if (n == null || n.isNull) 0.0 else n.asDouble()
+  }
+
   def text(node: JsonNode, field: String): String = {
     val n = node.get(field)
     if (n == null || n.isNull) "" else n.asText()

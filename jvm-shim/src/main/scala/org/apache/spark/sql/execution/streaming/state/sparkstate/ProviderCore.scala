@@ -48,6 +48,8 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
    */
   @volatile private var lastOpened: (Long, SparkStateStore) = (-1L, null)
   private var spillThresholdConf: Option[Long] = None
+  /** A load slower than this logs what it waited for ([[ProviderCore.LoadWarnAfterConf]]). */
+  private var loadWarnAfterMs: Long = ProviderCore.DefaultLoadWarnAfterMs
   /**
    * Heap bytes of one epoch's pending writes past which they spill to local disk: the conf, else the
    * store's fair share of the executor's memory budget ([[MemoryBudget.perStoreBytes]]).
@@ -88,6 +90,8 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
           .getOrElse(ViewOptions.DefaultLayerBytes)),
       describe)
     this.spillThresholdConf = conf(confs, SpillThresholdConf).map(bytes(SpillThresholdConf, _))
+    this.loadWarnAfterMs = conf(confs, LoadWarnAfterConf).map(nonNegativeLong(LoadWarnAfterConf, _))
+      .getOrElse(DefaultLoadWarnAfterMs)
     if (this.views.isInstanceOf[HeapViews]) {
       HeapBudget.configure(conf(confs, ViewOptions.HeapMaxBytesConf).map(bytes(ViewOptions.HeapMaxBytesConf, _)))
     }
@@ -137,8 +141,14 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
     val reply = PythonWorker.callOn(worker, s"loading version $version of $checkpointUrl") {
       _.load(instanceId, checkpointUrl, optionsJsonForTask, version, request.toJson)
     }
+    val viewStarted = System.nanoTime()
     val view = views.open(version, reply)
-    val loadMs = (System.nanoTime() - started) / 1000000
+    val done = System.nanoTime()
+    val loadMs = (done - started) / 1000000
+    if (loadWarnAfterMs > 0 && loadMs > loadWarnAfterMs) {
+      logWarning(s"spark-state: loading version $version of $checkpointUrl took $loadMs ms: " +
+        describeLoad(reply, (done - viewStarted) / 1000000))
+    }
     new SparkStateStore(StoreParts(this, version, view, codec, valueFields, reply, loadMs, TtlView.fromReply(reply)))
   }
 
@@ -223,6 +233,9 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
 
 object ProviderCore {
   val ConfPrefix = "spark.sql.streaming.stateStore.sparkState."
+  /** A load slower than this (ms) logs what it waited for ([[describeLoad]]); 0: never. */
+  val LoadWarnAfterConf = "load.warnAfterMs"
+  val DefaultLoadWarnAfterMs = 10000L
   /** Per store: heap bytes of an epoch's pending writes before they spill (default: [[MemoryBudget.perStoreBytes]]). */
   val SpillThresholdConf = "memory.spillThreshold"
   /** `StreamExecution.RUN_ID_KEY`: set in the hadoopConf that providers of a running query get. */
@@ -237,6 +250,14 @@ object ProviderCore {
   val RestoresMetric = StateStoreCustomSumMetric("sparkStateRestoresFromCheckpoint", "spark-state: stores restored from checkpoint storage")
   val TtlExpiredMetric = StateStoreCustomSumMetric("sparkStateTtlExpiredRows", "spark-state: rows removed by TTL expiry")
   val TtlMigratedMetric = StateStoreCustomSumMetric("sparkStateTtlMigratedRows", "spark-state: rows rewritten because TTL was turned on or off")
+  val LoadFilesFetchedMetric = StateStoreCustomSumMetric("sparkStateLoadFilesFetched",
+    "spark-state: snapshot files a load downloaded or copied from checkpoint storage")
+  val LoadBytesFetchedMetric = StateStoreCustomSumMetric("sparkStateLoadBytesFetched",
+    "spark-state: bytes of the snapshot files a load downloaded or copied")
+  val LoadFilesLinkedMetric = StateStoreCustomSumMetric("sparkStateLoadFilesLinked",
+    "spark-state: snapshot files a load hard-linked from checkpoint storage on the same file system")
+  val ChangelogBytesReplayedMetric = StateStoreCustomSumMetric("sparkStateChangelogBytesReplayed",
+    "spark-state: bytes of changelogs a load replayed")
   val ViewExportsMetric = StateStoreCustomSumMetric("sparkStateViewExports",
     "spark-state: loads for which the worker exported (rocksdb) or shipped (hashmap) the version to the JVM")
 
@@ -250,8 +271,35 @@ object ProviderCore {
 
   val CustomMetrics: Seq[StateStoreCustomMetric] = Seq(
     CommitTimeMetric, LoadTimeMetric, ChangelogBytesMetric, SnapshotBytesMetric,
-    SnapshotFilesUploadedMetric, SnapshotFilesReusedMetric, RestoresMetric, TtlExpiredMetric, TtlMigratedMetric,
+    SnapshotFilesUploadedMetric, SnapshotFilesReusedMetric, RestoresMetric, LoadFilesFetchedMetric,
+    LoadBytesFetchedMetric, LoadFilesLinkedMetric, ChangelogBytesReplayedMetric, TtlExpiredMetric, TtlMigratedMetric,
     ViewExportsMetric, SpillsMetric, SpilledBytesMetric, HeapBytesMetric)
+
+  /** What a load waited for, from the worker's reply (its `restore` figures and call time) and the JVM's view. */
+  private[sparkstate] def describeLoad(reply: JsonNode, viewMs: Long): String = {
+    val restore = reply.path("restore")
+    val mode = Json.text(restore, "mode")
+    val worker = s"the worker's load ${Json.long(reply, "callMs")} ms"
+    val what = mode match {
+      case "restore" =>
+        val files = Json.long(restore, "snapshot_files_downloaded")
+        val linked = Json.long(restore, "snapshot_files_linked")
+        val snapshot = if (files + linked == 0) "no snapshot yet" else
+          f"base snapshot ${Json.double(restore, "snapshot_ms")}%.0f ms, $files files, " +
+            f"${Json.long(restore, "snapshot_bytes_downloaded") / 1e6}%.1f MB fetched, $linked linked"
+        s" (restored from checkpoint storage: $snapshot; ${replayed(restore)})"
+      case "replay" => s" (${replayed(restore)})"
+      case other => s" ($other)"
+    }
+    val export = if (Json.text(reply, "viewPath").nonEmpty || Json.text(reply, "heapPath").nonEmpty) {
+      ", with the version exported for the JVM"
+    } else ""
+    s"$worker$what$export; the JVM's view $viewMs ms"
+  }
+
+  private def replayed(restore: JsonNode): String =
+    f"${Json.long(restore, "changelogs_replayed")} changelogs (${Json.long(restore, "changelog_bytes_replayed") / 1e6}%.1f MB) " +
+      f"replayed in ${Json.double(restore, "replay_ms")}%.0f ms"
 
   /** Hadoop S3A settings reused as checkpoint storage options, so credentials are configured once. */
   private val S3aOptions = Seq(
@@ -302,6 +350,12 @@ object ProviderCore {
   }
 
   private def conf(confs: Map[String, String], key: String): Option[String] = confs.get(ConfPrefix + key)
+
+  private def nonNegativeLong(key: String, raw: String): Long = {
+    val n = try raw.trim.toLong catch { case _: NumberFormatException => -1L }
+    if (n < 0) throw new IllegalArgumentException(s"$ConfPrefix$key must be a whole number of 0 or more, got '$raw'")
+    n
+  }
 
   private def positiveInt(key: String, raw: String): Int = {
     val n = try raw.trim.toInt catch { case _: NumberFormatException => -1 }

@@ -208,6 +208,10 @@ private[sparkstate] abstract class StoreCore(parts: StoreParts) {
       ProviderCore.SnapshotFilesUploadedMetric -> Json.long(reply, "commit", "snapshot_files_uploaded"),
       ProviderCore.SnapshotFilesReusedMetric -> Json.long(reply, "commit", "snapshot_files_reused"),
       ProviderCore.RestoresMetric -> (if (Json.text(loadReply.path("restore"), "mode") == "restore") 1L else 0L),
+      ProviderCore.LoadFilesFetchedMetric -> Json.long(loadReply, "restore", "snapshot_files_downloaded"),
+      ProviderCore.LoadBytesFetchedMetric -> Json.long(loadReply, "restore", "snapshot_bytes_downloaded"),
+      ProviderCore.LoadFilesLinkedMetric -> Json.long(loadReply, "restore", "snapshot_files_linked"),
+      ProviderCore.ChangelogBytesReplayedMetric -> Json.long(loadReply, "restore", "changelog_bytes_replayed"),
       ProviderCore.TtlExpiredMetric -> Json.long(commitReply, "ttl", "expired"),
       ProviderCore.TtlMigratedMetric -> Json.long(commitReply, "ttl", "migrated"),
       ProviderCore.ViewExportsMetric ->
