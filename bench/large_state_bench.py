@@ -58,6 +58,8 @@ PROVIDERS = {
     "sparkstate-hashmap": "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider",
 }
 BACKEND_CONF = "spark.sql.streaming.stateStore.sparkState.backend"
+#: When this module was imported: in a worker process, its start (for the session's start time).
+IMPORTED = time.monotonic()
 ROWS_PER_GROUP = 1_000_000
 MB = 2 ** 20
 
@@ -126,6 +128,7 @@ def run_worker(spec: dict) -> None:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    session_start_ms = round((time.monotonic() - IMPORTED) * 1000)
     management = spark._jvm.java.lang.management.ManagementFactory
     memory_bean = management.getMemoryMXBean()
     old_gen = [p for p in management.getMemoryPoolMXBeans() if "Old Gen" in p.getName() or "Tenured" in p.getName()]
@@ -177,6 +180,7 @@ def run_worker(spec: dict) -> None:
                 line = {"batch": p.batchId, "input_rows": p.numInputRows,
                         "trigger_ms": p.durationMs["triggerExecution"],
                         "since_start_ms": round((time.monotonic() - started) * 1000),
+                        "session_start_ms": session_start_ms,
                         "state_rows": sum(op.numRowsTotal for op in ops),
                         "memory_used_bytes": sum(op.memoryUsedBytes for op in ops),
                         "duration_ms": dict(p.durationMs or {}),

@@ -22,6 +22,10 @@ kind           what the client sees
                then the request is applied late and answered into a closed connection
 ============== ===========================================================================
 
+Besides faults, the proxy can shape every request as a remote store would (for benchmarks):
+``latency_s`` is added to each request's answer, and ``bytes_per_s`` caps the bandwidth of one
+link that all requests share (a request's body and answer take their turn on it).
+
 Rules match on the S3 operation (derived from method, path and query: ``PutObject``,
 ``GetObject``, ``UploadPart``, ``CompleteMultipartUpload``, ...), optionally on a regex of
 the object key, skip their first ``after`` matches, fire with probability ``share`` (from a
@@ -135,6 +139,12 @@ class FaultProxy:
     upstream: str
     seed: int = 0
     records: list[Record] = field(default_factory=list)
+    #: added to every request (seconds)
+    latency_s: float = 0.0
+    #: the shared link's bandwidth (bytes per second; None: unlimited)
+    bytes_per_s: Optional[float] = None
+    #: bytes that crossed the proxy (request bodies and answers)
+    bytes_moved: int = 0
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.upstream)
@@ -142,6 +152,7 @@ class FaultProxy:
         self._rules: list[Fault] = []
         self._lock = threading.Lock()
         self._rng = random.Random(self.seed)
+        self._link_free_at = 0.0
         self._server: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
 
@@ -220,6 +231,20 @@ class FaultProxy:
                 return rule
         return None
 
+    def _shape(self, nbytes: int) -> None:
+        """Hold a request for the latency and for its turn on the shared link."""
+        with self._lock:
+            self.bytes_moved += nbytes
+            now = time.monotonic()
+            done = now
+            if self.bytes_per_s:
+                start = max(now, self._link_free_at)
+                done = start + nbytes / self.bytes_per_s
+                self._link_free_at = done
+        wait = done - time.monotonic() + self.latency_s
+        if wait > 0:
+            time.sleep(wait)
+
     def _undo(self, rule: Fault) -> None:
         with self._lock:
             rule.injected -= 1
@@ -272,6 +297,8 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "delay":
             time.sleep(fault.delay_s)
         status, headers, data = self._forward(body)
+        if self.owner.latency_s or self.owner.bytes_per_s:
+            self.owner._shape(len(body) + len(data))
         if kind == "lose-reply":
             self.owner._record(Record(op, self.command, key, kind, None))
             return self._reset()

@@ -1,0 +1,147 @@
+"""Lost-executor benchmark: what losing an executor JVM in the middle of a stream costs, on
+spark-state's provider and on Spark's RocksDB provider, with the state checked afterwards.
+
+Workload: ``groupBy("k").count()`` (update mode) on ``local-cluster[2,1,1024]`` (two executor JVMs of
+one core and 1 GB each), 4 shuffle partitions. Batch 0 builds the state (``--keys`` distinct keys),
+then batches of ``--updates`` existing keys follow. Right after batch ``--kill-after`` commits, the
+sink SIGKILLs one executor JVM (the standalone worker starts a new one), so the next batch must
+bring that executor's stores up on another executor: from checkpoint storage, as after any loss.
+Reported per provider: the median batch before the kill, the time from the kill to the next
+committed batch, and whether the state afterwards holds every key with its exact count (read with
+Spark's ``statestore`` data source).
+
+Usage: python bench/lost_executor_bench.py [--providers sparkstate,rocksdb] [--keys 2000000]
+           [--updates 200000] [--batches 6] [--kill-after 2] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import large_state_bench as L  # noqa: E402 - its input writer and provider names
+
+PROVIDERS = L.PROVIDERS
+
+
+def run_worker(spec: dict) -> None:
+    """One application: the stream, the kill, and the check; one JSON line to ``spec['result']``."""
+    import psutil
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession, functions as F
+
+    builder = (SparkSession.builder.master("local-cluster[2,1,1024]").appName(f"lost-executor-{spec['provider']}")
+               .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.streaming.stateStore.providerClass", PROVIDERS[spec["provider"]]))
+    if spec["provider"].startswith("sparkstate"):
+        from spark_state import configure
+
+        builder = configure(builder) or builder
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    sc = spark.sparkContext
+    deadline = time.time() + 120
+    while len([e for e in sc._jsc.sc().getExecutorIds().mkString(",").split(",") if e]) < 2 and time.time() < deadline:
+        time.sleep(0.5)
+    committed: dict[int, float] = {}
+    killed: dict = {}
+
+    def sink(df, batch_id: int) -> None:
+        df.count()
+        committed[batch_id] = time.monotonic()
+        if batch_id == spec["kill_after"]:
+            executors = [p for p in psutil.Process().children(recursive=True)
+                         if "CoarseGrainedExecutorBackend" in " ".join(p.cmdline())]
+            killed["pid"] = executors[0].pid
+            killed["at"] = time.monotonic()
+            os.kill(executors[0].pid, signal.SIGKILL)
+
+    q = (spark.readStream.schema("k bigint").option("maxFilesPerTrigger", 1).parquet(spec["input_dir"])
+         .groupBy("k").count().writeStream.outputMode("update").foreachBatch(sink)
+         .option("checkpointLocation", spec["checkpoint"]).trigger(availableNow=True).start())
+    q.awaitTermination()
+    ids = sorted(committed)
+    before = [committed[b] - committed[b - 1] for b in ids if 1 < b <= spec["kill_after"]]
+    after = next(b for b in ids if b > spec["kill_after"])
+    state = spark.read.format("statestore").load(spec["checkpoint"]).agg(F.count("*"), F.sum("value.count")).first()
+    out = {"batch_before_s": statistics.median(before), "kill_to_commit_s": committed[after] - killed["at"],
+           "keys": state[0], "total": state[1]}
+    spark.stop()
+    with open(spec["result"], "w") as f:
+        json.dump(out, f)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--providers", default="sparkstate,rocksdb")
+    parser.add_argument("--keys", type=int, default=2_000_000)
+    parser.add_argument("--updates", type=int, default=200_000)
+    parser.add_argument("--batches", type=int, default=6, help="batches in all, the state's first one included")
+    parser.add_argument("--kill-after", type=int, default=2)
+    parser.add_argument("--json")
+    parser.add_argument("--_worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args._worker:
+        run_worker(json.loads(args._worker))
+        return 0
+    import numpy as np
+
+    work = tempfile.mkdtemp(prefix="lost-executor-")
+    inputs = os.path.join(work, "in")
+    os.makedirs(inputs)
+    rng = np.random.default_rng(3)
+    L.write_keys(os.path.join(inputs, "batch-0000.parquet"),
+                 lambda c: rng.permutation(np.arange(c, args.keys, 1, dtype=np.int64)), 1, 1_700_000_000)
+    for b in range(1, args.batches):
+        L.write_keys(os.path.join(inputs, f"batch-{b:04d}.parquet"),
+                     lambda _: rng.choice(args.keys, size=args.updates, replace=False).astype(np.int64), 1,
+                     1_700_000_000 + 10 * b)
+    expected_total = args.keys + (args.batches - 1) * args.updates
+    results = {}
+    try:
+        for name in args.providers.split(","):
+            spec = {"provider": name, "input_dir": inputs, "checkpoint": os.path.join(work, f"ckpt-{name}"),
+                    "result": os.path.join(work, f"{name}.json"), "kill_after": args.kill_after}
+            started = time.monotonic()
+            env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+            with open(spec["result"] + ".log", "w") as log:
+                subprocess.run([sys.executable, os.path.abspath(__file__), "--_worker", json.dumps(spec)],
+                               stdout=log, stderr=subprocess.STDOUT, env=env, timeout=1800)
+            if not os.path.exists(spec["result"]):
+                with open(spec["result"] + ".log") as log:
+                    tail = "\n".join(line for line in log.read().splitlines() if not line.startswith("\tat "))[-3000:]
+                results[name] = {"error": tail}
+                print(f"  {name}: failed:\n{tail}", flush=True)
+                continue
+            with open(spec["result"]) as f:
+                res = json.load(f)
+            res["state_right"] = res["keys"] == args.keys and res["total"] == expected_total
+            results[name] = res
+            print(f"  {name}: batch before the kill {res['batch_before_s']:.1f} s, kill to the next commit "
+                  f"{res['kill_to_commit_s']:.1f} s, state right afterwards: {res['state_right']} "
+                  f"({time.monotonic() - started:.0f} s in all)", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    names = [n for n in results if "error" not in results[n]]
+    if len(names) == 2:
+        a, b = (results[n]["kill_to_commit_s"] for n in names)
+        print(f"{names[0]} / {names[1]}, kill to the next commit: {a / b:.2f}")
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"settings": vars(args), "results": results}, out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
