@@ -217,8 +217,8 @@ def render_compatibility() -> str:
     out += [f"| {name} | {lines[name].build_version} | {lines[name].scala} | "
             + ", ".join(f"`{f}`" for f in ("main", *lines[name].source_folders)) + " |" for name in names]
     out += ["", "Across lines (`tests/lines/test_cross_line.py`, in the newest line's suite): a query's "
-            "checkpoint written on Spark 4.2 continues in place on 4.3 (built-in operators on both "
-            "backends, and `keyed_process` with event-time timers), and a savepoint taken on Spark 3.5 "
+            "checkpoint written on Spark 4.2 continues in place on 4.3 (built-in operators on the "
+            "default backend, and `keyed_process` with event-time timers), and a savepoint taken on Spark 3.5 "
             "restores on 4.3 at another partition count and parallelism; every batch equals Spark's "
             "HDFS provider stopped and restarted at the same batch, or the model.", ""]
     return "\n".join(out)

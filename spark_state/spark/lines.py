@@ -107,8 +107,10 @@ class Feature:
 
 
 COMPATIBILITY: tuple[Feature, ...] = (
-    Feature("The provider: every built-in stateful operator on both backends, each batch equal to Spark's "
-            "HDFS provider's, batch ids included (many-key cases with eviction in rounds: on the default backend)",
+    Feature("The provider: every built-in stateful operator, each batch equal to Spark's HDFS provider's, "
+            "batch ids included, on the default backend, with many-key eviction for a join and session windows; "
+            "complete-mode aggregation and session windows on hashmap too (the newest line's suite runs every "
+            "case, many-key eviction in every operator, on both backends)",
             ("tests/spark/test_operator_equivalence.py::test_operator_matches_hdfs",)),
     Feature("A restart after the query died between batches",
             ("tests/spark/test_operator_equivalence.py::test_restart_after_crash_between_batches",)),

@@ -1,7 +1,7 @@
-"""The soak test, short: ``bench/soak.py`` for 120 micro-batches (keyed_process feeding an
+"""The soak test, short: ``bench/soak.py`` for 90 micro-batches (keyed_process feeding an
 aggregation on the provider, snapshots every 5 commits, 10 versions retained, maintenance
 every 2 s), then checks that checkpoint storage, local disk, worker memory and open files at
-the end are not above their level at batch 40 (after retention has cycled several times)
+the end are not above their level at batch 30 (after retention has cycled several times)
 beyond the bands that snapshots and retention explain. ``python bench/soak.py`` runs the
 long version (1,000 batches)."""
 
@@ -19,7 +19,7 @@ import pytest
 pytestmark = pytest.mark.spark
 
 SOAK = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench", "soak.py")
-BATCHES, EVERY, SNAPSHOT_INTERVAL, RETAINED = 120, 40, 5, 10
+BATCHES, EVERY, SNAPSHOT_INTERVAL, RETAINED = 90, 30, 5, 10
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_checkpoint_files_stay_within_the_band_of_retention(soak):
     # and a changelog, and the next snapshot's files arrive before the old ones go. So between
     # any two moments the count of a store's files differs by at most 2 * SNAPSHOT_INTERVAL
     # plus one snapshot's files. Anything growing with the batch count breaks this within a
-    # few batches (4 stores x 100 batches).
+    # few batches (4 stores x 60 batches compared).
     band = sum(2 * SNAPSHOT_INTERVAL + _newest_snapshot_files(s) for s in stores)
     state_early = early["checkpoint_state"]["files"] + early["keyed_state"]["files"]
     state_end = end["checkpoint_state"]["files"] + end["keyed_state"]["files"]
@@ -80,7 +80,7 @@ def test_local_disk_stays_bounded(soak):
         # Working copies hold the same key space throughout; what varies is RocksDB's LSM (up
         # to 4 level-0 files before a compaction, and its output), each read view's files
         # (hard links, no bytes), and the rolled info logs (<= 1 MiB per DB). A file or a log
-        # line per batch would exceed these within 100 batches.
+        # line per batch would exceed these within the 60 batches compared.
         assert end[kind]["files"] <= early[kind]["files"] + 40, (kind, early[kind], end[kind])
         assert end[kind]["bytes"] <= 1.5 * early[kind]["bytes"] + 4 * 2**20, (kind, early[kind], end[kind])
     assert end["provider_views"] <= 2 * 2, end["provider_views"]  # VIEWS_KEPT per provider store

@@ -48,6 +48,18 @@ SPARKSTATE_PROVIDER = "org.apache.spark.sql.execution.streaming.state.sparkstate
 SPARKSTATE_HASHMAP = SPARKSTATE_PROVIDER + "#hashmap"
 #: spark-state's provider on each of its backends, for tests parametrized by backend.
 SPARKSTATE_BACKENDS = [SPARKSTATE_PROVIDER, SPARKSTATE_HASHMAP]
+
+
+def backends_default_on_every_line(ids: Sequence[str] = ("rocksdb", "hashmap")) -> list:
+    """:data:`SPARKSTATE_BACKENDS` as parameters (named ``ids``) of a test the compatibility suite
+    runs on the default backend only (mark ``lines`` on it): what a Spark line changes, how Spark
+    calls the provider, is the same for both backends, whose own code the newest line's suite runs."""
+    import pytest
+
+    return [pytest.param(SPARKSTATE_PROVIDER, id=ids[0], marks=pytest.mark.lines),
+            pytest.param(SPARKSTATE_HASHMAP, id=ids[1])]
+
+
 #: ... with ``+spill``: every store's pending writes spill to local disk past 100 bytes of heap (at
 #: nearly every write), so that every read path and the commit go through spilled runs.
 SPARKSTATE_SPILLING = [SPARKSTATE_PROVIDER + "#rocksdb+spill", SPARKSTATE_HASHMAP + "+spill"]

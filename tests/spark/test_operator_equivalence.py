@@ -37,6 +37,7 @@ from streaming_harness import (
     SPARKSTATE_PROVIDER,
     SPARKSTATE_SPILLING,
     RunResult,
+    backends_default_on_every_line,
     merge_runs,
     run_query,
     ship_module_by_value,
@@ -815,11 +816,9 @@ PROVIDER_IDS = [short_name(p) for p in PROVIDERS_UNDER_TEST]
 
 def _match_params() -> list:
     """Every (case, provider) pair. The compatibility suite (mark ``lines``, run on every Spark line)
-    takes every case on the default backend and the one-operator cases on ``hashmap``: the many-key
-    eviction cases exercise the ordered scans of the rocksdb views; the hashmap views' code is
-    common to every line and runs them in the newest line's full suite."""
+    takes :func:`_on_every_line`'s pairs; the newest line's full suite runs them all."""
     return [pytest.param(case, provider, id=f"{case.name}-{short_name(provider)}",
-                         marks=[pytest.mark.lines] if provider != SPARKSTATE_HASHMAP or case in SEMANTIC_CASES else [])
+                         marks=[pytest.mark.lines] if _on_every_line(case, provider) else [])
             for case in CASES for provider in PROVIDERS_UNDER_TEST] + [
         # Pending writes that spill every few writes: the cases that evict in the middle of runs
         # (scans that write while they iterate) and the complete-mode aggregation (Spark 3.5 iterates
@@ -830,6 +829,26 @@ def _match_params() -> list:
         for case in EVICTION_CASES + [CASES_BY_NAME["agg_complete"]] for provider in SPARKSTATE_SPILLING
         if provider == SPARKSTATE_SPILLING[0] or case.name in SPILL_CASES_ON_BOTH]
 
+
+#: The cases where a Spark line meets a backend's own path: complete mode (Spark 3.5 iterates its
+#: store after the commit, which the hashmap view serves from the reloaded state) and session
+#: windows (prefix scans, whose key layout Spark records per line).
+LINE_CASES_ON_HASHMAP = frozenset({"agg_complete", "session_window"})
+#: The many-key eviction cases every line runs: a join's four stores evicted by key and by value
+#: condition, and session windows merged and evicted through prefix scans. The others call the
+#: provider as their one-operator cases do, at more keys.
+LINE_EVICTION_CASES = frozenset({"join_left_many", "session_many"})
+
+
+def _on_every_line(case: Case, provider: str) -> bool:
+    """Whether the compatibility suite runs ``case`` on ``provider``. What a Spark line changes is
+    how Spark calls the provider (the shim's per-line folders): the same calls for both backends,
+    and for a case and its many-key twin. So every one-operator case on the default backend, the
+    eviction cases of :data:`LINE_EVICTION_CASES`, and on ``hashmap`` the cases of
+    :data:`LINE_CASES_ON_HASHMAP`; the backends' own code is common to every line."""
+    if provider == SPARKSTATE_HASHMAP:
+        return case.name in LINE_CASES_ON_HASHMAP
+    return case not in EVICTION_CASES or case.name in LINE_EVICTION_CASES
 
 #: The spilling cases also run on the hashmap backend: several stores per operator (a join),
 #: session windows (scan and rewrite under a merge), complete mode (iteration after the commit).
@@ -867,8 +886,7 @@ def test_restart_from_checkpoint(spark, tmp_path_factory, name, provider, tmp_pa
     assert_same_batches(merge_runs(first, second), want.batches, f"{name} restarted on {short_name(provider)}")
 
 
-@pytest.mark.lines
-@pytest.mark.parametrize("provider", PROVIDERS_UNDER_TEST, ids=PROVIDER_IDS)
+@pytest.mark.parametrize("provider", backends_default_on_every_line(PROVIDER_IDS))
 def test_restart_after_crash_between_batches(spark, case_inputs, reference, provider, tmp_path):
     """All input present; the first run dies after 2 batches, when batch 2's offsets are
     already logged; the second run re-plans batch 2 from the offset log."""

@@ -21,7 +21,8 @@ from spark_state.checkpoint.metadata import Manifest
 from spark_state.partitioning.spark_hash import spark_hash, spark_key_group, spark_partition_id
 from spark_state.spark.lines import running_line
 from streaming_harness import (HDFS_PROVIDER, ROCKSDB_PROVIDER, SPARKSTATE_BACKENDS, SPARKSTATE_HASHMAP,
-                               SPARKSTATE_PROVIDER, run_query, split_provider, write_batches)
+                               SPARKSTATE_PROVIDER, backends_default_on_every_line, run_query, split_provider,
+                               write_batches)
 
 pytestmark = pytest.mark.spark
 
@@ -102,7 +103,7 @@ def test_reads_stay_exact_when_every_commit_snapshots(spark, agg_input, tmp_path
             f"partition {part}: no version was re-pointed at its own background snapshot"
 
 
-@pytest.mark.lines
+@pytest.mark.parametrize("ours_provider", backends_default_on_every_line())
 def test_state_data_source_reads_our_state(spark, agg_input, tmp_path, ours_provider):
     _run(spark, ours_provider, agg_input, tmp_path / "ours")
     _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs")
@@ -327,7 +328,7 @@ def _run_killing(spark, provider, agg_input, checkpoint, markers, every_attempt)
                      input_dir=agg_input, schema=SCHEMA, checkpoint_dir=checkpoint, output_mode="update")
 
 
-@pytest.mark.lines
+@pytest.mark.parametrize("ours_provider", backends_default_on_every_line())
 def test_worker_killed_between_load_and_commit_is_replaced_transparently(spark, agg_input, tmp_path,
                                                                           ours_provider):
     """The commit finds the worker gone, starts a new one, which restores the loaded version from

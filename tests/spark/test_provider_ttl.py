@@ -17,7 +17,8 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StructField, StructType
 
-from streaming_harness import HDFS_PROVIDER, SPARKSTATE_BACKENDS, SPARKSTATE_PROVIDER, run_query, write_batches
+from streaming_harness import (HDFS_PROVIDER, SPARKSTATE_BACKENDS, SPARKSTATE_PROVIDER, backends_default_on_every_line,
+                               run_query, write_batches)
 
 pytestmark = pytest.mark.spark
 
@@ -88,7 +89,7 @@ def hdfs_dedup(spark, dedup_input, tmp_path_factory):
                      checkpoint_dir=tmp_path_factory.mktemp("dedup-ttl-hdfs") / "ckpt", output_mode="append")
 
 
-@pytest.mark.lines
+@pytest.mark.parametrize("ours", backends_default_on_every_line())
 def test_dedup_with_ttl_keeps_state_bounded_while_hdfs_grows(spark, tmp_path, ours, dedup_input, hdfs_dedup):
     ours = run_query(spark, _dedup, provider_class=ours, input_dir=dedup_input,
                      schema=SCHEMA, checkpoint_dir=tmp_path / "ours", output_mode="append",
