@@ -35,18 +35,22 @@ __all__ = [
     "__version__", "configure", "server_confs",
     "keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction",
     "keyed_co_process", "keyed_broadcast_process", "KeyedCoProcessFunction", "KeyedBroadcastProcessFunction",
-    "TimeDomain",
+    "TimeDomain", "register_data_sources",
 ]
 
-#: The Python-function API (``spark_state.process``) imports pyspark, so it loads on first use.
-_PROCESS_EXPORTS = ("keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction",
-                    "keyed_co_process", "keyed_broadcast_process", "KeyedCoProcessFunction",
-                    "KeyedBroadcastProcessFunction", "TimeDomain")
+#: Names that import pyspark, so they load on first use: the Python-function API
+#: (``spark_state.process``) and the data sources' registration, kept beside :func:`configure`.
+_LAZY_EXPORTS = dict.fromkeys(
+    ("keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction", "keyed_co_process",
+     "keyed_broadcast_process", "KeyedCoProcessFunction", "KeyedBroadcastProcessFunction", "TimeDomain"),
+    "process")
+_LAZY_EXPORTS["register_data_sources"] = "state_data.register"
 
 
 def __getattr__(name: str):
-    if name in _PROCESS_EXPORTS:
-        from . import process
+    module = _LAZY_EXPORTS.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(process, name)
+        return getattr(importlib.import_module(f".{module}", __name__), name)
     raise AttributeError(f"module 'spark_state' has no attribute {name!r}")

@@ -20,11 +20,11 @@ copy only.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 
-__all__ = ["chunks", "entry_arrays", "entry_batch", "entry_batches", "entry_size"]
+__all__ = ["batch_entries", "chunks", "entry_arrays", "entry_batch", "entry_batches", "entry_size"]
 
 T = TypeVar("T")
 
@@ -92,3 +92,10 @@ def entry_batches(entries: Iterable[Entry], schema: pa.Schema, rows: int, max_by
         batch = entry_batch(chunk, schema)
         del chunk  # only the Arrow copy is held while the caller uses the batch
         yield batch
+
+
+def batch_entries(keys: pa.Array, values: pa.Array) -> Iterator[tuple[Any, Any]]:
+    """A record batch's ``(keys, values)`` columns back to entries, in order (a null value: None;
+    the callers know their columns' types, which Arrow's ``to_pylist`` does not carry).
+    Memory: the two columns as Python lists, one batch's worth."""
+    return zip(keys.to_pylist(), values.to_pylist())

@@ -17,7 +17,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import pyarrow as pa
 
 from .. import constants as C
-from ..arrow_chunks import chunks
+from ..arrow_chunks import batch_entries, chunks
 from ..errors import CheckpointCorruptError
 from ..storage.localdisk import disk_errno
 from .base import BackendFactory, Change, KVBackend, SnapshotFile
@@ -134,15 +134,19 @@ class HashMapBackendFactory(BackendFactory):
 
     def open_snapshot(self, directory: str) -> KVBackend:
         path = os.path.join(directory, SNAPSHOT_FILE)
+        data: dict[bytes, bytes] = {}
         try:
+            # One record batch at a time: beside the map being built, memory holds one batch's
+            # keys and values as Python lists (the file is memory-mapped, not read).
             with pa.memory_map(path) as source:
-                table = pa.ipc.open_file(source).read_all()
+                reader = pa.ipc.open_file(source)
+                for i in range(reader.num_record_batches):
+                    batch = reader.get_batch(i)
+                    data.update(batch_entries(batch.column("key"), batch.column("value")))
         except FileNotFoundError:
             raise CheckpointCorruptError(path, "hashmap snapshot has no data file") from None
         except (pa.ArrowInvalid, OSError) as exc:
             if disk_errno(exc) is not None:
                 raise  # a broken local disk, not a damaged snapshot (the store reports it)
             raise CheckpointCorruptError(path, f"unreadable Arrow data ({exc})") from None
-        keys = table.column("key").to_pylist()
-        values = table.column("value").to_pylist()
-        return HashMapBackend(dict(zip(keys, values)))
+        return HashMapBackend(data)

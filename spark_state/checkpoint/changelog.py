@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import constants as C
-from ..arrow_chunks import chunks
+from ..arrow_chunks import batch_entries, chunks
 from ..errors import CheckpointCorruptError, IncompatibleFormatError
 
 SCHEMA = pa.schema([("op", pa.int8()), ("key", pa.binary()), ("value", pa.binary())])
@@ -79,7 +79,7 @@ def decode(data: bytes, path: str, expected_version: int) -> Iterator[tuple[byte
     except (pa.ArrowInvalid, OSError) as exc:
         raise CheckpointCorruptError(path, f"not a readable Arrow IPC file ({exc})") from None
     for keys, values in _batches(reader, path, expected_version):
-        yield from zip(keys.to_pylist(), values.to_pylist())
+        yield from batch_entries(keys, values)
 
 
 def read_file(local_path: str, where: str, expected_version: int) -> Iterator[tuple[pa.Array, pa.Array]]:

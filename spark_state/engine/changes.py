@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+from ..arrow_chunks import batch_entries
 from .. import constants as C
 from ..checkpoint import changelog
 from ..errors import SparkStateError
@@ -66,4 +67,4 @@ def _changes_of(store: VersionedStore, path: str, version: int) -> Iterator[tupl
     """The rows of one changelog, memory-mapped from a local copy (deleted once they are read)."""
     with local_file(store.storage, path) as local:
         for keys, values in changelog.read_file(local, store.storage.full_url(path), version):
-            yield from zip(keys.to_pylist(), values.to_pylist())
+            yield from batch_entries(keys, values)

@@ -194,6 +194,8 @@ class SparkCheckpoint:
         self.storage_options = dict(storage_options or {})
         self.storage: CheckpointStorage = open_storage(location, self.storage_options)
         if must_exist and not (self.storage.exists("metadata") and self.batch_ids("offsets")):
+            if not self.storage.root_exists():
+                raise NotACheckpointError(f"{location} does not exist: pass the query's checkpointLocation")
             raise NotACheckpointError(
                 f"{location} is not a Spark streaming checkpoint: it has no 'metadata' file and "
                 "offset log ('offsets/'); pass the query's checkpointLocation")

@@ -32,7 +32,9 @@ from ..partitioning.keygroups import compute_key_group_range_for_operator_index
 from ..storage import CheckpointStorage
 from ..keys import system as syskeys
 from ..process import location as L
+from ..errors import CheckpointFileMissingError
 from .checkpoint_reader import SPARKSTATE_PROVIDER, OperatorInfo, SparkCheckpoint, provider_short_name
+from .errors import UnsupportedCheckpointError
 from .process_locations import find_process_locations
 from .state_io import open_committed, process_layout, reader_config
 
@@ -86,9 +88,10 @@ def inspect(checkpoint: str, *, process_root: Optional[str] = None, process_loca
         stores = []
         for info in op.stores:
             if provider == SPARKSTATE_PROVIDER:
-                stores.append(_sparkstate_store(ckpt, op, info.name, version, load_stores))
+                store = _sparkstate_store(ckpt, op, info.name, version, load_stores)
             else:
-                stores.append(_spark_store(ckpt, op, info.name))
+                store = _spark_store(ckpt, op, info.name)
+            stores.append(store | _store_schemas(ckpt, op, info.name))
         ops.append({"id": op.id, "name": op.name, "partitions": op.partitions, "store_names": op.store_names,
                     "rows": _sum(s.get("rows") for s in stores), "bytes": sum(s["bytes"] for s in stores),
                     "stores": stores})
@@ -127,10 +130,41 @@ def metadata_rows(described: dict[str, Any]) -> list[dict[str, Any]]:
             row(kind=TIMERS, state_type="timers", key_columns=key_columns, value_type="bigint", **common)
     for op in described["operators"]:
         for store in op["stores"]:
+            key, value = store.get("key_schema"), store.get("value_schema")
             row(kind=SPARK_OPERATOR, operator_id=op["id"], operator_name=op["name"], name=store["name"],
+                state_type="value" if value else None, key_columns=_columns_ddl(key), value_type=_struct_ddl(value),
                 num_partitions=op["partitions"], backend=described.get("provider"),
                 location=store.get("location") or f"{described['checkpoint'].rstrip('/')}/state/{op['id']}")
     return rows
+
+
+def _store_schemas(ckpt: SparkCheckpoint, op: OperatorInfo, store: str) -> dict[str, Any]:
+    """A Spark operator store's key and value schemas (Spark's StructType JSON), as its schema
+    file records them; an unreadable or missing file leaves them out (the rest still describes)."""
+    try:
+        key, value = ckpt.store_schema(op, store)
+    except (UnsupportedCheckpointError, CheckpointFileMissingError):
+        return {}
+    return {"key_schema": key, "value_schema": value}
+
+
+def _columns_ddl(schema: Optional[dict]) -> Optional[str]:
+    """A StructType JSON's columns as ``"name type, ..."`` (the form of a function's key columns)."""
+    if not schema:
+        return None
+    from pyspark.sql import types as T  # pure Python: no session, no JVM
+
+    return ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in T.StructType.fromJson(schema).fields)
+
+
+def _struct_ddl(schema: Optional[dict]) -> Optional[str]:
+    """A StructType JSON as Spark's type string (``struct<count:bigint>``), as the reader types
+    the ``value`` column."""
+    if not schema:
+        return None
+    from pyspark.sql import types as T
+
+    return T.StructType.fromJson(schema).simpleString()
 
 
 def _type_of(snapshot: Optional[dict]) -> Optional[str]:

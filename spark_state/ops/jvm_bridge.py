@@ -26,6 +26,7 @@ from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 
+from ..arrow_chunks import batch_entries
 from ..keys import system as syskeys
 from . import savepoint_format as F
 from .checkpoint_reader import OperatorInfo, SparkCheckpoint
@@ -112,7 +113,7 @@ def spark_provider_reader(ckpt: SparkCheckpoint, batch: int):
                 reader = pa.ipc.open_file(source)
                 for i in range(reader.num_record_batches):
                     batch_ = reader.get_batch(i)
-                    yield from zip(batch_.column(0).to_pylist(), batch_.column(1).to_pylist())
+                    yield from batch_entries(batch_.column(0), batch_.column(1))
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

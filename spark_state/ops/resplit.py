@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 import numpy as np
 import pyarrow as pa
 
-from ..arrow_chunks import entry_batches
+from ..arrow_chunks import batch_entries, entry_batches
 from ..config import EngineConfig
 from ..keys.provider import MalformedProviderKeyError, route_hashes
 from . import savepoint_format as F
@@ -135,7 +135,7 @@ class Split:
 
     def entries(self, partition: int) -> Iterator[tuple[bytes, bytes]]:
         for batch in self.batches(partition):
-            yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
+            yield from batch_entries(batch.column(0), batch.column(1))
 
     def close(self) -> None:
         """Delete the spooled rows (idempotent)."""

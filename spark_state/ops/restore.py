@@ -33,6 +33,7 @@ state files are read one record batch at a time from a local, memory-mapped copy
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ..config import EngineConfig
+from ..deprecation import warn_renamed
 from ..storage import CheckpointStorage, open_storage
 from . import savepoint_format as F
 from ..spark.logs import OffsetEntry
@@ -74,6 +76,27 @@ class RestoreResult:
         return dict(self.__dict__)
 
 
+def _former_options(fn: Callable[..., "RestoreResult"]) -> Callable[..., "RestoreResult"]:
+    """``restore(savepoint_options=S, storage_options=C)`` of the former release, where ``S`` was
+    the savepoint's and ``C`` the new checkpoint's, becomes ``storage_options=S,
+    target_storage_options=C``: it warns, naming the new arguments."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> "RestoreResult":
+        if "savepoint_options" in kwargs:
+            if "target_storage_options" in kwargs:
+                raise TypeError("restore() got both savepoint_options= (deprecated) and target_storage_options=: "
+                                "give storage_options= and target_storage_options= only")
+            warn_renamed("restore(savepoint_options=S, storage_options=C)",
+                         "restore(storage_options=S, target_storage_options=C)")
+            kwargs["target_storage_options"] = dict(kwargs.pop("storage_options", None) or {})
+            kwargs["storage_options"] = kwargs.pop("savepoint_options")
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@_former_options
 def restore(savepoint_dir: str, new_checkpoint: str, *, partitions: Optional[int] = None, backend: str = "rocksdb",
             keep_query_id: bool = False, process_root: Optional[str] = None,
             process_locations: Optional[dict[str, str]] = None, storage_options: Optional[dict[str, str]] = None,

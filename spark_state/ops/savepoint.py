@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
+from ..deprecation import renamed_arguments
 from ..errors import CheckpointFileMissingError, VersionNotFoundError
 from ..process import location as L
 from ..process.errors import StateLocationError
@@ -71,6 +72,7 @@ class SavepointResult:
         return dict(self.__dict__)
 
 
+@renamed_arguments(savepoint_options="target_storage_options")
 def savepoint(checkpoint: str, savepoint_dir: str, batch: Optional[int] = None, *,
               process_root: Optional[str] = None, process_locations: Optional[dict[str, str]] = None,
               storage_options: Optional[dict[str, str]] = None,

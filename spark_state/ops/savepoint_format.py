@@ -74,7 +74,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Protocol
 
 import pyarrow as pa
 
-from ..arrow_chunks import chunks, entry_batch, entry_size
+from ..arrow_chunks import batch_entries, chunks, entry_batch, entry_size
 from ..keys.system import SYSTEM_PREFIX
 from ..version import __version__
 from .errors import SavepointError
@@ -330,7 +330,7 @@ def read_batches(path: str, where: str, reverse: bool = False) -> Iterator[pa.Re
 def read_entries(path: str, where: str) -> Iterator[tuple[bytes, bytes]]:
     """The entries of the state file at local ``path``, in file (key) order, a batch at a time."""
     for batch in read_batches(path, where):
-        yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
+        yield from batch_entries(batch.column(0), batch.column(1))
 
 
 def crc32(data: bytes) -> int:

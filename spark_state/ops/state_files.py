@@ -34,6 +34,7 @@ from typing import Callable, Generator, Iterable, Iterator, Optional
 
 import pyarrow as pa
 
+from ..arrow_chunks import batch_entries
 from ..checkpoint.checksum import crc32_file
 from ..storage import CheckpointStorage
 from ..storage.local_copy import local_file
@@ -134,6 +135,6 @@ def _rows(batches: Generator[pa.RecordBatch, None, None]) -> Generator[tuple[byt
     """The entries of ``batches``; closing this closes ``batches`` (and deletes their file) at once."""
     try:
         for batch in batches:
-            yield from zip(batch.column(0).to_pylist(), batch.column(1).to_pylist())
+            yield from batch_entries(batch.column(0), batch.column(1))
     finally:
         batches.close()

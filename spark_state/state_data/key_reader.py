@@ -71,7 +71,7 @@ def read_keyed_states(spark: SparkSession, path: str, reader: KeyReader, schema:
     if states is not None:  # a name no store records is a typo, not a key without a value
         find_state_records(each_store_records(parts.store, parts.layout.parallelism), states, name)
     walk = _KeyWalk(parts, tuple(states) if states is not None else None, reader, int(time.time() * 1000),
-                    allow_pickle)
+                    allow_pickle, schema)
     return run_job(spark, parts.job(T.StructType(list(schema.fields) + [PARTITION_ID]), walk.rows))
 
 
@@ -79,9 +79,11 @@ class _KeyWalk:
     """One partition store's keys with their states, handed to the user's reader (pickled)."""
 
     def __init__(self, parts: Partitions, states: Optional[tuple[str, ...]], reader: KeyReader, now_ms: int,
-                 allow_pickle: bool) -> None:
+                 allow_pickle: bool, schema: T.StructType) -> None:
         self.parts, self.states, self.reader = parts, states, reader
         self.now_ms, self.allow_pickle = now_ms, allow_pickle
+        self.columns = len(schema.fields)
+        self.schema_ddl = ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in schema.fields)
 
     def rows(self, store: VersionedStore, partition: int) -> Iterator[tuple]:
         names = self.states if self.states is not None else tuple(sorted(keyed_records(store)))
@@ -92,7 +94,21 @@ class _KeyWalk:
             for key_bytes, found in _merged(store, kg, codecs, self.now_ms):
                 values = decode(key_bytes)
                 for row in self.reader(values[0] if single else values, found):
-                    yield tuple(row)
+                    yield self._checked(row)
+
+    def _checked(self, row: Any) -> tuple:
+        """``row`` as a tuple of the schema's length; else an error naming the function, the
+        schema and the row (pyarrow's own would name none of them)."""
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+            problem = f"a {type(row).__name__}, not a tuple of values"
+        elif len(row) != self.columns:
+            problem = f"{len(row)} values"
+        else:
+            return tuple(row)
+        name = getattr(self.reader, "__qualname__", repr(self.reader))
+        raise StateDataError(
+            f"read_keyed_states: the reader function {name} yielded {problem} for the schema "
+            f"'{self.schema_ddl}' ({self.columns} columns; partition_id is added by the reader): {row!r:.200}")
 
 
 def _merged(store: VersionedStore, kg: int, codecs: Mapping[str, StateCodec],

@@ -61,7 +61,8 @@ def _savepoint(path: str, options: dict[str, str]) -> dict[str, Any]:
                         "location": f"{storage.url.rstrip('/')}/{F.PROCESS_DIR}/{entry.name}",
                         "states": record_list(states)})
     operators = [{"id": op.id, "name": op.name, "partitions": op.partitions,
-                  "stores": [{"name": s.name, "location": f"{storage.url.rstrip('/')}/{F.STATE_DIR}/{op.id}"}
+                  "stores": [{"name": s.name, "location": f"{storage.url.rstrip('/')}/{F.STATE_DIR}/{op.id}",
+                              "key_schema": s.key_schema, "value_schema": s.value_schema}
                              for s in op.stores]}
                  for op in manifest.operators]
     return {"checkpoint": storage.url, "first_committed_batch": manifest.batch_id,

@@ -23,6 +23,7 @@ from typing import Mapping, Optional
 
 from pyspark.sql import DataFrame, SparkSession
 
+from ..deprecation import renamed_arguments
 from ..ops.checkpoint_reader import SparkCheckpoint
 from ..ops.errors import UnsupportedCheckpointError
 from ..ops.restore import restore
@@ -35,6 +36,7 @@ from .savepoint_source import is_savepoint
 __all__ = ["read_operator_state"]
 
 
+@renamed_arguments(savepoint_options="storage_options")
 def read_operator_state(spark: SparkSession, path: str, *, operator_id: int = 0, store_name: Optional[str] = None,
                         batch: Optional[int] = None, storage_options: Optional[Mapping[str, str]] = None,
                         work_dir: Optional[str] = None) -> DataFrame:

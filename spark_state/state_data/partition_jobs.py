@@ -25,6 +25,7 @@ from pyspark.sql import types as T
 
 from ..arrow_chunks import chunks
 from ..spark.compat import arrow_schema
+from .errors import StateDataError
 
 __all__ = ["BATCH_ROWS", "PARTITION_ID", "PartitionJob", "chunked", "each_partition", "each_routed_partition",
            "record_batch", "run_job"]
@@ -102,10 +103,18 @@ def record_batch(rows: list[tuple], schema: pa.Schema, partition: Optional[int] 
     """``rows`` as a record batch of ``schema``; with ``partition``, the rows lack the last column
     (``partition_id``), which is ``partition`` on every row."""
     columns: list[Any] = list(zip(*rows)) if rows else [()] * (len(schema) - (partition is not None))
-    arrays = [pa.array([_arrow_value(v) for v in col], type=field.type) for col, field in zip(columns, schema)]
+    arrays = [_column(col, field) for col, field in zip(columns, schema)]
     if partition is not None:
         arrays.append(pa.array([partition] * len(rows), type=schema.field(len(schema) - 1).type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _column(values: Iterable[Any], field: pa.Field) -> pa.Array:
+    """One column of a reader's rows; a value its type cannot hold is an error naming the column."""
+    try:
+        return pa.array([_arrow_value(v) for v in values], type=field.type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+        raise StateDataError(f"column {field.name!r} ({field.type}) cannot hold a value of the rows: {exc}") from None
 
 
 def _arrow_value(value: Any) -> Any:

@@ -42,6 +42,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Optional
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from ..deprecation import renamed_arguments
 from ..engine.store import VersionedStore, prefix_upper_bound
 from ..keys import keyed as K
 from ..keys import timers as TK
@@ -110,6 +111,7 @@ class Partitions:
         return PartitionJob(schema, self.layout.parallelism, rows)
 
 
+@renamed_arguments(exploded="flatten_collection_types")
 def read_keyed_state(spark: SparkSession, path: str, state: str, *, function: Optional[str] = None,
                      batch: Optional[int] = None, flatten_collection_types: bool = False,
                      storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,

@@ -43,6 +43,7 @@ from typing import Any, Mapping, Optional, Union
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from ..deprecation import renamed_arguments
 from ..config import EngineConfig
 from ..ops import savepoint_format as F
 from ..ops.progress import Progress
@@ -310,6 +311,7 @@ class SavepointTransform:
         self._done.append(f"remove function {function}")
         return self
 
+    @renamed_arguments(storage_options="target_storage_options")
     def write(self, target: str, *, target_storage_options: Optional[Mapping[str, str]] = None) -> TransformResult:
         """Write the transformed savepoint into ``target`` (new or empty); its manifest last.
         The constructor's ``storage_options`` apply to ``target`` too; ``target_storage_options``,

@@ -147,6 +147,12 @@ class CheckpointStorage(ABC):
     def exists(self, path: str) -> bool:
         """True if a file (not a directory) exists at *path*."""
 
+    def root_exists(self) -> bool:
+        """True unless nothing is at this storage's root: a local directory that does not
+        exist, or a prefix under which no object is stored. Storages that cannot tell say
+        True (the caller then reports what it misses, not a missing location)."""
+        return True
+
     @abstractmethod
     def size(self, path: str) -> int:
         """Size in bytes of the file at *path*.

@@ -251,6 +251,9 @@ class LocalStorage(CheckpointStorage):
     def exists(self, path: str) -> bool:
         return os.path.isfile(self._abs(path))
 
+    def root_exists(self) -> bool:
+        return os.path.isdir(self.root)
+
     def size(self, path: str) -> int:
         target = self._abs(path)
         with self._errors("stat", path):

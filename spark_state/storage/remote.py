@@ -223,6 +223,11 @@ class FsspecStorage(CheckpointStorage):
         info = self._info(path)
         return info is not None and info.get("type") == "file"
 
+    def root_exists(self) -> bool:
+        # An object store's "directory" exists while an object is stored under its prefix.
+        root = self._p("", allow_root=True)
+        return bool(self._run("exists", "", self.fs.exists, root, missing="none"))
+
     def size(self, path: str) -> int:
         info = self._info(path)
         if info is None or info.get("type") != "file":

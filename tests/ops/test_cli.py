@@ -16,6 +16,7 @@ import pytest
 import test_operator_equivalence as E
 from ops_support import assert_equal_to_uninterrupted, reference, run
 from spark_state import ops
+from spark_state.deprecation import SparkStateDeprecationWarning
 from spark_state.errors import ConfigError
 
 pytestmark = pytest.mark.spark
@@ -68,8 +69,11 @@ def test_inspect_json_and_text(checkpoint):
 def test_missing_checkpoint_is_exit_1_with_the_path(tmp_path):
     out = cli("inspect", str(tmp_path / "nope"), "--json")
     assert out.returncode == 1
-    assert "is not a Spark streaming checkpoint" in out.stderr and str(tmp_path / "nope") in out.stderr
+    assert f"{tmp_path / 'nope'} does not exist" in out.stderr
     assert json.loads(out.stdout)["error"] == "NotACheckpointError"
+    (tmp_path / "empty").mkdir()
+    out = cli("inspect", str(tmp_path / "empty"))
+    assert out.returncode == 1 and f"{tmp_path / 'empty'} is not a Spark streaming checkpoint" in out.stderr
 
 
 @pytest.mark.lines
@@ -241,17 +245,24 @@ def test_storage_options_reach_every_location_and_target_options_the_one_written
 
 def test_the_api_names_of_storage_options_and_no_former_name(checkpoint, tmp_path):
     """``storage_options`` reach the savepoint directory too (s3.* options are ignored by a
-    local one, an unknown key is refused there); the former ``savepoint_options`` is no argument."""
+    local one, an unknown key is refused there); the former ``savepoint_options`` still works for
+    one release, warning with the new names."""
     s3 = {"s3.endpoint_url": "http://127.0.0.1:1", "s3.region": "us-east-1"}
     assert ops.savepoint(str(checkpoint), str(tmp_path / "sp"), storage_options=s3, progress=False).batch_id == 2
     with pytest.raises(ConfigError, match="unknown storage option 'nope'"):
         ops.savepoint(str(checkpoint), str(tmp_path / "sp2"), target_storage_options={"nope": "1"}, progress=False)
-    with pytest.raises(TypeError, match="savepoint_options"):
-        ops.savepoint(str(checkpoint), str(tmp_path / "sp3"), savepoint_options={}, progress=False)  # type: ignore
+    with pytest.warns(SparkStateDeprecationWarning,
+                      match=r"savepoint\(savepoint_options=\) is deprecated .*; use target_storage_options="):
+        with pytest.raises(ConfigError, match="unknown storage option 'nope'"):  # passed on as the new name
+            ops.savepoint(str(checkpoint), str(tmp_path / "sp3"), savepoint_options={"nope": "1"}, progress=False)
+    with pytest.raises(TypeError, match="both savepoint_options= and target_storage_options="):
+        ops.savepoint(str(checkpoint), str(tmp_path / "sp3"), savepoint_options={}, target_storage_options={},
+                      progress=False)
     restored = ops.restore(str(tmp_path / "sp"), str(tmp_path / "r"), storage_options=s3, progress=False)
     assert restored.batch_id == 2
-    with pytest.raises(TypeError, match="savepoint_options"):
-        ops.restore(str(tmp_path / "sp"), str(tmp_path / "r2"), savepoint_options={}, progress=False)  # type: ignore
+    with pytest.warns(SparkStateDeprecationWarning, match=r"use restore\(storage_options=S, target_storage_options=C\)"):
+        former = ops.restore(str(tmp_path / "sp"), str(tmp_path / "r2"), savepoint_options=s3, progress=False)
+    assert former.batch_id == 2 and ops.inspect(str(tmp_path / "r2"))["last_committed_batch"] == 2
 
 
 def test_former_flag_names_still_work_and_warn_once(capsys):
@@ -267,7 +278,7 @@ def test_former_flag_names_still_work_and_warn_once(capsys):
     err = capsys.readouterr().err
     assert err.count("warning: --no-load is deprecated; use --no-load-stores") == 1
     assert err.count("warning: --option is deprecated; use --storage-option") == 1
-    assert "/nowhere is not a Spark streaming checkpoint" in err
+    assert "/nowhere does not exist" in err
     for flag in ("--option", "--operator", "--store", "--no-load"):
         assert flag + " " not in _help(main, "read" if flag in ("--operator", "--store") else "inspect", capsys)
 

@@ -180,6 +180,17 @@ def test_spark_reports_the_sources_errors(spark, states):
     with pytest.raises(AnalysisException, match=r"(?s)UnknownStateError: function 'AllStates' has no keyed state "
                                                 r"'cont' \(states: buckets, count"):
         _source(spark, states["ckpt"], stateVarName="cont").collect()
+    # Spark's hideTraceback conf leaves the message alone, without the Python traceback before it
+    hide = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
+    spark.conf.set(hide, "true")
+    try:
+        with pytest.raises(AnalysisException) as raised:
+            _source(spark, states["ckpt"], stateVarName="count", batchId="x").collect()
+        text = str(raised.value)
+        assert "Traceback" not in text and "StateDataError: option batchId must be a batch id (an integer), got 'x'" \
+            in text, text
+    finally:
+        spark.conf.unset(hide)
 
 
 def _facts(rows):
@@ -222,9 +233,21 @@ def test_state_metadata_of_a_checkpoint_and_its_savepoint(spark, states, tmp_pat
     assert (agg["kind"], agg["operator_id"], agg["name"], agg["min_batch_id"], agg["max_batch_id"]) == (
         "spark_operator", 0, "default", 0, 1)
     assert agg["backend"] == "hdfs" and agg["num_partitions"] == 4 and agg["operator_name"]
+    # typed from the store's schema file, as Spark's state reader types its key and value columns
+    assert (agg["state_type"], agg["key_columns"], agg["value_type"]) == ("value", "k string", "struct<count:bigint>")
+    from spark_state import ops as O
+
+    O.savepoint(str(tmp_path / "agg"), str(tmp_path / "agg-sp"), progress=False)
+    [agg_sp] = state_metadata(str(tmp_path / "agg-sp"))
+    assert {f: agg_sp[f] for f in ("state_type", "key_columns", "value_type")} == {
+        f: agg[f] for f in ("state_type", "key_columns", "value_type")}
     if not ON_35:
         frame = spark.read.format("spark-state-metadata").load(str(tmp_path / "agg"))
         assert [r.asDict() for r in frame.collect()] == [agg]
+        stored = read_operator_state(spark, str(tmp_path / "agg")).schema
+        assert stored["value"].dataType.simpleString() == agg["value_type"]
+        assert ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in stored["key"].dataType.fields) == \
+            agg["key_columns"]
         frame = spark.read.format("spark-state-metadata").load(states["sp"])
         assert sorted(map(tuple, frame.collect())) == sorted(tuple(r.values()) for r in sp_rows)
 
@@ -258,6 +281,16 @@ def test_every_state_of_a_key_in_one_pass_equals_a_join_of_the_states(spark, sta
     assert {tuple(r.names) for r in two.collect()} == {("count", "recent")}
     with pytest.raises(StateDataError, match="'partition_id', which the reader adds"):
         read_keyed_states(spark, states["ckpt"], _summary, "partition_id int")
+    # a row of the wrong length or type: the error names the function, the schema and the row
+    # (pyarrow's own, "Schema and number of arrays unequal", named none of them)
+    with pytest.raises(Exception, match=r"read_keyed_states: the reader function .*_summary yielded 6 values for "
+                                        r"the schema 'k string, n bigint' \(2 columns; partition_id is added.*\): "
+                                        r"\('"):
+        read_keyed_states(spark, states["ckpt"], _summary, "k string, n bigint").collect()
+    with pytest.raises(Exception, match=r"yielded a str, not a tuple of values"):
+        read_keyed_states(spark, states["ckpt"], lambda k, s: [k], "k string").collect()
+    with pytest.raises(Exception, match=r"column 'n' \(int64\) cannot hold a value of the rows"):
+        read_keyed_states(spark, states["ckpt"], lambda k, s: [(k, "many")], "k string, n bigint").collect()
     # a state no partition store records is a typo, refused on the driver (not a state without values)
     for path in (states["ckpt"], states["sp"]):
         with pytest.raises(UnknownStateError, match=r"function 'AllStates' has no keyed state 'cont' \(states: "

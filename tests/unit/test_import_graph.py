@@ -145,8 +145,8 @@ def test_no_import_cycle_in_the_package() -> None:
 #: The rooms of spark_state from the foundations up, as docs/internals.md ("Map of the code")
 #: lists them: a room imports only rooms before it. A top-level module is a room of its own.
 ROOM_ORDER = [
-    "errors", "constants", "options", "memory", "arrow_chunks", "version", "testing", "partitioning", "keys", "storage", "config",
-    "backends", "checkpoint", "engine", "ttl", "state", "provider", "spark", "process", "ops", "state_data", "demos",
+    "errors", "deprecation", "constants", "options", "memory", "arrow_chunks", "version", "testing", "partitioning", "keys", "storage", "config",
+    "backends", "checkpoint", "engine", "ttl", "state", "provider", "spark", "process", "ops", "state_data", "processor", "demos",
     "cli", "__main__", "",
 ]
 
