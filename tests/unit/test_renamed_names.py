@@ -29,13 +29,22 @@ def test_a_renamed_argument_warns_and_reaches_the_new_name():
         f(old_name=1, new_name=2)
 
 
-def test_the_readers_former_argument_names_are_deprecated_aliases():
+def test_the_readers_former_argument_names_are_deprecated_aliases(tmp_path):
+    """The readers take their former argument names with a warning and pass them on: the call
+    gets as far as the path, which does not exist (a name the reader does not take would be a
+    TypeError before that)."""
     from spark_state.state_data import read_keyed_state, read_operator_state
     from spark_state.state_data.transform import SavepointTransform
 
-    for fn, old in ((read_keyed_state, "exploded"), (read_operator_state, "savepoint_options"),
-                    (SavepointTransform.write, "storage_options")):
-        assert old not in fn.__wrapped__.__code__.co_varnames  # the alias is only the decorator's
+    missing = str(tmp_path / "nope")
+    with pytest.warns(SparkStateDeprecationWarning, match=r"read_keyed_state\(exploded=\).*flatten_collection_types="):
+        with pytest.raises(NotACheckpointError, match="does not exist"):
+            read_keyed_state(None, missing, "count", exploded=True)  # type: ignore[arg-type]
+    with pytest.warns(SparkStateDeprecationWarning, match=r"read_operator_state\(savepoint_options=\).*storage_options="):
+        with pytest.raises(NotACheckpointError, match="does not exist"):
+            read_operator_state(None, missing, savepoint_options={})  # type: ignore[arg-type]
+    # the transform's write needs a savepoint and a session: its alias is the decorator's alone
+    assert "storage_options" not in SavepointTransform.write.__wrapped__.__code__.co_varnames
 
 
 def test_spark_state_processor_is_the_renamed_module_and_warns():
