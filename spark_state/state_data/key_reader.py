@@ -97,14 +97,21 @@ class _KeyWalk:
                     yield self._checked(row)
 
     def _checked(self, row: Any) -> tuple:
-        """``row`` as a tuple of the schema's length; else an error naming the function, the
-        schema and the row (pyarrow's own would name none of them)."""
-        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+        """``row`` (any iterable of values but a string or a mapping) as a tuple of the schema's
+        length; else an error naming the function, the schema and the row (pyarrow's own would
+        name none of them)."""
+        values: Optional[tuple] = None
+        if not isinstance(row, (str, bytes, Mapping)):
+            try:
+                values = tuple(row)
+            except TypeError:
+                pass
+        if values is None:
             problem = f"a {type(row).__name__}, not a tuple of values"
-        elif len(row) != self.columns:
-            problem = f"{len(row)} values"
+        elif len(values) != self.columns:
+            problem = f"{len(values)} values"
         else:
-            return tuple(row)
+            return values
         name = getattr(self.reader, "__qualname__", repr(self.reader))
         raise StateDataError(
             f"read_keyed_states: the reader function {name} yielded {problem} for the schema "
