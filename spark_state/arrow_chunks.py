@@ -13,6 +13,11 @@ Why a top-level module of its own (a room right after ``memory``): its users sit
 it. The batch sizes stay with their owners (``constants.ARROW_BATCH_ROWS``, the savepoint
 format's ``BATCH_ROWS``/``BATCH_BYTES``, the readers' ``BATCH_ROWS``): this module only cuts.
 
+Back the other way: :func:`batch_entries` turns a record batch's two columns into entries. And a
+pass that stages writes between chunks of a key-ordered source it must not iterate while writing
+(the merged view of a store) reads it chunk by chunk with :func:`resumable_chunks`, each chunk
+from an iterator of its own (TTL's layout migration and full expiry, the schema migration).
+
 Memory: one chunk (and the record batch built from it). A chunk handed out is no longer
 referenced by the generator, so a caller that drops it after building its batch holds the Arrow
 copy only.
@@ -20,13 +25,16 @@ copy only.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, TypeVar
 
 import pyarrow as pa
 
-__all__ = ["batch_entries", "chunks", "entry_arrays", "entry_batch", "entry_batches", "entry_size"]
+__all__ = ["batch_entries", "chunks", "entry_arrays", "entry_batch", "entry_batches", "entry_size", "resumable_chunks",
+           "take_rows"]
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 #: A ``(key, value)`` entry; the value is None for a delete in a change feed or changelog.
 Entry = tuple[bytes, Optional[bytes]]
@@ -99,3 +107,30 @@ def batch_entries(keys: pa.Array, values: pa.Array) -> Iterator[tuple[Any, Any]]
     the callers know their columns' types, which Arrow's ``to_pylist`` does not carry).
     Memory: the two columns as Python lists, one batch's worth."""
     return zip(keys.to_pylist(), values.to_pylist())
+
+
+def resumable_chunks(entries: Callable[[Optional[bytes]], Iterator[tuple[bytes, V]]], chunk: int,
+                     start: Optional[bytes] = None) -> Iterator[list[tuple[bytes, V]]]:
+    """The ascending ``(key, value)`` pairs of ``entries(start)`` in lists of at most ``chunk``,
+    each list taken from an iterator of its own (``entries(key)``: the pairs from ``key`` on),
+    closed before the list is handed out; the next is asked for from just after the list's last
+    key. Between lists the caller may stage writes of keys up to that one: a view that must not be
+    written while it is iterated (the merged view of a store) is not being iterated then."""
+    while True:
+        rows = take_rows(entries(start), chunk)
+        if rows:
+            yield rows
+        if len(rows) < chunk:
+            return
+        start = rows[-1][0] + b"\x00"  # the least key above the last one
+
+
+def take_rows(rows: Iterator[tuple[bytes, V]], limit: int) -> list[tuple[bytes, V]]:
+    """The first ``limit`` of ``rows``; the iterator is closed when this returns (a pass that
+    stages what it read must not hold an iterator of the merged view meanwhile)."""
+    try:
+        return list(itertools.islice(rows, limit))
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()

@@ -42,7 +42,8 @@ from ..keys import keyed as K
 from ..keys.system import keyed_record_key, name_of_record_key, record_range
 from ..engine.store import VersionedStore
 from ..ttl import codec as ttl_codec
-from ..ttl.kv import is_stamped, resumable_chunks
+from ..arrow_chunks import resumable_chunks
+from ..ttl.kv import is_stamped
 from .compatibility import Rewrite, equivalent, judge
 from .errors import StateMigrationAbortedError, StateSchemaConflictError, StateSchemaIncompatibleError
 from .schema import SINGLE_VALUE_KINDS, StateSchema, schema_of

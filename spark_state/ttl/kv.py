@@ -19,11 +19,10 @@ want one time per epoch (the Spark provider) pass it.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence, TypeVar
 
-from ..arrow_chunks import chunks
+from ..arrow_chunks import chunks, resumable_chunks
 from ..engine.store import VersionedStore, prefix_upper_bound
 from ..keys import system as syskeys
 from . import codec
@@ -341,22 +340,6 @@ def _keys_in_chunks(store: VersionedStore, start: bytes, end: Optional[bytes], c
         yield [key for key, _ in rows]
 
 
-def resumable_chunks(entries: Callable[[Optional[bytes]], Iterator[tuple[bytes, V]]], chunk: int,
-                     start: Optional[bytes] = None) -> Iterator[list[tuple[bytes, V]]]:
-    """The ascending ``(key, value)`` pairs of ``entries(start)`` in lists of at most ``chunk``,
-    each list taken from an iterator of its own (``entries(key)``: the pairs from ``key`` on),
-    closed before the list is handed out; the next is asked for from just after the list's last
-    key. Between lists the caller may stage writes of keys up to that one: a view that must not be
-    written while it is iterated (the merged view of a store) is not being iterated then."""
-    while True:
-        rows = take_rows(entries(start), chunk)
-        if rows:
-            yield rows
-        if len(rows) < chunk:
-            return
-        start = rows[-1][0] + b"\x00"  # the least key above the last one
-
-
 # ---------------------------------------------------------------------------- layout migration
 def is_stamped(store: VersionedStore, namespace: bytes) -> bool:
     """Whether ``namespace``'s values are stored stamped (its format marker is present)."""
@@ -404,17 +387,6 @@ def migrate_layout(store: VersionedStore, namespace: bytes, stamped: bool,
         store.delete_many(index_keys)
     store.delete(marker)
     return rewritten
-
-
-def take_rows(rows: Iterator[tuple[bytes, V]], limit: int) -> list[tuple[bytes, V]]:
-    """The first ``limit`` of ``rows``; the iterator is closed when this returns (a pass that
-    stages what it read must not hold an iterator of the merged view meanwhile)."""
-    try:
-        return list(itertools.islice(rows, limit))
-    finally:
-        close = getattr(rows, "close", None)
-        if close is not None:
-            close()
 
 
 def _stamped(namespace: bytes, rows: list[tuple[bytes, bytes]], now: int,
