@@ -44,7 +44,8 @@ def decode_value(entry: bytes) -> Optional[bytes]:
 
 
 class SpillRuns:
-    """Sorted runs of one epoch's writes in a private RocksDB under ``parent`` (see the module docstring).
+    """Sorted runs of one epoch's writes in a private RocksDB under ``parent`` (see the module docstring);
+    also the external sort of other passes that outgrow memory (a change feed's changed keys).
 
     ``cache`` is the block cache its data blocks are read through; None gives the runs a small one of
     their own. Index and filter blocks are held per open run file (about 2 bytes per spilled entry).

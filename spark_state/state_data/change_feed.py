@@ -16,7 +16,8 @@ How. Every committed version of a partition store has a changelog: the keys the 
 deleted (:mod:`spark_state.checkpoint.changelog`). One Spark task per partition store loads the
 store at the state before ``start_batch``, then for each batch loads the next version (which
 replays that one changelog), takes the keys of the state it names, and reads their values after
-the batch. Only committed batches are read. A version written by an operations tool (restore,
+the batch (in key order, each once: at most 65,536 of a batch's changed keys in memory, the rest
+sorted on local disk). Only committed batches are read. A version written by an operations tool (restore,
 rescale, erasure) has no changelog of the batch's changes: a range that covers one is refused,
 naming the batch; so is a range over a new layout (a change of parallelism, a restore or an
 erasure writes one): it starts at the batch after the layout's first.
@@ -35,6 +36,7 @@ from pyspark.sql import types as T
 
 from ..checkpoint.runs import RunContext, RunRegistry
 from ..engine.changes import ToolWrittenVersionError, committed_changes
+from ..engine.spill import SpillRuns
 from ..engine.store import VersionedStore, prefix_upper_bound
 from ..keys import keyed as K
 from ..keys.system import SYSTEM_PREFIX
@@ -51,6 +53,8 @@ from .source import KeyedSource
 __all__ = ["plan_change_feed", "read_change_feed"]
 
 UPDATE, DELETE = "update", "delete"
+#: Changed keys of one batch a task sorts in memory; more go through an external sort on local disk.
+CHANGED_KEYS_IN_MEMORY = 1 << 16
 #: The columns the feed adds before the key columns.
 FEED_COLUMNS = (T.StructField("batch_id", T.LongType(), False), T.StructField("change_type", T.StringType(), False))
 
@@ -131,10 +135,12 @@ class _Feed:
             for changed in committed_changes(store, first, layout.store_version(self.end + 1)):
                 batch = self.start + changed.version - first
                 codec = state_codec(store, self.state, self.allow_pickle)
-                bases = _changed_keys(changed.changes, name)  # read before the next version loads
-                if codec is None:
+                if codec is None:  # the state has no values in this store: nothing of it changed
+                    close = getattr(changed.changes, "close", None)
+                    if close is not None:
+                        close()
                     continue
-                for base, key_bytes in bases:
+                for base, key_bytes in changed_keys(changed.changes, name, local):
                     entries = list(store.iterate(base, prefix_upper_bound(base)))
                     found, value = codec.value_of(len(base), entries, self.now_ms) if entries else (False, None)
                     key = decode(key_bytes)
@@ -144,13 +150,33 @@ class _Feed:
             shutil.rmtree(local, ignore_errors=True)
 
 
-def _changed_keys(changes: Iterable[tuple[bytes, Optional[bytes]]], name: bytes) -> list[tuple[bytes, bytes]]:
+def changed_keys(changes: Iterable[tuple[bytes, Optional[bytes]]], name: bytes, scratch_dir: str,
+                 in_memory: int = CHANGED_KEYS_IN_MEMORY) -> Iterator[tuple[bytes, bytes]]:
     """``(base key, key bytes)`` of each key of state ``name`` that a changelog touches (the base
-    key is an entry key without its suffix, :mod:`spark_state.keys.keyed`), in key order, each once."""
+    key is an entry key without its suffix, :mod:`spark_state.keys.keyed`), in key order, each once.
+    ``changes`` is read to its end before the first pair comes out (its version stays loaded).
+
+    Memory: at most ``in_memory`` keys; past that they are written, sorted, as runs of an
+    external sort (:class:`~spark_state.engine.spill.SpillRuns` under ``scratch_dir``, deleted at
+    the end), whose merged scan gives them back in order, each once."""
     bases: dict[bytes, bytes] = {}
-    for key, _ in changes:
-        if key[:1] == SYSTEM_PREFIX or key[0] >= 0x80 or K.state_name_of(key) != name:
-            continue
-        _, _, key_bytes, suffix = K.split_entry(key)
-        bases[key[:len(key) - len(suffix)]] = key_bytes
-    return sorted(bases.items())
+    runs: Optional[SpillRuns] = None
+    try:
+        for key, _ in changes:
+            if key[:1] == SYSTEM_PREFIX or key[0] >= 0x80 or K.state_name_of(key) != name:
+                continue
+            _, _, key_bytes, suffix = K.split_entry(key)
+            bases[key[:len(key) - len(suffix)]] = key_bytes
+            if len(bases) >= in_memory:
+                runs = runs or SpillRuns(scratch_dir)
+                runs.write_run(sorted(bases.items()))
+                bases = {}
+        if runs is None:
+            yield from sorted(bases.items())
+            return
+        runs.write_run(sorted(bases.items()))
+        del bases
+        yield from runs.items()
+    finally:
+        if runs is not None:
+            runs.close()
