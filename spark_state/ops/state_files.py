@@ -9,7 +9,8 @@ is never held whole, neither as bytes nor as a list of entries:
   :class:`~spark_state.storage.spool.SpooledUpload`, which keeps a small file in memory and
   spools a large one to a local scratch file, counting size and CRC-32 as the bytes pass; the
   file is then stored with one write (or upload) and its manifest entry returned.
-* **Reading** (:func:`read_state_batches`, :func:`read_state_entries`): the file is taken as a
+* **Reading** (:func:`read_state_batches`, :func:`read_state_entries`; the schema records
+  alone, read from the file's end, :func:`read_record_entries`): the file is taken as a
   local file -- in place on local storage, else downloaded into a scratch directory -- its size
   and CRC-32 are checked against the savepoint manifest by streaming over it, and its record
   batches are read memory-mapped. The downloaded copy is deleted when the reader finishes or is
@@ -36,11 +37,16 @@ import pyarrow as pa
 
 from ..arrow_chunks import batch_entries
 from ..checkpoint.checksum import crc32_file
+from ..keys import system as syskeys
 from ..storage import CheckpointStorage
 from ..storage.local_copy import local_file
 from ..storage.spool import SpooledUpload
 from . import savepoint_format as F
 from .savepoint_manifest import listed_file as _listed, read_verified
+
+
+#: The least key of a schema record: keyed state's tag, below operator state's.
+_RECORDS_FROM = syskeys.SYSTEM_PREFIX + syskeys.KEYED_SCHEMA_TAG
 
 
 # ------------------------------------------------------------------------------ writing
@@ -94,6 +100,22 @@ def read_state_entries(savepoint: CheckpointStorage, manifest: F.SavepointManife
                        scratch_dir: Optional[str] = None) -> Iterator[tuple[bytes, bytes]]:
     """The entries of state file ``path`` of a savepoint, in key order (as :func:`read_state_batches`)."""
     return _rows(read_state_batches(savepoint, manifest, path, scratch_dir))
+
+
+def read_record_entries(savepoint: CheckpointStorage, manifest: F.SavepointManifest, path: str,
+                        scratch_dir: Optional[str] = None) -> Iterator[tuple[bytes, bytes]]:
+    """The entries of state file ``path`` from the least schema record key on
+    (``[0xFF][KEYED_SCHEMA_TAG]``, :mod:`spark_state.keys.system`), last record batch first: system
+    keys sort last, so the batches are read backwards until one starts below the records, and
+    the state's data before them is not read (the file is checked first)."""
+    with verified_file(savepoint, manifest, path, scratch_dir) as local:
+        for batch in F.read_batches(local, savepoint.full_url(path), reverse=True):
+            keys = batch.column(0)
+            for key, value in batch_entries(keys, batch.column(1)):
+                if key >= _RECORDS_FROM:
+                    yield key, value
+            if len(keys) and keys[0].as_py() < _RECORDS_FROM:
+                return
 
 
 def read_unlisted_entries(storage: CheckpointStorage, path: str,

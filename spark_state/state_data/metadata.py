@@ -19,7 +19,8 @@ carries the same rows under ``metadata`` (built by :func:`spark_state.ops.inspec
 
 A checkpoint is described by :func:`spark_state.ops.inspect.inspect` (it loads each partition
 store once, reads only). A savepoint's manifest names its operators and functions; the states'
-schema records are read from its state files, one file at a time, streamed.
+schema records are read from the end of its state files (system keys sort last), one file at a
+time.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..ops import savepoint_format as F
 from ..ops.checkpoint_reader import provider_short_name
 from ..ops.inspect import add_records, inspect, metadata_rows, record_list
 from ..ops.savepoint_manifest import read_manifest
-from ..ops.state_files import read_state_entries
+from ..ops.state_files import read_record_entries
 from ..storage import open_storage
 from .savepoint_source import is_savepoint
 
@@ -56,7 +57,7 @@ def _savepoint(path: str, options: dict[str, str]) -> dict[str, Any]:
     for entry in manifest.process:
         states: dict[tuple[str, str], dict[str, Any]] = {}
         for partition in range(entry.parallelism):
-            add_records(states, read_state_entries(storage, manifest, F.process_file(entry.name, partition)))
+            add_records(states, read_record_entries(storage, manifest, F.process_file(entry.name, partition)))
         process.append({"name": entry.name, "kind": entry.kind, "parallelism": entry.parallelism, "key": entry.key,
                         "location": f"{storage.url.rstrip('/')}/{F.PROCESS_DIR}/{entry.name}",
                         "states": record_list(states)})

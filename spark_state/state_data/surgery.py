@@ -35,7 +35,7 @@ from ..keys import system as syskeys
 from ..keys.keygroup_prefix import KEY_GROUP
 from ..ops import savepoint_format as F
 from ..spark.logs import OffsetEntry
-from ..ops.state_files import read_unlisted_entries, verified_file, write_state_file
+from ..ops.state_files import read_record_entries, read_unlisted_entries, write_state_file
 from ..ops.state_io import reader_config
 from ..storage import open_storage
 from .errors import StateDataError
@@ -113,20 +113,14 @@ def keyed_state_names(source: SavepointSource) -> set[str]:
     """The keyed states a function's savepoint files record (the union of every partition's
     schema records; a partition none of whose keys held a state has no record of it).
 
-    Schema records are system keys, which sort last: each file is read from its last record
-    batch backwards, until a batch starts below the records (each file checked against the
-    manifest first)."""
+    Schema records are system keys, which sort last: each file is read from its end
+    (:func:`~spark_state.ops.state_files.read_record_entries`)."""
     storage = open_storage(source.url, dict(source.storage_options))
     names: set[str] = set()
     for i in range(source.entry.parallelism):
-        path = F.process_file(source.function, i)
-        with verified_file(storage, source.manifest, path) as local:
-            for batch in F.read_batches(local, storage.full_url(path), reverse=True):
-                keys = batch.column(0).to_pylist()
-                names.update(syskeys.name_of_record_key(k).decode("utf-8", "replace")
-                             for k in keys if k[:2] == _RECORD_START)
-                if keys and keys[0] < _RECORD_START:
-                    break
+        entries = read_record_entries(storage, source.manifest, F.process_file(source.function, i))
+        names.update(syskeys.name_of_record_key(k).decode("utf-8", "replace")
+                     for k, _ in entries if k[:2] == _RECORD_START)
     return names
 
 

@@ -232,3 +232,26 @@ def test_a_resplit_spools_its_rows_to_one_local_file_deleted_on_close(tmp_path):
             one.add(pa.record_batch([pa.array(keys[:1], pa.binary()), pa.array([b"v"], pa.binary())],
                                     schema=F.SCHEMA))
     assert os.listdir(scratch) == []
+
+
+def test_schema_records_are_read_from_the_end_of_a_state_file(tmp_path, monkeypatch):
+    """The records (system keys, which sort last) come from the last record batches only: the
+    data batches before them are not read."""
+    storage = open_storage(str(tmp_path / "sp"))
+    n = 3 * F.BATCH_ROWS
+    records = [(syskeys.keyed_record_key(b"count"), b"{}"), (syskeys.operator_record_key(b"split"), b"{}"),
+               (syskeys.marker_key(b"count"), b"ttl:1")]
+    data = [(b"\x00\x01" + i.to_bytes(8, "big"), b"v") for i in range(n)]
+    entry = S.write_state_file(storage, PATH, iter(sorted(data + records)))
+    read: list[int] = []
+    batches = F.read_batches
+
+    def counting(path, where, reverse=False):
+        for batch in batches(path, where, reverse):
+            read.append(batch.num_rows)
+            yield batch
+
+    monkeypatch.setattr(F, "read_batches", counting)
+    found = sorted(S.read_record_entries(storage, _manifest(entry), PATH))
+    assert found == sorted(r for r in records if r[0] >= syskeys.keyed_record_key(b""))
+    assert read == [3]  # the last batch (the records and the marker) only
