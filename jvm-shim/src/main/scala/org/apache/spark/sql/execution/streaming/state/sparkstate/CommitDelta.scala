@@ -1,14 +1,10 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
-import java.io.{File, FileInputStream}
+import java.io.File
 
 import scala.collection.mutable.ArrayBuffer
 
 import com.fasterxml.jackson.databind.JsonNode
-import org.apache.arrow.vector.VarBinaryVector
-import org.apache.arrow.vector.ipc.ArrowFileReader
-
-import org.apache.spark.sql.util.ArrowUtils
 
 /**
  * The data-keyspace changes one commit made in the worker's store, rebuilt in the JVM from the
@@ -133,37 +129,5 @@ private[sparkstate] object CommitDelta {
     val out = ArrayBuffer.empty[Array[Byte]]
     ArrowRows.foreach(file, withValues = false) { (k, _) => out += k }
     out.toArray
-  }
-}
-
-/** Reading the Arrow IPC files the worker writes for the JVM (`key` binary [, `value` binary]). */
-private[sparkstate] object ArrowRows {
-  /** Call `f(key, value)` for every row (value null without `withValues`), then delete the file. */
-  def foreach(file: File, withValues: Boolean)(f: (Array[Byte], Array[Byte]) => Unit): Long = {
-    val allocator = ArrowUtils.rootAllocator.newChildAllocator(s"spark-state-read-${file.getName}", 0, Long.MaxValue)
-    val in = new FileInputStream(file)
-    var rows = 0L
-    try {
-      val reader = new ArrowFileReader(in.getChannel, allocator)
-      try {
-        val root = reader.getVectorSchemaRoot
-        while (reader.loadNextBatch()) {
-          val key = root.getVector("key").asInstanceOf[VarBinaryVector]
-          val value = if (withValues) root.getVector("value").asInstanceOf[VarBinaryVector] else null
-          var i = 0
-          val n = root.getRowCount
-          while (i < n) {
-            f(key.get(i), if (value == null) null else value.get(i))
-            i += 1
-          }
-          rows += n
-        }
-      } finally reader.close()
-    } finally {
-      in.close()
-      allocator.close()
-      file.delete()
-    }
-    rows
   }
 }

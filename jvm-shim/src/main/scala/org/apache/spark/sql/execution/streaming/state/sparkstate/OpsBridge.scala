@@ -1,21 +1,17 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
-import java.io.{File, FileInputStream, FileOutputStream}
+import java.io.File
 import java.util.{Arrays => JArrays, UUID}
 
 import scala.collection.mutable.ArrayBuffer
 import scala.jdk.CollectionConverters._
 
-import org.apache.arrow.vector.{VarBinaryVector, VectorSchemaRoot}
-import org.apache.arrow.vector.ipc.{ArrowFileReader, ArrowFileWriter}
-import org.apache.arrow.vector.types.pojo.{ArrowType, Field, FieldType, Schema}
 import org.apache.hadoop.fs.Path
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow
 import org.apache.spark.sql.execution.streaming.state._
 import org.apache.spark.sql.types.{DataType, StructType}
-import org.apache.spark.sql.util.ArrowUtils
 
 /**
  * What `spark_state.ops.migrate` needs from Spark's own state store providers, called from the
@@ -46,10 +42,6 @@ import org.apache.spark.sql.util.ArrowUtils
  * set on a clone of the session's conf, as the state data source does.
  */
 object OpsBridge {
-  private val Schema_ = new Schema(java.util.Arrays.asList(
-    new Field("key", FieldType.notNullable(ArrowType.Binary.INSTANCE), null),
-    new Field("value", FieldType.notNullable(ArrowType.Binary.INSTANCE), null)))
-  private val BatchRows = 65536
 
   private def storeConf(confs: java.util.Map[String, String]): StateStoreConf = {
     val sqlConf = SparkSession.active.sessionState.conf.clone()
@@ -122,7 +114,7 @@ object OpsBridge {
     val chunk = new Chunk(chunkBytes, what)
     chunk.fill(rows)
     if (!rows.hasNext) {
-      Array(writeArrow(file, chunk.sorted), 0L)
+      Array(ArrowRows.write(file, chunk.sorted), 0L)
     } else {
       val runs = new SpillRuns(file.getAbsoluteFile.getParentFile)
       try {
@@ -134,7 +126,7 @@ object OpsBridge {
         }
         val scan = runs.scan(null, null)
         val total = try {
-          writeArrow(file, new Iterator[(Array[Byte], Array[Byte])] {
+          ArrowRows.write(file, new Iterator[(Array[Byte], Array[Byte])] {
             def hasNext: Boolean = scan.valid
             def next(): (Array[Byte], Array[Byte]) = {
               val row = (scan.key, SpillRuns.value(scan.value))
@@ -225,7 +217,7 @@ object OpsBridge {
       var rows = 0L
       try {
         val valueFields = valueSchema.length
-        readArrow(new File(in)) { (k, v) =>
+        ArrowRows.foreach(new File(in), withValues = true, delete = false) { (k, v) =>
           if (k.length > 0 && k(0) != 0xff.toByte) {
             val offset = if (stamped) 8 else 0
             store.put(codec.decode(k).copy(), KeyCodec.valueRow(v, offset, valueFields).copy())
@@ -266,66 +258,6 @@ object OpsBridge {
       org.apache.hadoop.io.IOUtils.copyBytes(fs.open(delta), fs.create(snapshot, true), 65536, true)
     } finally {
       fs.delete(tmpRoot, true)
-    }
-  }
-
-  private def writeArrow(file: File, rows: Iterator[(Array[Byte], Array[Byte])]): Long = {
-    val allocator = ArrowUtils.rootAllocator.newChildAllocator("spark-state-ops", 0, Long.MaxValue)
-    val root = VectorSchemaRoot.create(Schema_, allocator)
-    val out = new FileOutputStream(file)
-    var total = 0L
-    try {
-      val writer = new ArrowFileWriter(root, null, out.getChannel)
-      writer.start()
-      val key = root.getVector("key").asInstanceOf[VarBinaryVector]
-      val value = root.getVector("value").asInstanceOf[VarBinaryVector]
-      var wrote = false
-      while (rows.hasNext || !wrote) {
-        root.allocateNew()
-        var n = 0
-        while (n < BatchRows && rows.hasNext) {
-          val (k, v) = rows.next()
-          key.setSafe(n, k)
-          value.setSafe(n, v)
-          n += 1
-        }
-        root.setRowCount(n)
-        writer.writeBatch()
-        total += n
-        wrote = true
-      }
-      writer.end()
-      writer.close()
-    } finally {
-      root.close()
-      out.close()
-      allocator.close()
-    }
-    total
-  }
-
-  private def readArrow(file: File)(f: (Array[Byte], Array[Byte]) => Unit): Unit = {
-    val allocator = ArrowUtils.rootAllocator.newChildAllocator("spark-state-ops-read", 0, Long.MaxValue)
-    val in = new FileInputStream(file)
-    try {
-      val reader = new ArrowFileReader(in.getChannel, allocator)
-      try {
-        val root = reader.getVectorSchemaRoot
-        while (reader.loadNextBatch()) {
-          val key = root.getVector("key").asInstanceOf[VarBinaryVector]
-          val value = root.getVector("value").asInstanceOf[VarBinaryVector]
-          var i = 0
-          while (i < root.getRowCount) {
-            f(key.get(i), value.get(i))
-            i += 1
-          }
-        }
-      } finally {
-        reader.close()
-      }
-    } finally {
-      in.close()
-      allocator.close()
     }
   }
 }
