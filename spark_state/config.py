@@ -181,12 +181,10 @@ def _parse(key: str, raw: str, kind: str) -> Any:
         except ValueError:
             raise ConfigError(f"option {key!r} must be an integer, got {raw!r}") from None
     if kind == _BOOL:
-        lowered = raw.lower()
-        if lowered in ("true", "1", "yes"):
-            return True
-        if lowered in ("false", "0", "no"):
-            return False
-        raise ConfigError(f"option {key!r} must be true or false, got {raw!r}")
+        value = option_specs.parse_bool(raw)
+        if value is None:
+            raise ConfigError(f"option {key!r} must be true or false, got {raw!r}")
+        return value
     if kind == _SIZE:
         try:
             return parse_size(raw)

@@ -33,8 +33,21 @@ from typing import Mapping, Optional
 
 from . import constants as C
 
-__all__ = ["ENV_VARS", "GROUPS", "KEYED", "OPTIONS", "PROVIDER", "READERS", "EnvVar", "Group", "OptionSpec", "by_group",
-           "find", "keyed_session_options", "spec"]
+__all__ = ["ENV_VARS", "FALSE_WORDS", "GROUPS", "KEYED", "OPTIONS", "PROVIDER", "READERS", "TRUE_WORDS", "EnvVar",
+           "Group", "OptionSpec", "by_group", "find", "keyed_session_options", "parse_bool", "spec"]
+
+#: The words a boolean option takes, in any case and with spaces around: every reader of options
+#: (the engine, storage, the provider's TTL policy and its own options, the data sources; the
+#: shim's ``SparkStatePlugin.BoolWords`` for the JVM's) parses them with :func:`parse_bool`.
+TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
+FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+
+
+def parse_bool(raw: object) -> Optional[bool]:
+    """The boolean ``raw`` spells (:data:`TRUE_WORDS`, :data:`FALSE_WORDS`), None if it spells
+    neither (the caller's error names the option and what was given)."""
+    word = str(raw).strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
 
 #: Prefix of the storage options inside the engine's options (stripped for ``storage_options=``).
 STORAGE_PREFIX = "storage."

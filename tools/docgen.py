@@ -73,6 +73,9 @@ def render_configuration() -> str:
            "```\n",
            "Options marked **testing only** are fault-injection and test hooks; never set them in "
            "production.\n",
+           "A boolean option (and the data sources' boolean options) takes "
+           + ", ".join(f"`{w}`" for w in sorted(O.TRUE_WORDS)) + " or "
+           + ", ".join(f"`{w}`" for w in sorted(O.FALSE_WORDS)) + ", in any case.\n",
            "Who reads which options from the session's confs (the provider serves Spark's stateful "
            "operators; keyed functions are `keyed_process`, `keyed_co_process`, `keyed_broadcast_process` "
            "and `checkpointed_process`, which read them on the driver when called, and ignore the others):\n",

@@ -36,6 +36,7 @@ from typing import Mapping
 from ..constants import CONF_PREFIX
 from ..errors import ConfigError
 from ..memory import parse_size
+from ..options import parse_bool
 
 WORKERS_PER_EXECUTOR = "workersPerExecutor"
 PRESTART_WORKERS = "prestartWorkers"
@@ -67,7 +68,7 @@ def validate_provider_options(options: Mapping[str, str]) -> None:
             raise ConfigError(
                 f"option {CONF_PREFIX}{WORKERS_PER_EXECUTOR} must be a whole number of Python workers "
                 f"per executor, 1 to {MAX_WORKERS_PER_EXECUTOR}, got {options[WORKERS_PER_EXECUTOR]!r}")
-    if PRESTART_WORKERS in options and str(options[PRESTART_WORKERS]).strip().lower() not in ("true", "false"):
+    if PRESTART_WORKERS in options and parse_bool(options[PRESTART_WORKERS]) is None:
         raise ConfigError(f"option {CONF_PREFIX}{PRESTART_WORKERS} must be true or false, "
                           f"got {options[PRESTART_WORKERS]!r}")
     for key in (HEAP_MAX_BYTES, VIEW_LAYER_BYTES):

@@ -40,6 +40,7 @@ from typing import Callable, Mapping, Optional
 
 from .. import constants as C
 from ..errors import ConfigError
+from ..options import parse_bool
 from ..ttl import SYSTEM_CLOCK, TtlConfig
 from ..ttl.config import DEFAULT_CLEANUP_SIZE, StateVisibility, UpdateType, parse_duration_ms
 
@@ -120,12 +121,10 @@ def _duration_or_none(key: str, raw: str) -> Optional[int]:
 
 
 def _bool(key: str, raw: str) -> bool:
-    text = str(raw).strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise ConfigError(f"option {_name(key)!r} must be true or false, got {raw!r}")
+    value = parse_bool(raw)
+    if value is None:
+        raise ConfigError(f"option {_name(key)!r} must be true or false, got {raw!r}")
+    return value
 
 
 def _enum(kind, key: str, raw: str):

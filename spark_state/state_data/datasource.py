@@ -30,6 +30,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Mapping, Optional
 
+from ..options import parse_bool
 from .change_feed import plan_change_feed
 from .errors import StateDataError
 from .function_operator_state import plan_function_operator_state
@@ -164,10 +165,10 @@ def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
     raw = options.get(name)
     if raw is None:
         return default
-    value = str(raw).strip().lower()
-    if value not in ("true", "false"):
+    value = parse_bool(raw)
+    if value is None:
         raise StateDataError(f"option {name} must be true or false, got {raw!r}")
-    return value == "true"
+    return value
 
 
 def _int(options: Mapping[str, str], name: str) -> Optional[int]:

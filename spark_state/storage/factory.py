@@ -47,7 +47,7 @@ from typing import Any, Mapping, Optional
 from urllib.parse import unquote, urlsplit
 
 from ..errors import ConfigError
-from ..options import storage_options
+from ..options import parse_bool, storage_options
 from .base import CheckpointStorage
 from .local import LocalStorage
 from .hdfs import HdfsBackend
@@ -93,8 +93,6 @@ the same errors for the whole operation, with a bounded budget, and two nested l
 multiply the attempts (5 x 3 x 8 HTTP requests) and the time to report a real outage."""
 
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", ""}
 
 
 def open_storage(url: str, options: Optional[Mapping[str, str]] = None) -> CheckpointStorage:
@@ -169,12 +167,10 @@ def _normalize_url(url: str) -> str:
 
 
 def _parse_bool(key: str, value: str) -> bool:
-    low = value.strip().lower()
-    if low in _TRUE:
-        return True
-    if low in _FALSE:
-        return False
-    raise ConfigError(f"storage option {key}={value!r} is not a boolean; use true or false")
+    parsed = parse_bool(value)
+    if parsed is None:
+        raise ConfigError(f"storage option {key}={value!r} is not a boolean; use true or false")
+    return parsed
 
 
 def _parse_seconds(key: str, value: str) -> float:

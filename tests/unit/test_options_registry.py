@@ -186,3 +186,36 @@ def test_keyed_engine_resolution_session_then_arguments():
         _engine(confs, {"snapshotInterval": "x"}, None)
     with pytest.raises(ProcessDefinitionError, match=r"^storage_options=.*retry.attempts"):
         _engine(confs, None, {"retry.attempts": "0"})
+
+
+def test_every_reader_of_a_boolean_option_takes_the_same_words():
+    """One rule: the words of spark_state.options, in any case, for the engine, storage, the TTL
+    policy, the provider's own options and the data sources, and the same words in the shim."""
+    from spark_state.provider import options as P
+    from spark_state.provider import ttl_policy as TP
+    from spark_state.state_data.datasource import plan_from_options
+    from spark_state.state_data.errors import StateDataError
+    from spark_state.storage import open_storage
+
+    assert O.parse_bool(" Yes ") is True and O.parse_bool("OFF") is False and O.parse_bool("maybe") is None
+    for word in sorted(O.TRUE_WORDS | O.FALSE_WORDS):
+        want = word in O.TRUE_WORDS
+        assert EngineConfig.from_options({"rocksdb.writeAheadLog": word.upper()}).rocksdb_wal is want
+        assert TP.parse_settings({TP.BACKGROUND_CLEANUP: word}).background_cleanup is want
+        P.validate_provider_options({P.PRESTART_WORKERS: word})
+    for raw in ("maybe", ""):
+        with pytest.raises(ConfigError, match="must be true or false"):
+            EngineConfig.from_options({"rocksdb.writeAheadLog": raw})
+        with pytest.raises(ConfigError, match="must be true or false"):
+            TP.parse_settings({TP.BACKGROUND_CLEANUP: raw})
+        with pytest.raises(ConfigError, match="must be true or false"):
+            P.validate_provider_options({P.PRESTART_WORKERS: raw})
+        with pytest.raises(ConfigError, match="is not a boolean"):
+            open_storage("s3://bucket/x", {"s3.anonymous": raw})
+        with pytest.raises(StateDataError, match="option allowPickle must be true or false"):
+            plan_from_options({"path": "/nowhere", "stateVarName": "s", "allowPickle": raw})
+    scala = (ROOT / "jvm-shim/src/main/scala/org/apache/spark/sql/execution/streaming/state/sparkstate/"
+             "SparkStatePlugin.scala").read_text()
+    words = {name: set(re.findall(r'"(\w+)"', re.search(rf"val {name}: Set\[String\] = Set\(([^)]*)\)", scala).group(1)))
+             for name in ("TrueWords", "FalseWords")}
+    assert words == {"TrueWords": set(O.TRUE_WORDS), "FalseWords": set(O.FALSE_WORDS)}

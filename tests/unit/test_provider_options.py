@@ -27,8 +27,9 @@ def test_configure_rejects_a_bad_workers_per_executor_naming_the_conf(value):
 def test_configure_checks_prestart_workers_naming_the_conf():
     builder = spark_state.configure(RecordingBuilder(), options={"prestartWorkers": "false"})
     assert builder._options["spark.sql.streaming.stateStore.sparkState.prestartWorkers"] == "false"
-    with pytest.raises(ConfigError, match=r"sparkState\.prestartWorkers must be true or false, got 'yes'"):
-        spark_state.configure(RecordingBuilder(), options={"prestartWorkers": "yes"})
+    with pytest.raises(ConfigError, match=r"sparkState\.prestartWorkers must be true or false, got 'sometimes'"):
+        spark_state.configure(RecordingBuilder(), options={"prestartWorkers": "sometimes"})
+    spark_state.configure(RecordingBuilder(), options={"prestartWorkers": "Yes"})  # a boolean word, any case
 
 
 def test_the_worker_ignores_provider_only_options_and_checks_them():

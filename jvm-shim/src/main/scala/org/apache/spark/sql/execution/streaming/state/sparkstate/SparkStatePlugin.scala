@@ -21,11 +21,13 @@ class SparkStatePlugin extends SparkPlugin {
 
   override def executorPlugin(): ExecutorPlugin = new ExecutorPlugin with Logging {
     override def init(ctx: PluginContext, extraConf: JMap[String, String]): Unit = {
-      val prestart = ctx.conf().get(SparkStatePlugin.PrestartConf, "true").trim
-      if (prestart.equalsIgnoreCase("true")) PythonWorker.prestart()
-      else if (!prestart.equalsIgnoreCase("false")) {
-        logWarning(s"${SparkStatePlugin.PrestartConf} must be true or false, got '$prestart': the Python " +
-          "workers start lazily, at the first store load")
+      val prestart = ctx.conf().get(SparkStatePlugin.PrestartConf, "true")
+      SparkStatePlugin.parseBool(prestart) match {
+        case Some(true) => PythonWorker.prestart()
+        case Some(false) =>
+        case None =>
+          logWarning(s"${SparkStatePlugin.PrestartConf} must be true or false, got '$prestart': the Python " +
+            "workers start lazily, at the first store load")
       }
     }
   }
@@ -33,4 +35,14 @@ class SparkStatePlugin extends SparkPlugin {
 
 object SparkStatePlugin {
   val PrestartConf: String = ProviderCore.ConfPrefix + "prestartWorkers"
+
+  /** The words of a boolean option, any case (Python's `spark_state.options.TRUE_WORDS` / `FALSE_WORDS`). */
+  val TrueWords: Set[String] = Set("true", "1", "yes", "on")
+  val FalseWords: Set[String] = Set("false", "0", "no", "off")
+
+  /** The boolean `raw` spells, None if neither (the caller names the option). */
+  def parseBool(raw: String): Option[Boolean] = {
+    val word = raw.trim.toLowerCase(java.util.Locale.ROOT)
+    if (TrueWords(word)) Some(true) else if (FalseWords(word)) Some(false) else None
+  }
 }
