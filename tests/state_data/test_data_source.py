@@ -147,7 +147,7 @@ def test_sql_reads_state_through_a_temporary_view(spark, states):
      "give changeEndBatchId, not batchId"),
     ({"stateVarName": "count", "changeStartBatchId": "0"}, "go with readChangeFeed=true"),
     ({"stateVarName": "count", "batchId": "last"}, "must be a batch id"),
-    ({"stateVarName": "count", "flattenCollectionTypes": "yes"}, "must be true or false"),
+    ({"stateVarName": "count", "flattenCollectionTypes": "sometimes"}, "must be true or false"),
     ({"operatorId": "0"}, r"format\('statestore'\)"),
     ({"readRegisteredTimers": "true", "flattenCollectionTypes": "false"}, "flattenCollectionTypes applies to "
                                                                           "stateVarName reads"),
