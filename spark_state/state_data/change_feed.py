@@ -87,7 +87,8 @@ def plan_change_feed(path: str, state: str, *, start_batch: int, end_batch: Opti
                               process_root=process_root, process_locations=process_locations)
     end = source.committed_batch(end_batch)
     if isinstance(start_batch, bool) or not isinstance(start_batch, int) or not 0 <= start_batch <= end:
-        raise StateDataError(f"start_batch must be a batch id from 0 to the end batch {end}, got {start_batch!r}")
+        raise StateDataError(f"the change feed's first batch (start_batch=, changeStartBatchId, --start-batch) must be "
+                             f"a batch id from 0 to the end batch {end}, got {start_batch!r}")
     layout = process_layout(source.storage, end + 1)
     if layout.base > 0 and start_batch <= layout.base:
         # The layout's store version 0 is empty, not the state before batch `base`: that is in the

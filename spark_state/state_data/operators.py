@@ -56,7 +56,7 @@ def read_operator_state(spark: SparkSession, path: str, *, operator_id: int = 0,
     _check_operator(path, savepoint, operator_id, store_name, storage_options)
     if savepoint:
         if batch is not None:
-            raise StateDataError(f"{path} is a savepoint, which holds one batch: omit batch=")
+            raise StateDataError(f"{path} is a savepoint, which holds one batch: omit batch (batch=, --batch)")
         path = restored_copy(path, storage_options, work_dir)
     reader = spark.read.format("statestore").option("operatorId", operator_id)
     if store_name is not None:
