@@ -1,6 +1,6 @@
 """Speculative execution: two attempts of one task commit the same version of the same store.
 The first committer wins and the other's commit is a no-op; the output of every operator run
-(one per shape of state, ``speculation_job.CASES``) equals Spark's HDFS provider's; no version is
+(one per way a task commits its stores, ``speculation_job.CASES``) equals Spark's HDFS provider's; no version is
 written twice; every store stays loadable."""
 
 from __future__ import annotations

@@ -26,12 +26,11 @@ sys.path[:0] = [os.path.join(TESTS, "spark"), os.path.join(TESTS, "process"), os
 BATCHES = 3
 SLOW_BATCH = "1"
 SLOW_SECONDS = 30.0
-#: The operators run with speculation: one per shape of state the provider's commit serves -- one
-#: store (aggregation), TTL-like expiry (dedup within watermark), four stores per operator (join),
-#: prefix scans (session window), timeouts (applyInPandasWithState). The commit protocol under test
-#: (first committer wins) is the provider's, the same for every operator; the others are covered by
-#: the equivalence suite.
-CASES = ("agg_update", "dedup_within_watermark", "join_inner", "session_window", "apply_event_timeout")
+#: The operators run with speculation: one per way a task commits the provider's stores -- one
+#: store (aggregation), four stores per task (join), prefix-scan stores (session window). The
+#: commit protocol under test (first committer wins) is the provider's, the same for every
+#: operator; the others are covered by the equivalence suite.
+CASES = ("agg_update", "join_inner", "session_window")
 #: set by main(); shipped with the function (module pickled by value)
 ATTEMPTS_DIR = ""
 
