@@ -102,7 +102,7 @@ def s3_location(s3_endpoint: str) -> tuple[str, dict[str, str]]:
     return f"s3://{bucket}/state", options
 
 
-# --- Parallel runs (pytest-xdist; ./dev test runs with -n 3 --dist loadgroup) ----------------
+# --- Parallel runs (pytest-xdist; ./dev test runs with -n 2 --dist loadgroup) ----------------
 #
 # Each xdist worker is its own process with its own session fixtures (SparkSession, moto server,
 # standalone cluster: free ports, own temp dirs). Two things are arranged here:
