@@ -38,7 +38,7 @@ __all__ = ["ENV_VARS", "FALSE_WORDS", "GROUPS", "KEYED", "OPTIONS", "PROVIDER", 
 
 #: The words a boolean option takes, in any case and with spaces around: every reader of options
 #: (the engine, storage, the provider's TTL policy and its own options, the data sources; the
-#: shim's ``SparkStatePlugin.BoolWords`` for the JVM's) parses them with :func:`parse_bool`.
+#: shim's ``SparkStatePlugin.parseBool`` for the JVM's, with the same words) parses them with :func:`parse_bool`.
 TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 FALSE_WORDS = frozenset({"false", "0", "no", "off"})
 

@@ -45,8 +45,8 @@ from . import savepoint_format as F
 from .savepoint_manifest import listed_file as _listed, read_verified
 
 
-#: The least key of a schema record: keyed state's tag, below operator state's.
-_RECORDS_FROM = syskeys.SYSTEM_PREFIX + syskeys.KEYED_SCHEMA_TAG
+#: The least key of a schema record: keyed state's records sort below operator state's.
+_RECORDS_FROM = syskeys.record_range(syskeys.KEYED_SCHEMA_TAG)[0]
 
 
 # ------------------------------------------------------------------------------ writing

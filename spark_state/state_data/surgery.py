@@ -47,8 +47,6 @@ from .savepoint_source import SavepointSource
 REWRITE_SCHEMA = pa.schema([pa.field("partition", pa.int32()), *F.FILE_ENTRY_FIELDS])
 REWRITE_DDL = f"partition int, {F.FILE_ENTRY_DDL}"
 
-_RECORD_START = syskeys.SYSTEM_PREFIX + syskeys.KEYED_SCHEMA_TAG
-
 
 @dataclass(frozen=True)
 class BaseEntries:
@@ -117,10 +115,10 @@ def keyed_state_names(source: SavepointSource) -> set[str]:
     (:func:`~spark_state.ops.state_files.read_record_entries`)."""
     storage = open_storage(source.url, dict(source.storage_options))
     names: set[str] = set()
+    low, high = syskeys.record_range(syskeys.KEYED_SCHEMA_TAG)
     for i in range(source.entry.parallelism):
         entries = read_record_entries(storage, source.manifest, F.process_file(source.function, i))
-        names.update(syskeys.name_of_record_key(k).decode("utf-8", "replace")
-                     for k, _ in entries if k[:2] == _RECORD_START)
+        names.update(syskeys.name_of_record_key(k).decode("utf-8", "replace") for k, _ in entries if low <= k < high)
     return names
 
 
