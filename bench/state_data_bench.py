@@ -13,7 +13,7 @@ The state is a real query's: ``keyed_process`` keeps a running count per key (va
   whole history in one micro-batch) against the same one-batch aggregation on Spark's RocksDB
   provider over the same files (``--no-bootstrap`` skips both);
 
-* **cold**: ``spark_state.state_data.lookup(checkpoint, "count", key)``, a new reader per lookup,
+* **cold**: ``spark_state.state_data.readers.lookup(checkpoint, "count", key)``, a new reader per lookup,
   as ``spark-state get`` does: it loads the one partition store that holds the key (its snapshot
   and the changelogs after it) into a fresh local directory;
 * **warm**: one ``StateLookup`` asked for ``--warm`` random keys: each partition is loaded once,

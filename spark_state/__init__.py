@@ -44,7 +44,7 @@ _LAZY_EXPORTS = dict.fromkeys(
     ("keyed_process", "checkpointed_process", "KeyedProcessFunction", "CheckpointedFunction", "keyed_co_process",
      "keyed_broadcast_process", "KeyedCoProcessFunction", "KeyedBroadcastProcessFunction", "TimeDomain"),
     "process")
-_LAZY_EXPORTS["register_data_sources"] = "state_data.register"
+_LAZY_EXPORTS["register_data_sources"] = "state_data.datasource.register"
 
 
 def __getattr__(name: str):

@@ -9,10 +9,15 @@ people who wrote the old name are the users of the library, not its developers.
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
 import warnings
-from typing import Any, Callable, TypeVar
+from types import ModuleType
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
-__all__ = ["SparkStateDeprecationWarning", "renamed_arguments", "warn_renamed"]
+__all__ = ["SparkStateDeprecationWarning", "alias_modules", "renamed_arguments", "warn_renamed"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,3 +52,42 @@ def renamed_arguments(**renames: str) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+class _ModuleAliases(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds a renamed module under its former name: the import warns with the new name and
+    gives the module itself (one module object, so classes and errors stay the same)."""
+
+    def __init__(self) -> None:
+        self.resolvers: list[Callable[[str], Optional[str]]] = []
+
+    def _new_name(self, fullname: str) -> Optional[str]:
+        for resolve in self.resolvers:
+            new = resolve(fullname)
+            if new is not None:
+                return new
+        return None
+
+    def find_spec(self, fullname: str, path: Optional[Sequence[str]] = None,
+                  target: Optional[ModuleType] = None) -> Optional[importlib.machinery.ModuleSpec]:
+        return importlib.machinery.ModuleSpec(fullname, self) if self._new_name(fullname) else None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        new = self._new_name(spec.name)
+        assert new is not None
+        warn_renamed(spec.name, new, stacklevel=8)
+        return importlib.import_module(new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The renamed module ran when it was imported."""
+
+
+_ALIASES = next((f for f in sys.meta_path if type(f).__name__ == "_ModuleAliases"), None) or _ModuleAliases()
+if _ALIASES not in sys.meta_path:
+    sys.meta_path.insert(0, _ALIASES)
+
+
+def alias_modules(resolve: Callable[[str], Optional[str]]) -> None:
+    """Import modules under former names: ``resolve(name)`` is the renamed module's name, or
+    None for a name that is not a former one."""
+    _ALIASES.resolvers.append(resolve)  # type: ignore[attr-defined]

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .arguments import (command, common, deprecated_alias, process_options, storage_options, target_storage_option,
-                        target_storage_options)
+from .arguments import (
+    command,
+    common,
+    deprecated_alias,
+    process_options,
+    storage_options,
+    target_storage_option,
+    target_storage_options,
+)
 
 #: --process-root of restore, which writes process state
 _RESTORE_ROOT_HELP = ("write the restored keyed_process/checkpointed_process state under DIR/<new query id>/<name> "
@@ -75,7 +82,7 @@ def add_commands(sub) -> None:
 def _inspect(args):
     from ..ops import inspect
     from ..state_data import state_metadata
-    from ..state_data.savepoint_source import is_savepoint
+    from ..state_data.location.savepoints import is_savepoint
 
     given = common(args)
     if is_savepoint(args.checkpoint, given["storage_options"]):

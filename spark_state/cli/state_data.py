@@ -104,40 +104,16 @@ def _read(args):
 
 
 def _read_frame(args) -> Callable[[Any], Any]:
-    """The DataFrame ``read`` prints, as a function of the session (arguments checked first)."""
-    from .. import state_data
+    """The DataFrame ``read`` prints, as a function of the session (arguments checked first:
+    :meth:`~spark_state.state_data.read_options.ReadOptions.check`, errors naming the flags)."""
+    from ..state_data.read_options import CLI, OptionError, ReadOptions
+    from ..state_data.readers.by_options import read
 
     given = common(args)
-    if args.end_batch is not None and args.start_batch is None:
-        raise ValueError("--end-batch ends a change feed: give --start-batch too")
-    if args.start_batch is not None and args.batch is not None:
-        raise ValueError("a change feed reads batches --start-batch..--end-batch: give --end-batch, not --batch")
-    chosen = [name for name, on in (("--timers", args.timers), ("--start-batch", args.start_batch is not None),
-                                    ("--operator-id", args.operator_id is not None),
-                                    ("--operator-state", args.operator_state)) if on]
-    if len(chosen) > 1:
-        raise ValueError(f"{' and '.join(chosen)} read different things: give one")
-    if args.operator_id is not None:
-        return lambda spark: state_data.read_operator_state(spark, args.path, operator_id=args.operator_id,
-                                                           store_name=args.store_name, batch=args.batch,
-                                                           storage_options=given["storage_options"])
-    if args.timers:
-        return lambda spark: state_data.read_timers(spark, args.path, function=args.function, batch=args.batch,
-                                                    **given)
-    if not args.state:
-        raise ValueError("name the keyed state to read (or give --timers or --operator-id ID)")
-    if args.operator_state:
-        return lambda spark: state_data.read_function_operator_state(spark, args.path, args.state,
-                                                                    function=args.function, batch=args.batch,
-                                                                    allow_pickle=args.allow_pickle, **given)
-    if args.start_batch is not None:
-        return lambda spark: state_data.read_change_feed(spark, args.path, args.state, start_batch=args.start_batch,
-                                                        end_batch=args.end_batch, function=args.function,
-                                                        allow_pickle=args.allow_pickle, **given)
-    return lambda spark: state_data.read_keyed_state(spark, args.path, args.state, function=args.function,
-                                                    batch=args.batch,
-                                                    flatten_collection_types=args.flatten_collection_types,
-                                                    allow_pickle=args.allow_pickle, **given)
+    if args.operator_state and not args.state:
+        raise OptionError("operator_state", "{option} reads the operator state named by STATE: give its name", CLI)
+    options = ReadOptions.from_cli(args, given["storage_options"], given["process_locations"]).check()
+    return lambda spark: read(spark, options)
 
 
 def _erase(args):

@@ -7,7 +7,7 @@ an operations tool (restore, rescale, erasure: its run id starts with
 changelog -- so it records no changes; :func:`committed_changes` refuses it rather than report
 "nothing changed".
 
-Change feeds read this: the keyed functions' (:mod:`spark_state.state_data.change_feed`) and the
+Change feeds read this: the keyed functions' (:mod:`spark_state.state_data.readers.change_feed`) and the
 provider's, for Spark's ``statestore`` reader with ``readChangeFeed``
 (:meth:`spark_state.provider.service.StoreService.changes`).
 """

@@ -1,7 +1,7 @@
 """Spark's ``UnsafeRow`` bytes from Python values: a pure codec, no I/O, no JVM (the inverse of
 :mod:`.unsafe_row` for the same flat types).
 
-Savepoint surgery writes Spark operators' state rows (:mod:`spark_state.state_data.surgery_spark`)
+Savepoint surgery writes Spark operators' state rows (:mod:`spark_state.state_data.writers.spark_operator_surgery`)
 as the provider stores them: a key row is looked up by its bytes, so the bytes must be exactly
 those Spark's ``UnsafeRowWriter`` writes. Layout of a row of ``n`` fields (little-endian)::
 

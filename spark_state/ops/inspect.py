@@ -107,7 +107,7 @@ def inspect(checkpoint: str, *, process_root: Optional[str] = None, process_loca
 
 def metadata_rows(described: dict[str, Any]) -> list[dict[str, Any]]:
     """The metadata rows of an :func:`inspect`-shaped description (a savepoint's is built alike
-    by ``spark_state.state_data.metadata``): per state of each function (its schema record), a
+    by ``spark_state.state_data.readers.metadata``): per state of each function (its schema record), a
     timer service per keyed function, and per store of each Spark operator."""
     first, last = described.get("first_committed_batch"), described["last_committed_batch"]
     rows: list[dict[str, Any]] = []

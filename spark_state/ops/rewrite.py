@@ -1,7 +1,7 @@
 """Rewrite a stopped query's state in place, as a new batch that reads no new input.
 
 The machinery of the in-place tools -- rescale (:mod:`.rescale`, to another partition count) and
-erasure (:mod:`spark_state.state_data.erase`, without some keys): both give the query a batch
+erasure (:mod:`spark_state.state_data.writers.erase`, without some keys): both give the query a batch
 ``N+1`` whose state is a rewritten copy of batch ``N``'s.
 
 1. refuse a running query: :func:`check_stopped` (a batch with offsets but no commit) and

@@ -194,7 +194,7 @@ def take(ckpt: SparkCheckpoint, target: CheckpointStorage, n: int, process_root:
     """Write the savepoint's files of batch ``n`` into ``target``; returns its manifest, which
     the caller writes. ``spark_logs=False`` copies Spark's operator metadata and schema files but
     not its logs (``metadata``, offsets, commits, sources): a bootstrap writes its own
-    (:mod:`spark_state.state_data.bootstrap`)."""
+    (:mod:`spark_state.state_data.writers.bootstrap`)."""
     provider = ckpt.provider_class(n)
     manifest = F.SavepointManifest(source=ckpt.url, query_id=ckpt.query_id(), batch_id=n, provider_class=provider,
                                    partitions=ckpt.partitions(n))

@@ -92,7 +92,7 @@ def union_inputs(parts: list[tuple[InputSide, DataFrame]], parallelism: int, max
                  ticks: Optional[DataFrame]) -> DataFrame:
     """Union the inputs and the tick stream as the module docstring lays out, repartitioned
     by route; the tasks' Arrow input has every side's columns, the key group and the side.
-    ``ticks`` None: no tick stream (a batch job: a bootstrap, :mod:`spark_state.state_data.bootstrap`)."""
+    ``ticks`` None: no tick stream (a batch job: a bootstrap, :mod:`spark_state.state_data.writers.bootstrap`)."""
     all_columns: list[tuple[str, DataType]] = []
     for side, df in parts:
         types = {f.name: f.dataType for f in df.schema.fields}

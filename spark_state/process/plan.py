@@ -14,7 +14,7 @@ time               an input declares event time (``withWatermark``) or the funct
 operator state     the function defines ``initialize_state`` / ``snapshot_state``
 broadcast          ``keyed_broadcast_process``: broadcast states, rows applied before keyed rows
 two inputs         ``keyed_co_process``: rows of side 2 go to ``process_element2``
-bootstrap          a bootstrap task (:mod:`spark_state.state_data.bootstrap`): the time phase
+bootstrap          a bootstrap task (:mod:`spark_state.state_data.writers.bootstrap`): the time phase
                    without firing; timers of both domains may be registered for the query
                    that restores the state
 =================  ==========================================================================

@@ -25,6 +25,7 @@ from ..process.keycodec import key_encoder
 from ..state.type_strings import parse_type_string
 from .errors import KeyMismatchError
 
+
 def key_column_type(simple: str) -> T.DataType:
     """The key column type a recorded simple string names (``bigint``, ``decimal(10,2)``): an
     atomic Spark type, parsed by the one parser of type strings

@@ -8,7 +8,7 @@ stores, and a picklable ``rows(partition)`` giving that store's rows (without th
 in lists of at most :data:`BATCH_ROWS` (:func:`chunked`). Two carriers run the same job:
 
 * :func:`run_job` for the Python functions: :func:`each_partition`, one task per partition id;
-* the data source (:mod:`.datasource`): its ``read(partition)`` yields :meth:`PartitionJob.batches`.
+* the data source (:mod:`.datasource.options`): its ``read(partition)`` yields :meth:`PartitionJob.batches`.
 
 Memory: a task holds one list of at most :data:`BATCH_ROWS` rows and its record batch.
 """

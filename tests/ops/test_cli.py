@@ -273,7 +273,7 @@ def test_former_flag_names_still_work_and_warn_once(capsys):
     assert main(["read", "/nowhere", "--timers", "--operator", "0"]) == 1
     err = capsys.readouterr().err
     assert err.count("warning: --operator is deprecated; use --operator-id") == 1
-    assert "--timers and --operator-id read different things: give one" in err
+    assert "give exactly one of STATE or --timers or --operator-state or --operator-id (given: --timers" in err
     assert main(["inspect", "/nowhere", "--no-load", "--option", "retry.attempts=2", "--option", "s3.region=x"]) == 1
     err = capsys.readouterr().err
     assert err.count("warning: --no-load is deprecated; use --no-load-stores") == 1

@@ -134,9 +134,9 @@ def test_state_data_source_reads_our_state(spark, agg_input, tmp_path, ours_prov
 
 
 def test_operator_state_reads_as_sparks_reader_from_checkpoints_and_savepoints(spark, agg_input, tmp_path):
-    """read_operator_state of an aggregation on spark-state's provider, from its checkpoint (last and an
+    """read_spark_operator_state of an aggregation on spark-state's provider, from its checkpoint (last and an
     earlier batch) and from a savepoint, equals Spark's own reader on the same query's HDFS checkpoint."""
-    from spark_state.state_data import StateDataError, read_operator_state
+    from spark_state.state_data import StateDataError, read_spark_operator_state
 
     _run(spark, SPARKSTATE_PROVIDER, agg_input, tmp_path / "ours")
     _run(spark, HDFS_PROVIDER, agg_input, tmp_path / "hdfs")
@@ -147,12 +147,12 @@ def test_operator_state_reads_as_sparks_reader_from_checkpoints_and_savepoints(s
 
     reference = rows(spark.read.format("statestore").load(str(tmp_path / "hdfs")))
     assert len(reference) == 40
-    assert rows(read_operator_state(spark, str(tmp_path / "ours"))) == reference
-    assert rows(read_operator_state(spark, str(tmp_path / "sp"))) == reference
-    assert rows(read_operator_state(spark, str(tmp_path / "ours"), batch=1)) == rows(
+    assert rows(read_spark_operator_state(spark, str(tmp_path / "ours"))) == reference
+    assert rows(read_spark_operator_state(spark, str(tmp_path / "sp"))) == reference
+    assert rows(read_spark_operator_state(spark, str(tmp_path / "ours"), batch=1)) == rows(
         spark.read.format("statestore").option("batchId", 1).load(str(tmp_path / "hdfs")))
     with pytest.raises(StateDataError, match="omit batch"):
-        read_operator_state(spark, str(tmp_path / "sp"), batch=1)
+        read_spark_operator_state(spark, str(tmp_path / "sp"), batch=1)
 
 
 def _dedup_within_watermark(df):

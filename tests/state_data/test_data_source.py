@@ -21,9 +21,10 @@ from spark_state.__main__ import main
 from spark_state.ops import savepoint
 from spark_state.process import checkpointed_process, keyed_process
 from spark_state.state_data import (StateDataError, UnknownStateError, read_change_feed, read_function_operator_state,
-                                   read_keyed_state, read_keyed_states, read_operator_state, read_timers,
+                                   read_keyed_state, read_keyed_states, read_spark_operator_state, read_timers,
                                    register_data_sources, state_metadata, StateReader)
-from spark_state.state_data.datasource import plan_from_options
+from spark_state.state_data.datasource.options import plan_from_options
+from spark_state.state_data.readers.keyed_state import plan_keyed_state
 from spark_state.spark.lines import running_line
 from state_data_fns import AllStatesAndTimers
 from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
@@ -140,17 +141,17 @@ def test_sql_reads_state_through_a_temporary_view(spark, states):
 @pytest.mark.parametrize("options, message", [
     ({"stateVarNme": "count"}, r"unknown option 'stateVarNme'.*did you mean 'stateVarName'.*valid options: path, "
                                r"stateVarName"),
-    ({}, "give exactly one of stateVarName, readRegisteredTimers=true or operatorStateName"),
+    ({}, r"give exactly one of stateVarName or readRegisteredTimers or operatorStateName \(given: none\)"),
     ({"stateVarName": "count", "readRegisteredTimers": "true"}, "reads one thing"),
     ({"stateVarName": "count", "readChangeFeed": "true"}, "needs changeStartBatchId"),
     ({"stateVarName": "count", "readChangeFeed": "true", "changeStartBatchId": "0", "batchId": "1"},
      "give changeEndBatchId, not batchId"),
-    ({"stateVarName": "count", "changeStartBatchId": "0"}, "go with readChangeFeed=true"),
+    ({"stateVarName": "count", "changeStartBatchId": "0"}, r"changeStartBatchId goes with a change feed \(readChangeFeed\)"),
     ({"stateVarName": "count", "batchId": "last"}, "must be a batch id"),
     ({"stateVarName": "count", "flattenCollectionTypes": "sometimes"}, "must be true or false"),
     ({"operatorId": "0"}, r"format\('statestore'\)"),
     ({"readRegisteredTimers": "true", "flattenCollectionTypes": "false"}, "flattenCollectionTypes applies to "
-                                                                          "stateVarName reads"),
+                                                                          "keyed state reads"),
     ({"stateVarName": "recent", "readChangeFeed": "true", "changeStartBatchId": "1", "flattenCollectionTypes": "true"},
      "a change feed's row holds the whole list or map"),
 ])
@@ -160,14 +161,19 @@ def test_bad_options_give_clear_errors(states, options, message):
         plan_from_options({"path": states["ckpt"], **options})
 
 
-def test_a_savepoints_other_batch_names_the_options_to_change(states):
-    """Every reader of a savepoint says which batch it holds and names the argument, the
-    data source's option and the command's flag."""
-    with pytest.raises(StateDataError, match=r"holds the state of batch 2 only, not of batch 1: omit batch \(batch=, "
-                                             r"batchId, --batch\) or give 2"):
+def test_a_savepoints_other_batch_names_the_option_the_way_the_user_wrote_it(states, capsys):
+    """Every reader of a savepoint says which batch it holds and names the option to change as
+    the surface the user asked through spells it: the data source's option, Python's argument,
+    the command's flag."""
+    with pytest.raises(StateDataError, match=r"holds the state of batch 2 only, not of batch 1: omit batchId or "
+                                             r"give 2$"):
         plan_from_options({"path": states["sp"], "stateVarName": "count", "batchId": "1"})
-    with pytest.raises(StateDataError, match=r"holds the state of batch 1 only, not of batch 0: omit batch"):
+    with pytest.raises(StateDataError, match=r"holds the state of batch 1 only, not of batch 0: omit batchId"):
         plan_from_options({"path": states["ops-sp"], "operatorStateName": "split", "batchId": "0"})
+    with pytest.raises(StateDataError, match=r"not of batch 1: omit batch= or give 2$"):
+        plan_keyed_state(states["sp"], "count", batch=1)
+    assert main(["read", states["sp"], "count", "--batch", "1"]) == 1
+    assert "not of batch 1: omit --batch or give 2" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(ON_35, reason="the Python Data Source API is Spark 4.0+")
@@ -244,7 +250,7 @@ def test_state_metadata_of_a_checkpoint_and_its_savepoint(spark, states, tmp_pat
     if not ON_35:
         frame = spark.read.format("spark-state-metadata").load(str(tmp_path / "agg"))
         assert [r.asDict() for r in frame.collect()] == [agg]
-        stored = read_operator_state(spark, str(tmp_path / "agg")).schema
+        stored = read_spark_operator_state(spark, str(tmp_path / "agg")).schema
         assert stored["value"].dataType.simpleString() == agg["value_type"]
         assert ", ".join(f"{f.name} {f.dataType.simpleString()}" for f in stored["key"].dataType.fields) == \
             agg["key_columns"]
@@ -304,7 +310,7 @@ def test_read_operator_state_names_the_operators_there_are(spark, states):
     for path in (states["ckpt"], states["sp"]):
         with pytest.raises(UnknownStateError, match=r"holds no state of a Spark operator 0 \(a keyed function's "
                                                     r"state is read with read_keyed_state.*Spark operators: none"):
-            read_operator_state(spark, path, work_dir="/nonexistent/never-written")
+            read_spark_operator_state(spark, path, work_dir="/nonexistent/never-written")
 
 
 def test_a_state_reader_gives_the_readers_rows_with_the_path_given_once(spark, states):

@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from spark_state.__main__ import main
-from spark_state.state_data import KeyMismatchError, erase_keys, read_operator_state
+from spark_state.state_data import KeyMismatchError, erase_keys, read_spark_operator_state
 from spark_state.spark.lines import running_line
 from streaming_harness import SPARKSTATE_PROVIDER, run_query, write_batches
 
@@ -42,7 +42,7 @@ def test_erasing_a_user_from_sparks_operators(spark, tmp_path, query):
     run()
 
     def state():
-        return sorted((tuple(r.key), tuple(r.value)) for r in read_operator_state(spark, ckpt).collect())
+        return sorted((tuple(r.key), tuple(r.value)) for r in read_spark_operator_state(spark, ckpt).collect())
 
     before = state()
     alice = [row for row in before if row[0][0] == "alice"]

@@ -1,4 +1,4 @@
-"""Point lookups (spark_state.state_data.lookup) against a plain-Python model: an absent key of a
+"""Point lookups (spark_state.state_data.readers.lookup) against a plain-Python model: an absent key of a
 list or map state is not found and has no value (Python and ``spark-state get --json``); a key
 of the wrong number of values says how many the key columns take; an unknown function's error
 lists only the places searched; the function chooser's errors read alike for a checkpoint and a
@@ -24,7 +24,7 @@ from spark_state.process import location as L
 from spark_state.process.errors import StateLocationError
 from spark_state.state_data import KeyMismatchError, StateDataError, StateLookup, UnknownStateError, lookup
 from spark_state.state_data.key_columns import KeyColumns
-from spark_state.state_data.savepoint_source import SavepointSource
+from spark_state.state_data.location.savepoints import SavepointSource
 from spark_state.storage import open_storage
 from state_data_fns import AllStatesAndTimers
 from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches

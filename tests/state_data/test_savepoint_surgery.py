@@ -315,7 +315,7 @@ def test_an_aggregations_state_rows_are_corrected_with_the_schema_checked(spark,
     the provider holds them; the restored query continues from the corrected count."""
     from streaming_harness import SPARKSTATE_PROVIDER
 
-    from spark_state.state_data import read_operator_state
+    from spark_state.state_data import read_spark_operator_state
 
     batches = taken["batches"]
     inputs = tmp_path / "in"
@@ -330,7 +330,7 @@ def test_an_aggregations_state_rows_are_corrected_with_the_schema_checked(spark,
     savepoint(str(tmp_path / "ckpt"), sp, progress=False)
     write_batches(inputs, batches[BEFORE:], SCHEMA, start=BEFORE)
 
-    state = read_operator_state(spark, sp).select("key", "value")
+    state = read_spark_operator_state(spark, sp).select("key", "value")
     count_field = state.schema["value"].dataType.fields[0].name  # the count's buffer column
     fixed = state.withColumn("value", F.when(
         F.col("key.k") == "k1", F.col("value").withField(count_field, F.col("value")[count_field] + 1000))

@@ -173,11 +173,12 @@ def test_the_command_line_reads_states_timers_and_changes(spark, finished, capsy
     assert out["columns"] == ["k", "index", "value", "partition_id"]
     assert out["total"] == sum(len(s["recent"]) for s in model.values())
     assert main(["read", ckpt, "count", "--end-batch", "2"]) == 1
-    assert "give --start-batch too" in capsys.readouterr().err
+    assert "a change feed needs --start-batch (the first batch of the feed)" in capsys.readouterr().err
     assert main(["read", ckpt, "count"]) == 0
     assert "k\tvalue" in capsys.readouterr().out
     assert main(["read", ckpt, "--timers", "--operator-id", "0"]) == 1
-    assert "--timers and --operator-id read different things: give one" in capsys.readouterr().err
+    assert ("give exactly one of STATE or --timers or --operator-state or --operator-id (given: --timers, "
+            "--operator-id)") in capsys.readouterr().err
 
 
 def test_a_read_of_an_unknown_state_lists_the_states(spark, finished):

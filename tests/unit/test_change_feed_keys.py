@@ -7,7 +7,7 @@ import os
 import random
 
 from spark_state.keys import keyed as K
-from spark_state.state_data.change_feed import changed_keys
+from spark_state.state_data.readers.change_feed import changed_keys
 
 
 def _changes(seed: int, n: int) -> list[tuple[bytes, bytes | None]]:

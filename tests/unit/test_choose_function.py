@@ -8,7 +8,7 @@ from collections import namedtuple
 import pytest
 
 from spark_state.state_data import UnknownStateError
-from spark_state.state_data.source import choose_function
+from spark_state.state_data.location.functions import choose_function
 
 Fn = namedtuple("Fn", "name")
 

@@ -193,7 +193,7 @@ def test_every_reader_of_a_boolean_option_takes_the_same_words():
     policy, the provider's own options and the data sources, and the same words in the shim."""
     from spark_state.provider import options as P
     from spark_state.provider import ttl_policy as TP
-    from spark_state.state_data.datasource import plan_from_options
+    from spark_state.state_data.datasource.options import plan_from_options
     from spark_state.state_data.errors import StateDataError
     from spark_state.storage import open_storage
 

@@ -33,18 +33,28 @@ def test_the_readers_former_argument_names_are_deprecated_aliases(tmp_path):
     """The readers take their former argument names with a warning and pass them on: the call
     gets as far as the path, which does not exist (a name the reader does not take would be a
     TypeError before that)."""
-    from spark_state.state_data import read_keyed_state, read_operator_state
-    from spark_state.state_data.transform import SavepointTransform
+    from spark_state.state_data import read_keyed_state, read_spark_operator_state
+    from spark_state.state_data.writers.transform import SavepointTransform
 
     missing = str(tmp_path / "nope")
     with pytest.warns(SparkStateDeprecationWarning, match=r"read_keyed_state\(exploded=\).*flatten_collection_types="):
         with pytest.raises(NotACheckpointError, match="does not exist"):
             read_keyed_state(None, missing, "count", exploded=True)  # type: ignore[arg-type]
-    with pytest.warns(SparkStateDeprecationWarning, match=r"read_operator_state\(savepoint_options=\).*storage_options="):
+    with pytest.warns(SparkStateDeprecationWarning, match=r"read_spark_operator_state\(savepoint_options=\).*storage_options="):
         with pytest.raises(NotACheckpointError, match="does not exist"):
-            read_operator_state(None, missing, savepoint_options={})  # type: ignore[arg-type]
+            read_spark_operator_state(None, missing, savepoint_options={})  # type: ignore[arg-type]
     # the transform's write needs a savepoint and a session: its alias is the decorator's alone
     assert "storage_options" not in SavepointTransform.write.__wrapped__.__code__.co_varnames
+
+
+def test_read_operator_state_is_the_former_name_of_read_spark_operator_state():
+    import spark_state.state_data as state_data
+
+    with pytest.warns(SparkStateDeprecationWarning, match=r"read_operator_state is deprecated.*read_spark_operator_state"):
+        former = state_data.read_operator_state
+    assert former is state_data.read_spark_operator_state
+    with pytest.warns(SparkStateDeprecationWarning):
+        from spark_state.state_data import read_operator_state  # noqa: F401
 
 
 def test_spark_state_processor_is_the_renamed_module_and_warns():
@@ -57,9 +67,12 @@ with warnings.catch_warnings(record=True) as caught:
     import spark_state.processor as old
     from spark_state.processor.read import read_keyed_state
     from spark_state.processor.keys import KeyColumns
+    from spark_state.state_data.operators import read_spark_operator_state
 import spark_state.state_data as new
-from spark_state.state_data import key_columns, read
-assert old is new and read_keyed_state is read.read_keyed_state and KeyColumns is key_columns.KeyColumns
+from spark_state.state_data import key_columns
+from spark_state.state_data.readers import keyed_state, spark_operator_state
+assert old is new and read_keyed_state is keyed_state.read_keyed_state and KeyColumns is key_columns.KeyColumns
+assert read_spark_operator_state is spark_operator_state.read_spark_operator_state
 print("|".join(str(w.message) for w in caught))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -67,9 +80,11 @@ print("|".join(str(w.message) for w in caught))
     said = out.stdout.strip().split("|")
     assert said == ["spark_state.processor is deprecated and goes in the next release; use spark_state.state_data",
                     "spark_state.processor.read is deprecated and goes in the next release; use "
-                    "spark_state.state_data.read",
+                    "spark_state.state_data.readers.keyed_state",
                     "spark_state.processor.keys is deprecated and goes in the next release; use "
-                    "spark_state.state_data.key_columns"]
+                    "spark_state.state_data.key_columns",
+                    "spark_state.state_data.operators is deprecated and goes in the next release; use "
+                    "spark_state.state_data.readers.spark_operator_state"]
 
 
 def test_register_data_sources_is_beside_configure():

@@ -12,12 +12,12 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Callable, Iterable, Iterator, Mapping, Optional
 
-from ..engine.store import VersionedStore
-from ..keys import system as syskeys
-from ..state.schema import StateSchema
-from ..ttl.kv import is_stamped
-from .codecs import StateCodec
-from .errors import UnknownStateError
+from ...engine.store import VersionedStore
+from ...keys import system as syskeys
+from ...state.schema import StateSchema
+from ...ttl.kv import is_stamped
+from ..codecs import StateCodec
+from ..errors import UnknownStateError
 
 
 def keyed_records(store: VersionedStore) -> dict[str, StateSchema]:

@@ -11,8 +11,8 @@ The manifest records each store's key and value schema, as Spark's schema file o
 (``spark/state/<op>/0[/<store>]/_metadata/schema``, copied beside) holds them.
 
 The rows have a ``key`` and a ``value`` struct column (as Spark's ``statestore`` reader gives
-them: :func:`~.operators.read_operator_state`), whose fields must be the recorded ones, by name
-and type, before anything is written. Each key is hashed and routed to its partition; each task
+them: :func:`~..readers.spark_operator_state.read_spark_operator_state`), whose fields must be the
+recorded ones, by name and type, before anything is written. Each key is hashed and routed to its partition; each task
 writes its partition's file from the rows' entries and the savepoint file's system keys (the
 store's records), sorted through a temporary store. Stores with a prefix key (session windows,
 joins' keyWithIndexToValue), stores of TTL-stamped values and rows of other than flat types
@@ -27,16 +27,16 @@ from typing import Any, Iterator, Mapping
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from ..keys.provider import provider_key
-from ..keys.system import SYSTEM_PREFIX, TTL_MARKER_TAG
-from ..keys.unsafe_row_writer import WRITABLE_TYPES, unsafe_row
-from ..ops import savepoint_format as F
-from ..ops.state_files import read_state_entries, verified_file
-from ..partitioning.spark_hash import spark_hash, spark_partition_id
-from ..storage import CheckpointStorage, open_storage
-from .errors import StateDataError, UnknownStateError
-from .partition_jobs import each_routed_partition
-from .surgery import write_sorted
+from ...keys.provider import provider_key
+from ...keys.system import SYSTEM_PREFIX, TTL_MARKER_TAG
+from ...keys.unsafe_row_writer import WRITABLE_TYPES, unsafe_row
+from ...ops import savepoint_format as F
+from ...ops.state_files import read_state_entries, verified_file
+from ...partitioning.spark_hash import spark_hash, spark_partition_id
+from ...storage import CheckpointStorage, open_storage
+from ..errors import StateDataError, UnknownStateError
+from ..partition_jobs import each_routed_partition
+from .keyed_state_surgery import write_sorted
 
 
 def spark_store(manifest: F.SavepointManifest, where: str, operator_id: int,
@@ -99,7 +99,7 @@ def check_spark_rows(op: F.OperatorEntry, store: F.StoreEntry, rows: DataFrame) 
             raise StateDataError(
                 f"the rows for store {store.name!r} of Spark operator {op.id} ({op.name}) need a {column!r} column "
                 f"{expected.simpleString()} (Spark's schema of the store, as the savepoint records it); they have "
-                f"{given.simpleString() if given is not None else 'none'} (read_operator_state gives the form)")
+                f"{given.simpleString() if given is not None else 'none'} (read_spark_operator_state gives the form)")
         unwritable = [f"{n} {t}" for n, t in want if t not in WRITABLE_TYPES]
         if unwritable:
             raise StateDataError(f"the {column} of store {store.name!r} of Spark operator {op.id} has fields "

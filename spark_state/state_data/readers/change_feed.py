@@ -7,7 +7,7 @@
 
 Rows, in batch order per key: ``batch_id`` (the batch that made the change), ``change_type``
 (``update``: the key's value after the batch; ``delete``: the batch removed it, or its TTL
-expired), the key columns, and ``value`` as :func:`~.read.read_keyed_state` shows it (a list
+expired), the key columns, and ``value`` as :func:`~.keyed_state.read_keyed_state` shows it (a list
 state's whole array, a map state's whole map; null for ``delete``), then ``partition_id``. One row per key a batch
 changed; a key written twice in one batch has one row. This is Spark's change feed of the
 ``statestore`` reader (``readChangeFeed``), for the state of keyed functions.
@@ -34,21 +34,22 @@ from typing import Iterable, Iterator, Mapping, Optional
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from ..checkpoint.runs import RunContext, RunRegistry
-from ..engine.changes import ToolWrittenVersionError, committed_changes
-from ..engine.spill import SpillRuns
-from ..engine.store import VersionedStore, prefix_upper_bound
-from ..keys import keyed as K
-from ..keys.system import SYSTEM_PREFIX
-from ..ops.state_io import process_layout, reader_config
-from ..process import location as L
-from ..storage import open_storage
-from .errors import StateDataError
-from .partition_jobs import PartitionJob, chunked, run_job
-from .read import Partitions, row_key, state_record, state_schema
-from .records import state_codec
-from .savepoint_source import is_savepoint
-from .source import KeyedSource
+from ...checkpoint.runs import RunContext, RunRegistry
+from ...engine.changes import ToolWrittenVersionError, committed_changes
+from ...engine.spill import SpillRuns
+from ...engine.store import VersionedStore, prefix_upper_bound
+from ...keys import keyed as K
+from ...keys.system import SYSTEM_PREFIX
+from ...ops.state_io import process_layout, reader_config
+from ...process import location as L
+from ...storage import open_storage
+from ..errors import StateDataError
+from ..location.functions import KeyedSource
+from ..location.records import state_codec
+from ..location.savepoints import is_savepoint
+from ..partition_jobs import PartitionJob, chunked, run_job
+from ..read_options import OptionError
+from .keyed_state import Partitions, row_key, state_record, state_schema
 
 __all__ = ["plan_change_feed", "read_change_feed"]
 
@@ -65,7 +66,7 @@ def read_change_feed(spark: SparkSession, path: str, state: str, *, start_batch:
                      process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False) -> DataFrame:
     """The changes batches ``start_batch..end_batch`` (default: the last committed batch) made
     to keyed state ``state`` (see the module docstring). Options as for
-    :func:`~.read.read_keyed_state`.
+    :func:`~.keyed_state.read_keyed_state`.
 
     :raises StateDataError: a bad range, or one over a tool-written version or a layout change.
     :raises UnknownStateError: no such function or state."""
@@ -87,8 +88,8 @@ def plan_change_feed(path: str, state: str, *, start_batch: int, end_batch: Opti
                               process_root=process_root, process_locations=process_locations)
     end = source.committed_batch(end_batch)
     if isinstance(start_batch, bool) or not isinstance(start_batch, int) or not 0 <= start_batch <= end:
-        raise StateDataError(f"the change feed's first batch (start_batch=, changeStartBatchId, --start-batch) must be "
-                             f"a batch id from 0 to the end batch {end}, got {start_batch!r}")
+        raise OptionError("start_batch", "the change feed's first batch ({option}) must be a batch id from 0 to "
+                                         f"the end batch {end}, got {start_batch!r}")
     layout = process_layout(source.storage, end + 1)
     if layout.base > 0 and start_batch <= layout.base:
         # The layout's store version 0 is empty, not the state before batch `base`: that is in the

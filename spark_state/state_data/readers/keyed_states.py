@@ -13,12 +13,12 @@ sees a key with all its states and yields rows, so no join of one DataFrame per 
 
 ``key`` is the key as the function sees it (``ctx.current_key``: a value for one key column, a
 tuple for several). ``states`` maps the name of each keyed state the key has a value in to that
-value, as :func:`~.read.read_keyed_state` shows it (a list's array, a map's dict; values whose TTL
+value, as :func:`~.keyed_state.read_keyed_state` shows it (a list's array, a map's dict; values whose TTL
 has expired are left out); ``states=`` limits which (default: every keyed state a partition
 store records). Keys without any value are not shown. The rows the function yields are of
 ``schema``; ``partition_id`` is added last, as in every reader.
 
-How. One Spark task per partition store (:mod:`.partition_jobs`) loads the store at the batch and,
+How. One Spark task per partition store (:mod:`..partition_jobs`) loads the store at the batch and,
 key group by key group, walks the entries of each state under its ``[kg][name]`` prefix (layout:
 :mod:`spark_state.keys.keyed`). Within a prefix keys sort by ``(length, bytes)`` of the
 serialized key, the same for every state, so the walks merge into one pass in key order; memory
@@ -36,13 +36,13 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequenc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from ..engine.store import VersionedStore
-from ..keys import keyed as K
-from .codecs import StateCodec
-from .errors import StateDataError
-from .partition_jobs import PARTITION_ID, run_job
-from .read import Partitions, by_key, row_key, source_partitions
-from .records import each_store_records, find_state_records, keyed_records, state_codec
+from ...engine.store import VersionedStore
+from ...keys import keyed as K
+from ..codecs import StateCodec
+from ..errors import StateDataError
+from ..location.records import each_store_records, find_state_records, keyed_records, state_codec
+from ..partition_jobs import PARTITION_ID, run_job
+from .keyed_state import Partitions, by_key, row_key, source_partitions
 
 __all__ = ["read_keyed_states"]
 
@@ -57,7 +57,7 @@ def read_keyed_states(spark: SparkSession, path: str, reader: KeyReader, schema:
                       allow_pickle: bool = False) -> DataFrame:
     """``reader``'s rows over each key of a keyed function with all its states (see the module
     docstring). ``schema``: the rows' schema, a ``StructType`` or DDL; options as for
-    :func:`~.read.read_keyed_state`.
+    :func:`~.keyed_state.read_keyed_state`.
 
     :raises StateDataError: ``schema`` has a ``partition_id`` column (the reader adds it).
     :raises UnknownStateError: no such function, or a name in ``states`` that no partition store

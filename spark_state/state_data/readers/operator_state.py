@@ -23,21 +23,21 @@ from typing import Any, Iterator, Mapping, Optional
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from ..engine.store import VersionedStore, prefix_upper_bound
-from ..keys.operator import INDEX, KEYED_OPERATOR_PREFIX, MODE_BROADCAST, modes_range, split_key, state_prefix
-from ..keys.system import operator_record_key
-from ..ops.checkpoint_reader import SparkCheckpoint
-from ..ops.process_locations import find_process_locations
-from ..ops.state_io import process_layout
-from ..process import location as L
-from ..process.plan import KEYED
-from ..state.schema import StateSchema
-from .codecs import serializer_of
-from .errors import UnknownStateError
-from .partition_jobs import PARTITION_ID, PartitionJob, run_job
-from .read import Partitions, value_type
-from .savepoint_source import SavepointSource, is_savepoint, savepoint_batch
-from .source import choose
+from ...engine.store import VersionedStore, prefix_upper_bound
+from ...keys.operator import INDEX, KEYED_OPERATOR_PREFIX, MODE_BROADCAST, modes_range, split_key, state_prefix
+from ...keys.system import operator_record_key
+from ...ops.checkpoint_reader import SparkCheckpoint
+from ...ops.process_locations import find_process_locations
+from ...ops.state_io import process_layout
+from ...process import location as L
+from ...process.plan import KEYED
+from ...state.schema import StateSchema
+from ..codecs import serializer_of
+from ..errors import UnknownStateError
+from ..location.functions import choose
+from ..location.savepoints import SavepointSource, is_savepoint, savepoint_batch
+from ..partition_jobs import PARTITION_ID, PartitionJob, run_job
+from .keyed_state import Partitions, value_type
 
 __all__ = ["plan_function_operator_state", "read_function_operator_state"]
 

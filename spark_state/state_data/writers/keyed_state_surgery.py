@@ -29,19 +29,19 @@ from typing import Callable, Iterable, Iterator, Mapping, Optional
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from ..engine.store import VersionedStore
-from ..keys import keyed as K
-from ..keys import system as syskeys
-from ..keys.keygroup_prefix import KEY_GROUP
-from ..ops import savepoint_format as F
-from ..spark.logs import OffsetEntry
-from ..ops.state_files import read_record_entries, read_unlisted_entries, write_state_file
-from ..ops.state_io import reader_config
-from ..storage import open_storage
-from .errors import StateDataError
-from .partition_jobs import each_partition
-from ..keys.entries import is_entry_of_state
-from .savepoint_source import SavepointSource
+from ...engine.store import VersionedStore
+from ...keys import keyed as K
+from ...keys import system as syskeys
+from ...keys.entries import is_entry_of_state
+from ...keys.keygroup_prefix import KEY_GROUP
+from ...ops import savepoint_format as F
+from ...ops.state_files import read_record_entries, read_unlisted_entries, write_state_file
+from ...ops.state_io import reader_config
+from ...spark.logs import OffsetEntry
+from ...storage import open_storage
+from ..errors import StateDataError
+from ..location.savepoints import SavepointSource
+from ..partition_jobs import each_partition
 
 #: What each rewrite task returns (one row): its partition and its file's manifest entry.
 REWRITE_SCHEMA = pa.schema([pa.field("partition", pa.int32()), *F.FILE_ENTRY_FIELDS])

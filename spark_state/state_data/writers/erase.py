@@ -47,20 +47,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
-from ..keys import entries
-from ..keys import system as syskeys
-from ..keys import provider as provider_keys
-from ..keys.entries import owner_of
-from ..keys.unsafe_row import UnsafeRowReader
-from ..ops.checkpoint_reader import OperatorInfo
-from ..ops.process_locations import ProcessLocation
-from ..ops.rewrite import prepare_rewrite, rewrite_as_new_batch
-from ..ops.state_io import process_entries, reader_config, store_entries
-from ..process import location as L
-from ..process.plan import KEYED
-from .errors import KeyMismatchError
-from .key_columns import KeyColumns
-from .source import KeyedSource, choose
+from ...keys import entries
+from ...keys import provider as provider_keys
+from ...keys import system as syskeys
+from ...keys.entries import owner_of
+from ...keys.unsafe_row import UnsafeRowReader
+from ...ops.checkpoint_reader import OperatorInfo
+from ...ops.process_locations import ProcessLocation
+from ...ops.rewrite import prepare_rewrite, rewrite_as_new_batch
+from ...ops.state_io import process_entries, reader_config, store_entries
+from ...process import location as L
+from ...process.plan import KEYED
+from ..errors import KeyMismatchError
+from ..key_columns import KeyColumns
+from ..location.functions import KeyedSource, choose
 
 __all__ = ["ErasureResult", "erase_keys"]
 
@@ -105,9 +105,9 @@ def erase_keys(checkpoint: str, keys: Iterable[Any], *, function: Optional[str] 
     with ``operator_key`` (key column names), from the rows of Spark's operators keyed by those
     columns, as of its last committed batch (see the module docstring); returns what was removed.
 
-    ``keys`` as :meth:`~.lookup.StateLookup.get` takes them (a value for one key column; a tuple or
+    ``keys`` as :meth:`~..readers.lookup.StateLookup.get` takes them (a value for one key column; a tuple or
     a dict for several); with ``as_text``, as typed on the command line, parsed by each function's
-    key columns (:meth:`~.key_columns.KeyColumns.parse`). ``force`` skips the running-query check (only
+    key columns (:meth:`~..key_columns.KeyColumns.parse`). ``force`` skips the running-query check (only
     for a query known stopped).
 
     :raises QueryRunningError: the checkpoint shows a batch under way.

@@ -2,9 +2,9 @@
 
 ::
 
-    from spark_state.state_data import read_operator_state
-    read_operator_state(spark, "/ckpt").show()                          # operator 0, its default store
-    read_operator_state(spark, "/savepoints/sp1", operator_id=1, store_name="left-keyToNumValues")
+    from spark_state.state_data import read_spark_operator_state
+    read_spark_operator_state(spark, "/ckpt").show()                          # operator 0, its default store
+    read_spark_operator_state(spark, "/savepoints/sp1", operator_id=1, store_name="left-keyToNumValues")
 
 The rows are Spark's own state reader's (``spark.read.format("statestore")``): ``key`` and ``value``
 structs typed by the operator's state schema, and ``partition_id``. A checkpoint is read in place
@@ -23,21 +23,22 @@ from typing import Mapping, Optional
 
 from pyspark.sql import DataFrame, SparkSession
 
-from ..deprecation import renamed_arguments
-from ..ops.checkpoint_reader import SparkCheckpoint
-from ..ops.errors import UnsupportedCheckpointError
-from ..ops.restore import restore
-from ..ops.savepoint_manifest import read_manifest
-from ..spark.lines import running_line
-from ..storage import open_storage
-from .errors import StateDataError, UnknownStateError
-from .savepoint_source import is_savepoint
+from ...deprecation import renamed_arguments
+from ...ops.checkpoint_reader import SparkCheckpoint
+from ...ops.errors import UnsupportedCheckpointError
+from ...ops.restore import restore
+from ...ops.savepoint_manifest import read_manifest
+from ...spark.lines import running_line
+from ...storage import open_storage
+from ..errors import StateDataError, UnknownStateError
+from ..location.savepoints import is_savepoint
+from ..read_options import OptionError
 
-__all__ = ["read_operator_state"]
+__all__ = ["read_spark_operator_state"]
 
 
 @renamed_arguments(savepoint_options="storage_options")
-def read_operator_state(spark: SparkSession, path: str, *, operator_id: int = 0, store_name: Optional[str] = None,
+def read_spark_operator_state(spark: SparkSession, path: str, *, operator_id: int = 0, store_name: Optional[str] = None,
                         batch: Optional[int] = None, storage_options: Optional[Mapping[str, str]] = None,
                         work_dir: Optional[str] = None) -> DataFrame:
     """Spark's state reader's DataFrame of operator ``operator_id``'s store ``store_name`` (default:
@@ -56,7 +57,7 @@ def read_operator_state(spark: SparkSession, path: str, *, operator_id: int = 0,
     _check_operator(path, savepoint, operator_id, store_name, storage_options)
     if savepoint:
         if batch is not None:
-            raise StateDataError(f"{path} is a savepoint, which holds one batch: omit batch (batch=, --batch)")
+            raise OptionError("batch", f"{path} is a savepoint, which holds one batch: omit {{option}}")
         path = restored_copy(path, storage_options, work_dir)
     reader = spark.read.format("statestore").option("operatorId", operator_id)
     if store_name is not None:

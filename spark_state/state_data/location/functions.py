@@ -7,20 +7,20 @@ what ``_operator.json`` records -- key columns (:class:`~.keys.KeyColumns`) and 
 Batch ``b``'s state is batch version ``b + 1`` of the location.
 
 :func:`choose_function` is the one chooser of "which function" for every reader, of a
-checkpoint (:func:`choose`) and of a savepoint (:class:`~.savepoint_source.SavepointSource`).
+checkpoint (:func:`choose`) and of a savepoint (:class:`~.savepoints.SavepointSource`).
 """
 
 from __future__ import annotations
 
 from typing import Mapping, Optional, Protocol, Sequence, TypeVar
 
-from ..ops.checkpoint_reader import SparkCheckpoint
-from ..ops.process_locations import ProcessLocation, find_process_locations, where_looked
-from ..process import location as L
-from ..process.plan import KEYED
-from ..storage import CheckpointStorage
-from .errors import UnknownStateError
-from .key_columns import KeyColumns
+from ...ops.checkpoint_reader import SparkCheckpoint
+from ...ops.process_locations import ProcessLocation, find_process_locations, where_looked
+from ...process import location as L
+from ...process.plan import KEYED
+from ...storage import CheckpointStorage
+from ..errors import UnknownStateError
+from ..key_columns import KeyColumns
 
 
 class KeyedSource:

@@ -12,11 +12,11 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as SQL
 from pyspark.sql import types as T
 
-from ..keys.operator import MODE_BROADCAST
-from ..state.descriptors import StateDescriptor
-from ..state.type_strings import spark_type_of
-from .errors import KeyMismatchError, StateDataError
-from .savepoint_source import SavepointSource
+from ...keys.operator import MODE_BROADCAST
+from ...state.descriptors import StateDescriptor
+from ...state.type_strings import spark_type_of
+from ..errors import KeyMismatchError, StateDataError
+from ..location.savepoints import SavepointSource
 
 
 def check_rows(source: SavepointSource, descriptor: StateDescriptor, kind: str, rows: DataFrame) -> None:
@@ -80,7 +80,7 @@ def _expected_type(descriptor: StateDescriptor, kind: str) -> Optional[T.DataTyp
 
 def _canonical(data_type: T.DataType) -> str:
     """A type's canonical form (the serializers'), nullability ignored: ``int`` is ``bigint``."""
-    from ..state.serializers import serializer_for
+    from ...state.serializers import serializer_for
 
     text = getattr(serializer_for(data_type), "type_string", None)
     return text.replace(" not null", "") if isinstance(text, str) else data_type.simpleString()

@@ -13,16 +13,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Optional
 
-from ..engine.store import VersionedStore
-from ..ops import savepoint_format as F
-from ..ops.savepoint_manifest import read_manifest
-from ..ops.state_files import read_state_entries
-from ..ops.state_io import reader_config
-from ..process.plan import KEYED
-from ..storage import open_storage
-from .errors import KeyMismatchError, StateDataError
-from .key_columns import KeyColumns
-from .source import choose_function
+from ...engine.store import VersionedStore
+from ...ops import savepoint_format as F
+from ...ops.savepoint_manifest import read_manifest
+from ...ops.state_files import read_state_entries
+from ...ops.state_io import reader_config
+from ...process.plan import KEYED
+from ...storage import open_storage
+from ..errors import KeyMismatchError
+from ..key_columns import KeyColumns
+from ..read_options import OptionError
+from .functions import choose_function
 
 
 def is_savepoint(path: str, storage_options: Optional[Mapping[str, str]] = None) -> bool:
@@ -33,11 +34,11 @@ def is_savepoint(path: str, storage_options: Optional[Mapping[str, str]] = None)
 def savepoint_batch(url: str, manifest: F.SavepointManifest, batch: Optional[int]) -> int:
     """The savepoint's batch; ``batch``, if given, must be it (the one check of every reader).
 
-    :raises StateDataError: another batch (the message names the savepoint's)."""
+    :raises OptionError: another batch (the message names the savepoint's)."""
     held = manifest.batch_id
     if batch is not None and batch != held:
-        raise StateDataError(f"the savepoint {url} holds the state of batch {held} only, not of batch {batch}: omit "
-                             f"batch (batch=, batchId, --batch) or give {held}")
+        raise OptionError("batch", f"the savepoint {url} holds the state of batch {held} only, not of batch {batch}: "
+                                   f"omit {{option}} or give {held}")
     return held
 
 

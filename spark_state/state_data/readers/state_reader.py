@@ -24,13 +24,12 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from .change_feed import read_change_feed
-from .function_operator_state import read_function_operator_state
-from .key_reader import KeyReader, read_keyed_states
+from ..read_options import ReadOptions
+from .by_options import read
+from .keyed_states import KeyReader, read_keyed_states
 from .lookup import StateLookup
 from .metadata import state_metadata
-from .operators import read_operator_state
-from .read import read_keyed_state, read_timers
+from .spark_operator_state import read_spark_operator_state
 
 __all__ = ["StateReader"]
 
@@ -53,62 +52,68 @@ class StateReader:
                  storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
                  process_locations: Optional[Mapping[str, str]] = None, allow_pickle: bool = False) -> None:
         self.spark = spark
-        self.path = path
-        self.function = function
-        self.storage_options = dict(storage_options or {})
-        self.process_root = process_root
-        self.process_locations = dict(process_locations or {})
-        self.allow_pickle = allow_pickle
+        #: what every read shares; each method adds what it reads (:class:`~..read_options.ReadOptions`)
+        self.options = ReadOptions(path, function=function, storage_options=dict(storage_options or {}),
+                                   process_root=process_root, process_locations=dict(process_locations or {}),
+                                   allow_pickle=allow_pickle)
+
+    @property
+    def path(self) -> str:
+        return self.options.path
 
     def _where(self, function: Optional[str]) -> dict[str, Any]:
         """The arguments every keyed reader shares."""
-        return {"function": function if function is not None else self.function,
-                "storage_options": self.storage_options, "process_root": self.process_root,
-                "process_locations": self.process_locations}
+        o = self.options
+        return {"function": function if function is not None else o.function,
+                "storage_options": dict(o.storage_options), "process_root": o.process_root,
+                "process_locations": dict(o.process_locations)}
+
+    def _read(self, function: Optional[str], **what: Any) -> DataFrame:
+        chosen = self.options.function if function is None else function
+        return read(self.spark, self.options.replace(function=chosen, **what))
 
     def keyed_state(self, state: str, *, function: Optional[str] = None, batch: Optional[int] = None,
                     flatten_collection_types: bool = False) -> DataFrame:
-        """:func:`~.read.read_keyed_state`: one keyed state of every key."""
-        return read_keyed_state(self.spark, self.path, state, batch=batch,
-                                flatten_collection_types=flatten_collection_types, allow_pickle=self.allow_pickle,
-                                **self._where(function))
+        """:func:`~.keyed_state.read_keyed_state`: one keyed state of every key."""
+        return self._read(function, state=state, batch=batch, flatten_collection_types=flatten_collection_types)
 
     def keyed_states(self, reader: KeyReader, schema: Union[T.StructType, str], *,
                      states: Optional[Sequence[str]] = None, function: Optional[str] = None,
                      batch: Optional[int] = None) -> DataFrame:
-        """:func:`~.key_reader.read_keyed_states`: every state of each key, in one pass."""
+        """:func:`~.keyed_states.read_keyed_states`: every state of each key, in one pass."""
         return read_keyed_states(self.spark, self.path, reader, schema, states=states, batch=batch,
-                                 allow_pickle=self.allow_pickle, **self._where(function))
+                                 allow_pickle=self.options.allow_pickle, **self._where(function))
 
     def timers(self, *, function: Optional[str] = None, batch: Optional[int] = None) -> DataFrame:
-        """:func:`~.read.read_timers`: the registered timers of every key."""
-        return read_timers(self.spark, self.path, batch=batch, **self._where(function))
+        """:func:`~.keyed_state.read_timers`: the registered timers of every key."""
+        return self._read(function, timers=True, batch=batch)
 
     def change_feed(self, state: str, *, start_batch: int, end_batch: Optional[int] = None,
                     function: Optional[str] = None) -> DataFrame:
         """:func:`~.change_feed.read_change_feed`: the changes batches made to a state (a
         checkpoint only: a savepoint holds one batch)."""
-        return read_change_feed(self.spark, self.path, state, start_batch=start_batch, end_batch=end_batch,
-                                allow_pickle=self.allow_pickle, **self._where(function))
+        return self._read(function, state=state, change_feed=True, start_batch=start_batch, end_batch=end_batch)
 
     def operator_state(self, state: str, *, function: Optional[str] = None,
                        batch: Optional[int] = None) -> DataFrame:
-        """:func:`~.function_operator_state.read_function_operator_state`: a function's list,
+        """:func:`~.operator_state.read_function_operator_state`: a function's list,
         union list or broadcast state, per partition."""
-        return read_function_operator_state(self.spark, self.path, state, batch=batch,
-                                            allow_pickle=self.allow_pickle, **self._where(function))
+        return self._read(function, operator_state=state, batch=batch)
 
     def spark_operator_state(self, operator_id: int = 0, *, store_name: Optional[str] = None,
                              batch: Optional[int] = None, work_dir: Optional[str] = None) -> DataFrame:
-        """:func:`~.operators.read_operator_state`: a Spark operator's state rows (Spark 4.0+)."""
-        return read_operator_state(self.spark, self.path, operator_id=operator_id, store_name=store_name,
-                                   batch=batch, storage_options=self.storage_options, work_dir=work_dir)
+        """:func:`~.spark_operator_state.read_spark_operator_state`: a Spark operator's state rows (Spark 4.0+)."""
+        return read_spark_operator_state(self.spark, self.path, operator_id=operator_id, store_name=store_name,
+                                   batch=batch, storage_options=dict(self.options.storage_options),
+                                         work_dir=work_dir)
 
     def metadata(self) -> list[dict[str, Any]]:
         """:func:`~.metadata.state_metadata`: one row per state, timer service and Spark operator."""
-        return state_metadata(self.path, storage_options=self.storage_options, process_root=self.process_root,
-                              process_locations=self.process_locations)
+        o = self.options
+        return state_metadata(o.path, storage_options=dict(o.storage_options), process_root=o.process_root,
+                              process_locations=dict(o.process_locations))
 
     def lookup(self, *, function: Optional[str] = None, local_dir: Optional[str] = None) -> StateLookup:
         """A :class:`~.lookup.StateLookup` of one function (close it, or use ``with``)."""
-        return StateLookup(self.path, allow_pickle=self.allow_pickle, local_dir=local_dir, **self._where(function))
+        return StateLookup(self.path, allow_pickle=self.options.allow_pickle, local_dir=local_dir,
+                           **self._where(function))

@@ -56,23 +56,23 @@ from typing import Any, Callable, Optional, Sequence, Union
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType, TimestampType
 
-from ..ops import savepoint_format as F
-from ..ops.process_locations import CHECKPOINT as PLACED_BESIDE_CHECKPOINT
-from ..ops.checkpoint_reader import PROVIDER_CLASS_CONF, SPARKSTATE_PROVIDER, SparkCheckpoint
-from ..ops.progress import Progress
-from ..ops.savepoint import check_empty_target, take, write_file
-from ..process.api import key_columns
-from ..process.clock import clock_path, maxima_dir
-from ..process.functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction
-from ..process.inputs import check_same_key_types
-from ..process.offline import plan_offline
-from ..process.options import process_options
-from ..process.plan import KEYED, BroadcastSpec, ProcessPlan
-from ..spark.logs import OffsetEntry, next_batch_watermark
-from ..state import MapStateDescriptor
-from ..storage import CheckpointStorage, open_storage
+from ...ops import savepoint_format as F
+from ...ops.checkpoint_reader import PROVIDER_CLASS_CONF, SPARKSTATE_PROVIDER, SparkCheckpoint
+from ...ops.process_locations import CHECKPOINT as PLACED_BESIDE_CHECKPOINT
+from ...ops.progress import Progress
+from ...ops.savepoint import check_empty_target, take, write_file
+from ...process.api import key_columns
+from ...process.clock import clock_path, maxima_dir
+from ...process.functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction
+from ...process.inputs import check_same_key_types
+from ...process.offline import plan_offline
+from ...process.options import process_options
+from ...process.plan import KEYED, BroadcastSpec, ProcessPlan
+from ...spark.logs import OffsetEntry, next_batch_watermark
+from ...state import MapStateDescriptor
+from ...storage import CheckpointStorage, open_storage
+from ..errors import BootstrapError
 from .bootstrap_task import RESULT_DDL, BroadcastOutputDropped, CoOutputDropped, OutputDropped, bootstrap_partition
-from .errors import BootstrapError
 
 #: The output modes of the one-batch run of Spark's operators.
 OUTPUT_MODES = ("append", "update", "complete")

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pyspark.sql import SparkSession
 
-from ..spark.lines import running_line
-from .datasource import NAME
-from .errors import StateDataError
+from ...spark.lines import running_line
+from ..errors import StateDataError
+from .options import NAME
 
 __all__ = ["register_data_sources"]
 
@@ -26,7 +26,7 @@ def register_data_sources(spark: SparkSession) -> None:
             f"Spark {line.name} has no Python Data Source API (Spark 4.0+), so format('{NAME}') cannot be "
             "registered: read state with the Python functions (spark_state.state_data.read_keyed_state, read_timers, "
             "read_change_feed, read_function_operator_state)")
-    from .datasource_classes import SparkStateDataSource, StateMetadataDataSource
+    from .sources import SparkStateDataSource, StateMetadataDataSource
 
     spark.dataSource.register(SparkStateDataSource)
     spark.dataSource.register(StateMetadataDataSource)

@@ -12,7 +12,7 @@
 A replacement gives a keyed state its whole new content: one row per key, the key columns
 (the names and types the function is keyed by) and ``value`` -- the value (value, reducing
 state), an array (list state), a map (map state) or the accumulator (aggregating state), as
-:func:`~.read.read_keyed_state` reads them. Keys without a row lose the state; the other
+:func:`~..readers.keyed_state.read_keyed_state` reads them. Keys without a row lose the state; the other
 states, the timers and everything else of the savepoint are copied unchanged.
 
 How. A replacement is a Spark job: its rows are routed by key group to the partitions of the
@@ -31,7 +31,7 @@ a keyed state, ``rename_state`` re-keys them under a new name, ``remove_function
 function's files and manifest entry (and, with ``tick_source=``, its tick source from Spark's
 logs), and ``replace_keyed_state`` of a state the savepoint lacks adds it. Every change is checked
 when it is called (unknown state or function, a name clash) and applied by ``write``, in the order
-called; removals and renames are per-partition Spark jobs (:mod:`.surgery`) that run no user code.
+called; removals and renames are per-partition Spark jobs (:mod:`.keyed_state_surgery`) that run no user code.
 """
 
 from __future__ import annotations
@@ -43,32 +43,37 @@ from typing import Any, Mapping, Optional, Union
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from ..deprecation import renamed_arguments
-from ..config import EngineConfig
-from ..ops import savepoint_format as F
-from ..ops.progress import Progress
-from ..ops.savepoint_manifest import read_manifest
-from ..ops.savepoint import check_empty_target
-from ..ops.state_files import copy_verified, read_verified, write_small_file
-from ..process.functions import KeyedProcessFunction
-from ..process.offline import plan_offline
-from ..process.options import ProcessOptions
-from ..process.plan import KEYED
-from ..process.location import LocationSpec
-from ..state import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
-                     ValueStateDescriptor)
-from ..state.descriptors import StateDescriptor
-from ..storage import open_storage
+from ...config import EngineConfig
+from ...deprecation import renamed_arguments
+from ...ops import savepoint_format as F
+from ...ops.progress import Progress
+from ...ops.savepoint import check_empty_target
+from ...ops.savepoint_manifest import read_manifest
+from ...ops.state_files import copy_verified, read_verified, write_small_file
+from ...process.functions import KeyedProcessFunction
+from ...process.location import LocationSpec
+from ...process.offline import plan_offline
+from ...process.options import ProcessOptions
+from ...process.plan import KEYED
+from ...state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+from ...state.descriptors import StateDescriptor
+from ...storage import open_storage
+from ..errors import StateDataError, UnknownStateError
+from ..location.functions import choose_function
+from ..location.savepoints import SavepointSource
+from ..readers.keyed_state import read_keyed_state, read_timers
+from ..readers.operator_state import read_function_operator_state
 from .bootstrap_task import RESULT_DDL, bootstrap_partition
-from .errors import StateDataError, UnknownStateError
-from .function_operator_state import read_function_operator_state
-from .read import read_keyed_state, read_timers
-from .savepoint_source import SavepointSource
-from .source import choose_function
+from .keyed_state_surgery import BaseEntries, check_tick_source, keyed_state_names, rewrite, without_source
+from .operator_state_surgery import dropped_prefixes, keyspace_of, operator_mode, replace_operator_state
+from .spark_operator_surgery import check_spark_rows, check_unstamped, replace_spark_state, spark_store
 from .transform_checks import check_operator_rows, check_rows
-from .surgery_spark import check_spark_rows, check_unstamped, replace_spark_state, spark_store
-from .surgery_operator_state import dropped_prefixes, keyspace_of, operator_mode, replace_operator_state
-from .surgery import BaseEntries, check_tick_source, keyed_state_names, rewrite, without_source
 
 #: descriptor class -> how the state's value is written
 _KINDS = ((ValueStateDescriptor, "value"), (ListStateDescriptor, "list"), (MapStateDescriptor, "map"),
@@ -179,7 +184,7 @@ class SavepointTransform:
         self._done: list[str] = []
 
     def read_keyed_state(self, state: str, *, function: Optional[str] = None, **options: Any) -> DataFrame:
-        """A keyed state of the savepoint as a DataFrame: :func:`~.read.read_keyed_state` with its
+        """A keyed state of the savepoint as a DataFrame: :func:`~..readers.keyed_state.read_keyed_state` with its
         other ``options`` (how collections are read, ``allow_pickle``), the savepoint's storage
         options given."""
         return read_keyed_state(self._spark, self._savepoint, state, function=function,
@@ -209,7 +214,7 @@ class SavepointTransform:
     def read_function_operator_state(self, state: str, *, function: Optional[str] = None,
                                      allow_pickle: bool = False) -> DataFrame:
         """Operator state ``state`` of ``function`` (list, union list or broadcast) of the
-        savepoint, as :func:`~.function_operator_state.read_function_operator_state` reads it."""
+        savepoint, as :func:`~..readers.operator_state.read_function_operator_state` reads it."""
         return read_function_operator_state(self._spark, self._savepoint, state, function=function,
                                             storage_options=self._options, allow_pickle=allow_pickle)
 
@@ -221,7 +226,7 @@ class SavepointTransform:
         (``ListStateDescriptor``, ``mode="list"`` or ``"union"``), ``map_key``, ``value`` and
         ``partition_id`` for a broadcast state (``MapStateDescriptor``): the form
         :meth:`read_function_operator_state` gives. A partition without rows holds the state
-        empty; a state the function does not hold is added (:mod:`.surgery_operator_state`).
+        empty; a state the function does not hold is added (:mod:`.operator_state_surgery`).
 
         :raises StateDataError: another descriptor or mode, a missing column, a column of another
             type than the descriptor's, or a partition outside the function's layout."""
@@ -235,8 +240,8 @@ class SavepointTransform:
     def replace_spark_operator_state(self, operator_id: int, rows: DataFrame, *,
                                      store_name: str = "default") -> "SavepointTransform":
         """Give store ``store_name`` of Spark's operator ``operator_id`` the content of ``rows``
-        (``key`` and ``value`` structs, as :func:`~.operators.read_operator_state` gives them;
-        see :mod:`.surgery_spark`).
+        (``key`` and ``value`` structs, as :func:`~..readers.spark_operator_state.read_spark_operator_state` gives them;
+        see :mod:`.spark_operator_surgery`).
 
         :raises UnknownStateError: no such operator or store (listing those the savepoint holds).
         :raises StateDataError: ``key`` or ``value`` differ from the store's recorded schema
@@ -377,7 +382,7 @@ class SavepointTransform:
 
     def _any_source(self, function: Optional[str]) -> SavepointSource:
         """The function ``function`` of the savepoint, keyed or checkpointed (optional when it has
-        one keyed function), chosen by the one chooser (:func:`.source.choose_function`)."""
+        one keyed function), chosen by the one chooser (:func:`..location.functions.choose_function`)."""
         if function is None:
             return self._source(None)
         source = SavepointSource.open_any(self._savepoint, function, self._options)

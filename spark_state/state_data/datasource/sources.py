@@ -1,10 +1,10 @@
 """The Python Data Source API classes of ``format("spark-state")`` (Spark 4.0+; the options and
-the planning are :mod:`.datasource`'s).
+the planning are :mod:`.options`'s).
 
 Spark runs ``schema()`` and ``reader()`` in a Python worker beside the driver: ``schema()`` plans
 the read once (the state's schema record, read from the first partition store that has it) and
 keeps the plan on the instance, which Spark pickles into ``reader()``; each input partition is
-one partition store, and ``read`` yields its Arrow record batches (:mod:`.partition_jobs`).
+one partition store, and ``read`` yields its Arrow record batches (:mod:`..partition_jobs`).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from ..ops.inspect import METADATA_FIELDS, METADATA_TYPES
-from .datasource import METADATA_NAME, NAME, metadata_from_options, plan_from_options
-from .partition_jobs import PartitionJob
+from ...ops.inspect import METADATA_FIELDS, METADATA_TYPES
+from ..partition_jobs import PartitionJob
+from .options import METADATA_NAME, NAME, metadata_from_options, plan_from_options
 
 __all__ = ["SparkStateDataSource", "StateMetadataDataSource"]
 
@@ -55,7 +55,7 @@ class _Reader(DataSourceReader):
 
 
 class StateMetadataDataSource(DataSource):
-    """``format("spark-state-metadata")``: :func:`~.metadata.state_metadata`'s rows, computed in
+    """``format("spark-state-metadata")``: :func:`~..readers.metadata.state_metadata`'s rows, computed in
     ``reader()`` (beside the driver) and read in one partition."""
 
     @classmethod

@@ -13,13 +13,13 @@ What a lookup reads. Batch ``b``'s state is batch version ``b + 1`` of the funct
 location (:mod:`spark_state.process.location`); without ``batch``, ``b`` is the last batch in
 Spark's commit log, which Spark writes only after every task committed its state: a lookup
 never sees an uncommitted version, even while the query runs. The key's key group
-(:mod:`.key_columns`) names the one partition store that holds it; only that store is loaded (its
+(:mod:`..key_columns`) names the one partition store that holds it; only that store is loaded (its
 snapshot and the changelogs after it) -- the other partitions are not read. The state's schema
-record, stored with it, says how to decode the entries (:mod:`.codecs`).
+record, stored with it, says how to decode the entries (:mod:`..codecs`).
 
 A savepoint (:mod:`spark_state.ops.savepoint_format`) holds one batch: the key's partition
 state file is checked and loaded into a temporary store
-(:meth:`~.savepoint_source.SavepointSource.load`), and ``batch`` is that batch or omitted.
+(:meth:`~..location.savepoints.SavepointSource.load`), and ``batch`` is that batch or omitted.
 
 A key that has no value in a state (never set, cleared, expired; for list and map state: no
 element) is not ``found``, and its ``value`` is None.
@@ -38,17 +38,17 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Optional
 
-from ..engine.store import VersionedStore, prefix_upper_bound
-from ..keys import keyed as K
-from ..ops.process_locations import ProcessLocation
-from ..ops.state_io import open_committed, process_layout, reader_config
-from ..partitioning.keygroups import compute_operator_index_for_key_group
-from ..process import location as L
-from ..state.schema import StateSchema
-from .codecs import StateCodec
-from .records import find_state_record, keyed_records, state_codec
-from .savepoint_source import SavepointSource, is_savepoint, savepoint_batch
-from .source import KeyedSource
+from ...engine.store import VersionedStore, prefix_upper_bound
+from ...keys import keyed as K
+from ...ops.process_locations import ProcessLocation
+from ...ops.state_io import open_committed, process_layout, reader_config
+from ...partitioning.keygroups import compute_operator_index_for_key_group
+from ...process import location as L
+from ...state.schema import StateSchema
+from ..codecs import StateCodec
+from ..location.functions import KeyedSource
+from ..location.records import find_state_record, keyed_records, state_codec
+from ..location.savepoints import SavepointSource, is_savepoint, savepoint_batch
 
 __all__ = ["LookupResult", "StateLookup", "lookup"]
 

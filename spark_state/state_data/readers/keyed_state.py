@@ -17,14 +17,14 @@ the partition store's, last as in Spark's ``statestore`` reader):
 
 One row per key that has a value (flattened: per element or entry). The default is a row per
 key, unlike Spark's reader (whose ``flattenCollectionTypes`` defaults to true; so does the data
-source, :mod:`.datasource`): a row per key is the form :class:`~.transform.SavepointTransform`
+source, :mod:`..datasource.options`): a row per key is the form :class:`~..writers.transform.SavepointTransform`
 writes back. Types come from the state's schema record (the serializer's canonical type: ``int``
 state reads as ``bigint``); values whose TTL has expired when the read starts are left out, as for
-lookups (:mod:`.codecs`).
+lookups (:mod:`..codecs`).
 
 How. The driver reads batch ``b``'s layout (its parallelism ``n``) and, from the first
 partition store that has it, the state's schema record (for the DataFrame's schema); then one
-Spark task per partition store (:mod:`.partition_jobs`) loads that store's committed copy of
+Spark task per partition store (:mod:`..partition_jobs`) loads that store's committed copy of
 batch version ``b + 1`` and scans the state's entries key group by key group (``[kg][name]``
 prefixes; layout in :mod:`spark_state.keys.keyed`). Nothing is written; a running query is not
 disturbed, and only committed batches are read.
@@ -42,23 +42,23 @@ from typing import Callable, Iterable, Iterator, Mapping, Optional
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
-from ..deprecation import renamed_arguments
-from ..engine.store import VersionedStore, prefix_upper_bound
-from ..keys import keyed as K
-from ..keys import timers as TK
-from ..ops.state_io import open_committed, process_layout, reader_config
-from ..partitioning.keygroups import compute_key_group_range_for_operator_index
-from ..process import location as L
-from ..process.keycodec import key_decoder
-from ..state.schema import StateSchema
-from ..state.type_strings import spark_type_of
-from ..storage import CheckpointStorage, open_storage
-from .codecs import SINGLE_VALUE_KINDS
-from .records import each_store_records, find_state_record, state_codec
-from .errors import StateDataError, UnreadableStateError
-from .partition_jobs import PARTITION_ID, PartitionJob, chunked, run_job
-from .savepoint_source import SavepointSource, is_savepoint, savepoint_batch
-from .source import KeyedSource
+from ...deprecation import renamed_arguments
+from ...engine.store import VersionedStore, prefix_upper_bound
+from ...keys import keyed as K
+from ...keys import timers as TK
+from ...ops.state_io import open_committed, process_layout, reader_config
+from ...partitioning.keygroups import compute_key_group_range_for_operator_index
+from ...process import location as L
+from ...process.keycodec import key_decoder
+from ...state.schema import StateSchema
+from ...state.type_strings import spark_type_of
+from ...storage import CheckpointStorage, open_storage
+from ..codecs import SINGLE_VALUE_KINDS
+from ..errors import StateDataError, UnreadableStateError
+from ..location.functions import KeyedSource
+from ..location.records import each_store_records, find_state_record, state_codec
+from ..location.savepoints import SavepointSource, is_savepoint, savepoint_batch
+from ..partition_jobs import PARTITION_ID, PartitionJob, chunked, run_job
 
 __all__ = ["plan_keyed_state", "plan_timers", "read_keyed_state", "read_timers"]
 

@@ -1,7 +1,7 @@
 """Savepoint surgery on functions' operator state (list, union list, broadcast): a state's whole
 content replaced by the rows of a DataFrame, one Spark task per partition of the function's layout.
 
-The rows are those :func:`~.function_operator_state.read_function_operator_state` gives:
+The rows are those :func:`~..readers.operator_state.read_function_operator_state` gives:
 ``index`` and ``value`` (list and union list state: the element's place in the partition's
 list, and the element) or ``map_key`` and ``value`` (broadcast state), then ``partition_id``
 (the layout's partition). Each task writes its partition's file from the savepoint's entries without
@@ -17,18 +17,26 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 
 from pyspark.sql import DataFrame, SparkSession
 
-from ..keys.operator import INDEX, KEYED_OPERATOR_PREFIX, MODE_BROADCAST, MODE_KINDS, MODE_SPLIT, MODE_UNION, MODES
-from ..keys.operator import state_prefix
-from ..keys.system import operator_record_key
-from ..ops import savepoint_format as F
-from ..process.plan import KEYED
-from ..state import ListStateDescriptor, MapStateDescriptor
-from ..state.descriptors import StateDescriptor
-from ..state.schema import schema_of
-from .errors import StateDataError
-from .partition_jobs import each_routed_partition
-from .savepoint_source import SavepointSource
-from .surgery import BaseEntries, write_partition
+from ...keys.operator import (
+    INDEX,
+    KEYED_OPERATOR_PREFIX,
+    MODE_BROADCAST,
+    MODE_KINDS,
+    MODE_SPLIT,
+    MODE_UNION,
+    MODES,
+    state_prefix,
+)
+from ...keys.system import operator_record_key
+from ...ops import savepoint_format as F
+from ...process.plan import KEYED
+from ...state import ListStateDescriptor, MapStateDescriptor
+from ...state.descriptors import StateDescriptor
+from ...state.schema import schema_of
+from ..errors import StateDataError
+from ..location.savepoints import SavepointSource
+from ..partition_jobs import each_routed_partition
+from .keyed_state_surgery import BaseEntries, write_partition
 
 #: ``mode=`` of a list state descriptor -> the mode byte
 LIST_MODES = {"list": MODE_SPLIT, "union": MODE_UNION}

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from ..ops import savepoint_format as F
-from ..ops.checkpoint_reader import provider_short_name
-from ..ops.inspect import add_records, inspect, metadata_rows, record_list
-from ..ops.savepoint_manifest import read_manifest
-from ..ops.state_files import read_record_entries
-from ..storage import open_storage
-from .savepoint_source import is_savepoint
+from ...ops import savepoint_format as F
+from ...ops.checkpoint_reader import provider_short_name
+from ...ops.inspect import add_records, inspect, metadata_rows, record_list
+from ...ops.savepoint_manifest import read_manifest
+from ...ops.state_files import read_record_entries
+from ...storage import open_storage
+from ..location.savepoints import is_savepoint
 
 __all__ = ["state_metadata"]
 

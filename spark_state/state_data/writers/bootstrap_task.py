@@ -27,13 +27,13 @@ from typing import Any, Iterable, Iterator, Mapping, Optional
 
 import pyarrow as pa
 
-from ..ops import savepoint_format as F
-from ..ops.state_files import write_state_file
-from ..process.functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction
-from ..process.offline import run_keyed_offline
-from ..process.plan import ProcessPlan
-from ..storage import open_storage
-from .surgery import BaseEntries
+from ...ops import savepoint_format as F
+from ...ops.state_files import write_state_file
+from ...process.functions import KeyedBroadcastProcessFunction, KeyedCoProcessFunction, KeyedProcessFunction
+from ...process.offline import run_keyed_offline
+from ...process.plan import ProcessPlan
+from ...storage import open_storage
+from .keyed_state_surgery import BaseEntries
 
 #: What each bootstrap task returns (one row): its partition, the manifest entry of the state file it
 #: wrote (:data:`~spark_state.ops.savepoint_format.FILE_ENTRY_FIELDS`), its input rows and the names
