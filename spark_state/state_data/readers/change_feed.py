@@ -49,7 +49,8 @@ from ..location.records import state_codec
 from ..location.savepoints import is_savepoint
 from ..partition_jobs import PartitionJob, chunked, run_job
 from ..read_options import OptionError
-from .keyed_state import Partitions, row_key, state_record, state_schema
+from ..location.partitions import Partitions
+from .keyed_state import row_key, state_record, state_schema
 
 __all__ = ["plan_change_feed", "read_change_feed"]
 

@@ -32,12 +32,8 @@ disturbed, and only committed batches are read.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
@@ -46,69 +42,19 @@ from ...deprecation import renamed_arguments
 from ...engine.store import VersionedStore, prefix_upper_bound
 from ...keys import keyed as K
 from ...keys import timers as TK
-from ...ops.state_io import open_committed, process_layout, reader_config
-from ...partitioning.keygroups import compute_key_group_range_for_operator_index
-from ...process import location as L
 from ...process.keycodec import key_decoder
 from ...state.schema import StateSchema
 from ...state.type_strings import spark_type_of
-from ...storage import CheckpointStorage, open_storage
 from ..codecs import SINGLE_VALUE_KINDS
 from ..errors import StateDataError, UnreadableStateError
-from ..location.functions import KeyedSource
 from ..location.records import each_store_records, find_state_record, state_codec
-from ..location.savepoints import SavepointSource, is_savepoint, savepoint_batch
-from ..partition_jobs import PARTITION_ID, PartitionJob, chunked, run_job
+from ..location.partitions import Partitions, function_partitions
+from ..partition_jobs import PARTITION_ID, PartitionJob, run_job
 
 __all__ = ["plan_keyed_state", "plan_timers", "read_keyed_state", "read_timers"]
 
 #: The domains of timers, as ``read_timers`` names them.
 DOMAINS = {TK.EVENT_TIME: "event_time", TK.PROCESSING_TIME: "processing_time"}
-
-
-@dataclass(frozen=True)
-class Partitions:
-    """What a task needs to open partition stores of one committed batch (pickled to the tasks)."""
-
-    url: str
-    storage_options: Mapping[str, str]
-    layout: L.Layout
-    version: int
-    max_parallelism: int
-    key_fields: tuple[T.StructField, ...]
-    #: the stores are a savepoint's state files of this function (loaded into temporary stores)
-    savepoint: Optional[SavepointSource] = None
-
-    def key_groups(self, partition: int) -> range:
-        kg = compute_key_group_range_for_operator_index(self.max_parallelism, self.layout.parallelism, partition)
-        return range(kg.start, kg.end + 1)
-
-    @contextmanager
-    def store(self, partition: int, storage: Optional[CheckpointStorage] = None) -> Iterator[VersionedStore]:
-        """Partition ``partition``'s store, loaded at the batch in a temporary directory (read only)."""
-        local = tempfile.mkdtemp(prefix="spark-state-read-")
-        if self.savepoint is not None:
-            store = self.savepoint.load(partition, local)
-        else:
-            storage = storage or open_storage(self.url, dict(self.storage_options))
-            store = open_committed(storage.child(self.layout.store_path(partition)),
-                                   self.layout.store_version(self.version), reader_config(local_dir=local),
-                                   self.layout.base, registry=storage)
-        try:
-            yield store
-        finally:
-            store.close()
-            shutil.rmtree(local, ignore_errors=True)
-
-    def job(self, schema: T.StructType,
-            read: Callable[[VersionedStore, int], Iterable[tuple]]) -> PartitionJob:
-        """The job that gives ``read(store, partition)``'s rows of each partition store."""
-
-        def rows(partition: int) -> Iterator[list[tuple]]:
-            with self.store(partition) as store:
-                yield from chunked(read(store, partition))
-
-        return PartitionJob(schema, self.layout.parallelism, rows)
 
 
 @renamed_arguments(exploded="flatten_collection_types")
@@ -135,7 +81,7 @@ def plan_keyed_state(path: str, state: str, *, function: Optional[str] = None, b
                      process_root: Optional[str] = None, process_locations: Optional[Mapping[str, str]] = None,
                      allow_pickle: bool = False) -> PartitionJob:
     """:func:`read_keyed_state`'s job (driver side; no Spark session needed)."""
-    parts, name = source_partitions(path, function, batch, storage_options, process_root, process_locations)
+    parts, name = function_partitions(path, function, batch, storage_options, process_root, process_locations)[:2]
     record = state_record(parts, state, name)
     schema = state_schema(parts.key_fields, state, record, flatten_collection_types)
     reader = _StateReader(parts, state, record.kind, flatten_collection_types, int(time.time() * 1000), allow_pickle)
@@ -156,7 +102,7 @@ def plan_timers(path: str, *, function: Optional[str] = None, batch: Optional[in
                 storage_options: Optional[Mapping[str, str]] = None, process_root: Optional[str] = None,
                 process_locations: Optional[Mapping[str, str]] = None) -> PartitionJob:
     """:func:`read_timers`' job (driver side)."""
-    parts, _ = source_partitions(path, function, batch, storage_options, process_root, process_locations)
+    parts, _ = function_partitions(path, function, batch, storage_options, process_root, process_locations)[:2]
     added = (T.StructField("domain", T.StringType(), False),
              T.StructField("expiration_timestamp_ms", T.LongType(), False), PARTITION_ID)
     _check_names([f.name for f in parts.key_fields], [f.name for f in added])
@@ -175,29 +121,6 @@ def plan_timers(path: str, *, function: Optional[str] = None, batch: Optional[in
 
 
 # ------------------------------------------------------------------------------ driver side
-def source_partitions(path: str, function: Optional[str], batch: Optional[int],
-                      storage_options: Optional[Mapping[str, str]], process_root: Optional[str],
-                      process_locations: Optional[Mapping[str, str]]) -> tuple[Partitions, str]:
-    """The partition stores to read and the function's name: a checkpoint's committed batch, or
-    a savepoint's state files (``batch``, if given, must be the savepoint's)."""
-    if is_savepoint(path, storage_options):
-        sp = SavepointSource.open(path, function, storage_options)
-        savepoint_batch(sp.url, sp.manifest, batch)
-        parts = Partitions(sp.url, dict(sp.storage_options), L.Layout(sp.entry.parallelism, 0),
-                            sp.manifest.state_version, sp.max_parallelism, tuple(sp.key_columns.fields), sp)
-        return parts, sp.function
-    source = KeyedSource.find(path, function=function, storage_options=storage_options, process_root=process_root,
-                              process_locations=process_locations)
-    return _partitions(source, batch), source.function
-
-
-def _partitions(source: KeyedSource, batch: Optional[int]) -> Partitions:
-    """The partition stores of ``batch`` (default: the last committed batch)."""
-    version = source.committed_batch(batch) + 1
-    return Partitions(source.location.url, source.storage_options, process_layout(source.storage, version), version,
-                       source.max_parallelism, tuple(source.key_columns.fields))
-
-
 def state_record(parts: "Partitions", state: str, function: str) -> StateSchema:
     """The state's schema record, from the first partition store that has one (each store
     records the states it holds; a partition without keys of the state has none)."""

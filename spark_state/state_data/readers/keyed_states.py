@@ -42,7 +42,8 @@ from ..codecs import StateCodec
 from ..errors import StateDataError
 from ..location.records import each_store_records, find_state_records, keyed_records, state_codec
 from ..partition_jobs import PARTITION_ID, run_job
-from .keyed_state import Partitions, by_key, row_key, source_partitions
+from ..location.partitions import Partitions, function_partitions
+from .keyed_state import by_key, row_key
 
 __all__ = ["read_keyed_states"]
 
@@ -67,7 +68,7 @@ def read_keyed_states(spark: SparkSession, path: str, reader: KeyReader, schema:
         schema = parsed if isinstance(parsed, T.StructType) else T.StructType([T.StructField("value", parsed)])
     if PARTITION_ID.name in schema.fieldNames():
         raise StateDataError(f"the schema has a column {PARTITION_ID.name!r}, which the reader adds: rename it")
-    parts, name = source_partitions(path, function, batch, storage_options, process_root, process_locations)
+    parts, name = function_partitions(path, function, batch, storage_options, process_root, process_locations)[:2]
     if states is not None:  # a name no store records is a typo, not a key without a value
         find_state_records(each_store_records(parts.store, parts.layout.parallelism), states, name)
     walk = _KeyWalk(parts, tuple(states) if states is not None else None, reader, int(time.time() * 1000),

@@ -26,18 +26,13 @@ from pyspark.sql import types as T
 from ...engine.store import VersionedStore, prefix_upper_bound
 from ...keys.operator import INDEX, KEYED_OPERATOR_PREFIX, MODE_BROADCAST, modes_range, split_key, state_prefix
 from ...keys.system import operator_record_key
-from ...ops.checkpoint_reader import SparkCheckpoint
-from ...ops.process_locations import find_process_locations
-from ...ops.state_io import process_layout
-from ...process import location as L
 from ...process.plan import KEYED
 from ...state.schema import StateSchema
 from ..codecs import serializer_of
 from ..errors import UnknownStateError
-from ..location.functions import choose
-from ..location.savepoints import SavepointSource, is_savepoint, savepoint_batch
+from ..location.partitions import Partitions, function_partitions
 from ..partition_jobs import PARTITION_ID, PartitionJob, run_job
-from .keyed_state import Partitions, value_type
+from .keyed_state import value_type
 
 __all__ = ["plan_function_operator_state", "read_function_operator_state"]
 
@@ -62,11 +57,8 @@ def plan_function_operator_state(path: str, state: str, *, function: Optional[st
                                  process_locations: Optional[Mapping[str, str]] = None,
                                  allow_pickle: bool = False) -> PartitionJob:
     """:func:`read_function_operator_state`'s job (driver side; no Spark session needed)."""
-    if is_savepoint(path, storage_options):
-        parts, name, kind = _savepoint_partitions(path, function, batch, dict(storage_options or {}))
-    else:
-        parts, name, kind = _checkpoint_partitions(path, function, batch, storage_options, process_root,
-                                                   process_locations)
+    parts, name, kind = function_partitions(path, function, batch, storage_options, process_root, process_locations,
+                                            kind="function")
     keyspace = KEYED_OPERATOR_PREFIX if kind == KEYED else b""
     mode, record = _record(parts, state, name, keyspace)
     value = value_type(record.value, state)
@@ -77,31 +69,6 @@ def plan_function_operator_state(path: str, state: str, *, function: Optional[st
         extra = [T.StructField("index", T.IntegerType(), False), T.StructField("value", value, True)]
     schema = T.StructType(extra + [PARTITION_ID])
     return parts.job(schema, _Reader(state, mode, record, keyspace, allow_pickle).rows)
-
-
-def _checkpoint_partitions(checkpoint: str, function: Optional[str], batch: Optional[int],
-                           storage_options: Optional[Mapping[str, str]], process_root: Optional[str],
-                           process_locations: Optional[Mapping[str, str]]) -> tuple[Partitions, str, str]:
-    """The partition stores of a checkpoint's function at ``batch``, its name and kind."""
-    ckpt = SparkCheckpoint(checkpoint, dict(storage_options or {}))
-    found = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, dict(process_locations or {}),
-                                   dict(storage_options or {}))
-    loc = choose(found, function, ckpt, process_root, process_locations, kind="function")
-    version = ckpt.committed_batch(batch) + 1
-    parts = Partitions(loc.url, dict(loc.storage_options), process_layout(loc.storage(), version), version,
-                       loc.max_parallelism or 1, ())
-    return parts, loc.name, loc.kind
-
-
-def _savepoint_partitions(path: str, function: Optional[str], batch: Optional[int],
-                          options: dict[str, str]) -> tuple[Partitions, str, str]:
-    """A savepoint's state files of its function (any kind), loaded by the tasks, its name and kind."""
-    source = SavepointSource.open_any(path, function, options)
-    entry = source.entry
-    savepoint_batch(source.url, source.manifest, batch)
-    parts = Partitions(source.url, options, L.Layout(entry.parallelism, 0), source.manifest.state_version,
-                       entry.max_parallelism or 1, (), source)
-    return parts, entry.name, entry.kind
 
 
 def _record(parts: Partitions, state: str, function: str, keyspace: bytes) -> tuple[int, StateSchema]:
