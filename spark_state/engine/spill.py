@@ -121,3 +121,35 @@ class SpillRuns:
             self._db.close()
             self._db = None
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+#: Entries an external sort (:func:`external_sort`) holds in memory before it writes them as a run.
+SORT_IN_MEMORY = 65_536
+
+
+def external_sort(entries: Iterable[tuple[bytes, bytes]], scratch_dir: str,
+                  in_memory: int = SORT_IN_MEMORY) -> Iterator[tuple[bytes, bytes]]:
+    """``entries`` in ascending key order, each key once (a later entry of a key wins), holding at
+    most ``in_memory`` of them in memory: past that they are written, sorted, as runs of a
+    :class:`SpillRuns` under ``scratch_dir`` (deleted when the iteration ends or is dropped),
+    whose merged scan gives them back. ``entries`` is read to its end before the first comes out.
+    The one external sort of the Python side (a change feed's changed keys, the state files a
+    savepoint surgery writes)."""
+    pending: dict[bytes, bytes] = {}
+    runs: Optional[SpillRuns] = None
+    try:
+        for key, value in entries:
+            pending[key] = value
+            if len(pending) >= in_memory:
+                runs = runs or SpillRuns(scratch_dir)
+                runs.write_run(sorted(pending.items()))
+                pending = {}
+        if runs is None:
+            yield from sorted(pending.items())
+            return
+        runs.write_run(sorted(pending.items()))
+        pending = {}
+        yield from runs.items()
+    finally:
+        if runs is not None:
+            runs.close()

@@ -127,12 +127,17 @@ class OperatorStatePhase:
             {d.name: self.store.get_broadcast_state(d) for d in spec.states} if spec is not None else {})
 
     def before_open(self) -> None:
-        if self._ctx is not None:
-            self._plan.function.initialize_state(self._ctx)
+        self._call("initialize_state")
 
     def before_close(self) -> None:
-        if self._ctx is not None:
-            self._plan.function.snapshot_state(self._ctx)
+        self._call("snapshot_state")
+
+    def _call(self, hook: str) -> None:
+        """The function's ``hook(ctx)``, if it defines it: a keyed function keeps operator state
+        with either hook alone (both are optional, as in Flink's ``CheckpointedFunction`` use)."""
+        method = getattr(self._plan.function, hook, None)
+        if self._ctx is not None and method is not None:
+            method(self._ctx)
 
     def after_close(self) -> None:
         """Write operator and broadcast state back to the store."""

@@ -241,3 +241,30 @@ def expected_expiring_count(batches: Iterable[Iterable[tuple[str, int]]]) -> dic
             emitted.append((k, n, json.dumps(seen[k])))
         out[b] = sorted(emitted)
     return out
+
+
+class InitializeOnly(KeyedProcessFunction):
+    """Operator state kept with ``initialize_state`` alone: every row's value appended to the
+    partition's list, each row emitting the list's length so far."""
+
+    def initialize_state(self, ctx):
+        self.seen = ctx.get_list_state(ListStateDescriptor("seen", LongType()))
+
+    def process_element(self, row, ctx):
+        self.seen.add(row.v)
+        yield (row.k, len(list(self.seen.get())))
+
+
+class SnapshotOnly(KeyedProcessFunction):
+    """Operator state written by ``snapshot_state`` alone: the count of the partition's rows
+    of each batch appended to a list (emitted as 0: the list is read back by the test)."""
+
+    def open(self, ctx):
+        self.rows = 0
+
+    def process_element(self, row, ctx):
+        self.rows += 1
+        yield (row.k, 0)
+
+    def snapshot_state(self, ctx):
+        ctx.get_list_state(ListStateDescriptor("rows", LongType())).add(self.rows)

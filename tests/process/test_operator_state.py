@@ -9,9 +9,9 @@ from collections import defaultdict
 import pytest
 
 import process_fns
-from process_fns import INPUT_SCHEMA, OPERATOR_OUTPUT, OperatorStates
+from process_fns import INPUT_SCHEMA, OPERATOR_OUTPUT, InitializeOnly, OperatorStates, SnapshotOnly
 from spark_state import EngineConfig, VersionedStore
-from spark_state.process import checkpointed_process
+from spark_state.process import checkpointed_process, keyed_process
 from spark_state.state import ListStateDescriptor, MapStateDescriptor
 from spark_state.keys.operator import state_prefix
 from spark_state.process.operator_state import SPLIT, UNION, redistribute, split_ranges
@@ -100,6 +100,29 @@ def test_operator_state_redistribution_on_4_3_6(spark, tmp_path):
                 assert writer == old[i % m][2]
     # writer: 0..3 from batch 0, then i % 4 at 3 partitions, then (i % 3) at 6
     assert [restored[5, i][3] for i in range(6)] == [0, 1, 2, 0, 1, 2]
+
+
+@pytest.mark.spark
+def test_a_keyed_function_keeps_operator_state_with_either_hook_alone(spark, tmp_path):
+    """``initialize_state`` and ``snapshot_state`` are each optional: a keyed function that
+    defines one of them runs, and its operator state is kept across batches."""
+    from spark_state.state_data import read_function_operator_state
+
+    ship_module_by_value(process_fns)
+    batches = [[("a", 1), ("b", 2), ("a", 3)], [("c", 4)]]
+    write_batches(tmp_path / "in", batches, INPUT_SCHEMA)
+    for name, function in (("init", InitializeOnly()), ("snap", SnapshotOnly())):
+        ckpt = str(tmp_path / name)
+        out = run_query(spark, lambda df, f=function: keyed_process(df, "k", f, "k string, n bigint", parallelism=1),
+                        provider_class=HDFS_PROVIDER, input_dir=str(tmp_path / "in"), schema=INPUT_SCHEMA,
+                        checkpoint_dir=ckpt, output_mode="append")
+        rows = sorted(n for batch in out.batches.values() for _, n in batch)
+        if name == "init":
+            assert rows == [1, 2, 3, 4]  # the list outlives the batch
+        else:
+            assert rows == [0, 0, 0, 0]
+            kept = read_function_operator_state(spark, ckpt, "rows").collect()
+            assert sorted(r.value for r in kept) == [1, 3]
 
 
 def test_operator_state_of_a_keyed_function_has_its_own_keyspace(tmp_path):

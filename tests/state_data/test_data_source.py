@@ -193,7 +193,7 @@ def test_spark_reports_the_sources_errors(spark, states):
         with pytest.raises(AnalysisException) as raised:
             _source(spark, states["ckpt"], stateVarName="count", batchId="x").collect()
         text = str(raised.value)
-        assert "Traceback" not in text and "StateDataError: option batchId must be a batch id (an integer), got 'x'" \
+        assert "Traceback" not in text and "OptionError: option batchId must be a batch id (an integer), got 'x'" \
             in text, text
     finally:
         spark.conf.unset(hide)

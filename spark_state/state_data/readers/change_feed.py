@@ -36,7 +36,7 @@ from pyspark.sql import types as T
 
 from ...checkpoint.runs import RunContext, RunRegistry
 from ...engine.changes import ToolWrittenVersionError, committed_changes
-from ...engine.spill import SpillRuns
+from ...engine.spill import SORT_IN_MEMORY, external_sort
 from ...engine.store import VersionedStore, prefix_upper_bound
 from ...keys import keyed as K
 from ...keys.system import SYSTEM_PREFIX
@@ -56,7 +56,7 @@ __all__ = ["plan_change_feed", "read_change_feed"]
 
 UPDATE, DELETE = "update", "delete"
 #: Changed keys of one batch a task sorts in memory; more go through an external sort on local disk.
-CHANGED_KEYS_IN_MEMORY = 1 << 16
+CHANGED_KEYS_IN_MEMORY = SORT_IN_MEMORY
 #: The columns the feed adds before the key columns.
 FEED_COLUMNS = (T.StructField("batch_id", T.LongType(), False), T.StructField("change_type", T.StringType(), False))
 
@@ -159,27 +159,13 @@ def changed_keys(changes: Iterable[tuple[bytes, Optional[bytes]]], name: bytes, 
     key is an entry key without its suffix, :mod:`spark_state.keys.keyed`), in key order, each once.
     ``changes`` is read to its end before the first pair comes out (its version stays loaded).
 
-    Memory: at most ``in_memory`` keys; past that they are written, sorted, as runs of an
-    external sort (:class:`~spark_state.engine.spill.SpillRuns` under ``scratch_dir``, deleted at
-    the end), whose merged scan gives them back in order, each once."""
-    bases: dict[bytes, bytes] = {}
-    runs: Optional[SpillRuns] = None
-    try:
+    Memory: at most ``in_memory`` keys (:func:`~spark_state.engine.spill.external_sort` under
+    ``scratch_dir``)."""
+    def touched() -> Iterator[tuple[bytes, bytes]]:
         for key, _ in changes:
             if key[:1] == SYSTEM_PREFIX or key[0] >= 0x80 or K.state_name_of(key) != name:
                 continue
             _, _, key_bytes, suffix = K.split_entry(key)
-            bases[key[:len(key) - len(suffix)]] = key_bytes
-            if len(bases) >= in_memory:
-                runs = runs or SpillRuns(scratch_dir)
-                runs.write_run(sorted(bases.items()))
-                bases = {}
-        if runs is None:
-            yield from sorted(bases.items())
-            return
-        runs.write_run(sorted(bases.items()))
-        del bases
-        yield from runs.items()
-    finally:
-        if runs is not None:
-            runs.close()
+            yield key[:len(key) - len(suffix)], key_bytes
+
+    return external_sort(touched(), scratch_dir, in_memory)

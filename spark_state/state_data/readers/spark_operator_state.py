@@ -24,14 +24,13 @@ from typing import Mapping, Optional
 from pyspark.sql import DataFrame, SparkSession
 
 from ...deprecation import renamed_arguments
-from ...ops.checkpoint_reader import SparkCheckpoint
-from ...ops.errors import UnsupportedCheckpointError
 from ...ops.restore import restore
 from ...ops.savepoint_manifest import read_manifest
 from ...spark.lines import running_line
 from ...storage import open_storage
-from ..errors import StateDataError, UnknownStateError
+from ..errors import StateDataError
 from ..location.savepoints import is_savepoint
+from ..location.spark_stores import checkpoint_spark_stores, choose_spark_store, savepoint_spark_stores
 from ..read_options import OptionError
 
 __all__ = ["read_spark_operator_state"]
@@ -69,27 +68,12 @@ def read_spark_operator_state(spark: SparkSession, path: str, *, operator_id: in
 
 def _check_operator(path: str, savepoint: bool, operator_id: int, store_name: Optional[str],
                     storage_options: Optional[Mapping[str, str]]) -> None:
-    """Refuse an operator or store that ``path`` does not hold, naming those it holds (Spark's
-    reader would fail with "Failed to read the state schema", after a savepoint's restore)."""
+    """Refuse an operator or store that ``path`` does not hold, naming those it holds."""
     options = dict(storage_options or {})
-    if savepoint:
-        stores = {op.id: (op.name, [s.name for s in op.stores])
-                  for op in read_manifest(open_storage(path, options)).operators}
-    else:
-        try:
-            operators = SparkCheckpoint(path, options).operators()
-        except UnsupportedCheckpointError:  # e.g. transformWithState's v2 metadata: Spark's reader decides
-            return
-        stores = {op.id: (op.name, list(op.store_names)) for op in operators}
-    there = "; ".join(f"{i} {name} (stores {', '.join(names)})" for i, (name, names) in sorted(stores.items()))
-    if operator_id not in stores:
-        keyed = (" (a keyed function's state is read with read_keyed_state, or format('spark-state'))"
-                 if not stores else "")
-        raise UnknownStateError(f"{path} holds no state of a Spark operator {operator_id}{keyed}; Spark operators: "
-                                f"{there or 'none'}")
-    if store_name is not None and store_name not in stores[operator_id][1]:
-        raise UnknownStateError(f"Spark operator {operator_id} of {path} has no store {store_name!r}; "
-                                f"Spark operators: {there}")
+    stores = (savepoint_spark_stores(read_manifest(open_storage(path, options))) if savepoint
+              else checkpoint_spark_stores(path, options))
+    if stores is not None:
+        choose_spark_store(stores, operator_id, store_name, path)
 
 
 def restored_copy(savepoint: str, options: Optional[Mapping[str, str]], work_dir: Optional[str]) -> str:

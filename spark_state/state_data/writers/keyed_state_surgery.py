@@ -12,10 +12,10 @@ A keyed state ``name`` owns these entries of a partition file (layouts in
 
 A rename rewrites the name in each of them (the TTL index entry twice: its namespace and the
 data key it names); values are unchanged (a schema record's value does not hold the name, a TTL
-stamp is the value's head). Renamed keys sort elsewhere, so a rewrite task loads the entries into
-a temporary store of the engine (on local disk, RocksDB) and writes the file from it, in key
-order, with the savepoint's one state-file writer: memory stays bounded whatever the partition's
-size.
+stamp is the value's head). Renamed keys sort elsewhere, so a rewrite task sorts the entries
+through the external sort (:func:`~spark_state.engine.spill.external_sort`, on local disk) and
+writes the file in key order with the savepoint's one state-file writer: memory stays bounded
+whatever the partition's size.
 """
 
 from __future__ import annotations
@@ -29,14 +29,13 @@ from typing import Callable, Iterable, Iterator, Mapping, Optional
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from ...engine.store import VersionedStore
+from ...engine.spill import external_sort
 from ...keys import keyed as K
 from ...keys import system as syskeys
 from ...keys.entries import is_entry_of_state
 from ...keys.keygroup_prefix import KEY_GROUP
 from ...ops import savepoint_format as F
 from ...ops.state_files import read_record_entries, read_unlisted_entries, write_state_file
-from ...ops.state_io import reader_config
 from ...spark.logs import OffsetEntry
 from ...storage import open_storage
 from ..errors import StateDataError
@@ -154,17 +153,14 @@ def write_partition(name: str, url: str, options: Mapping[str, str], base: BaseE
 
 def write_sorted(url: str, options: Mapping[str, str], path: str,
                  entries: Callable[[str], Iterable[tuple[bytes, bytes]]]) -> F.FileEntry:
-    """``entries(work)`` (in any order; ``work`` is a scratch directory for local copies) sorted
-    through a temporary store in a local directory of the executor (removed at the end) and
-    written as state file ``path`` of the savepoint at ``url``; returns its manifest entry."""
+    """``entries(work)`` (in any order, a later entry of a key winning; ``work`` is a scratch
+    directory of the executor for local copies, removed at the end) sorted by the external sort
+    (:func:`~spark_state.engine.spill.external_sort`) and written as state file ``path`` of the
+    savepoint at ``url``; returns its manifest entry."""
     work = tempfile.mkdtemp(prefix="spark-state-surgery-")
     try:
-        store = VersionedStore(open_storage(f"{work}/store"), reader_config(local_dir=work))
-        try:
-            store.import_version(1, entries(work))
-            return write_state_file(open_storage(url, dict(options)), path, store.iterate(), scratch_dir=work)
-        finally:
-            store.close()
+        return write_state_file(open_storage(url, dict(options)), path, external_sort(entries(work), work),
+                                scratch_dir=work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

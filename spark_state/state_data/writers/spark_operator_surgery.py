@@ -11,10 +11,12 @@ The manifest records each store's key and value schema, as Spark's schema file o
 (``spark/state/<op>/0[/<store>]/_metadata/schema``, copied beside) holds them.
 
 The rows have a ``key`` and a ``value`` struct column (as Spark's ``statestore`` reader gives
-them: :func:`~..readers.spark_operator_state.read_spark_operator_state`), whose fields must be the
-recorded ones, by name and type, before anything is written. Each key is hashed and routed to its partition; each task
-writes its partition's file from the rows' entries and the savepoint file's system keys (the
-store's records), sorted through a temporary store. Stores with a prefix key (session windows,
+them: :func:`~..readers.spark_operator_state.read_spark_operator_state`), whose fields must be
+the recorded ones, by name and type, before anything is written
+(:func:`~.transform_checks.check_spark_rows`). Each key is hashed and routed to its partition;
+each task writes its partition's file from the rows' entries and the savepoint file's system
+keys (the store's records), sorted by the external sort
+(:func:`~spark_state.engine.spill.external_sort`). Stores with a prefix key (session windows,
 joins' keyWithIndexToValue), stores of TTL-stamped values and rows of other than flat types
 (:data:`~spark_state.keys.unsafe_row_writer.WRITABLE_TYPES`) are refused.
 """
@@ -25,36 +27,33 @@ import itertools
 from typing import Any, Iterator, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
 
 from ...keys.provider import provider_key
 from ...keys.system import SYSTEM_PREFIX, TTL_MARKER_TAG
-from ...keys.unsafe_row_writer import WRITABLE_TYPES, unsafe_row
+from ...keys.unsafe_row_writer import unsafe_row
 from ...ops import savepoint_format as F
 from ...ops.state_files import read_state_entries, verified_file
 from ...partitioning.spark_hash import spark_hash, spark_partition_id
 from ...storage import CheckpointStorage, open_storage
-from ..errors import StateDataError, UnknownStateError
+from ..errors import StateDataError
+from ..location.spark_stores import choose_spark_store, savepoint_spark_stores
 from ..partition_jobs import each_routed_partition
+from .transform_checks import check_spark_rows
 from .keyed_state_surgery import write_sorted
 
 
 def spark_store(manifest: F.SavepointManifest, where: str, operator_id: int,
                 store_name: str) -> tuple[F.OperatorEntry, F.StoreEntry]:
-    """Store ``store_name`` of Spark's operator ``operator_id`` in the savepoint.
+    """Store ``store_name`` of Spark's operator ``operator_id`` in the savepoint
+    (:func:`~..location.spark_stores.choose_spark_store`).
 
     Raises:
         UnknownStateError: no such operator or store (listing those the savepoint holds).
         StateDataError: a store with a prefix key.
     """
-    op = next((o for o in manifest.operators if o.id == operator_id), None)
-    if op is None:
-        found = ", ".join(f"{o.id} ({o.name})" for o in manifest.operators) or "none"
-        raise UnknownStateError(f"the savepoint {where} has no Spark operator {operator_id} (operators: {found})")
-    store = next((s for s in op.stores if s.name == store_name), None)
-    if store is None:
-        raise UnknownStateError(f"Spark operator {operator_id} ({op.name}) of the savepoint {where} has no store "
-                                f"{store_name!r} (stores: {', '.join(s.name for s in op.stores)})")
+    choose_spark_store(savepoint_spark_stores(manifest), operator_id, store_name, f"the savepoint {where}")
+    op = next(o for o in manifest.operators if o.id == operator_id)
+    store = next(s for s in op.stores if s.name == store_name)
     if store.num_cols_prefix_key:
         raise StateDataError(f"store {store_name!r} of Spark operator {operator_id} ({op.name}) keys its rows with a "
                              "prefix (session windows, joins): its rows are not rewritten here")
@@ -80,33 +79,6 @@ def check_unstamped(storage: CheckpointStorage, manifest: F.SavepointManifest, o
                                      "values: its rows are not rewritten here")
             if keys and keys[0][:1] != SYSTEM_PREFIX:
                 return
-
-
-def check_spark_rows(op: F.OperatorEntry, store: F.StoreEntry, rows: DataFrame) -> tuple[list[str], list[str]]:
-    """The key and value fields' Spark types, once the rows' ``key`` and ``value`` structs are
-    the store's recorded schemas (names and types; nullability aside).
-
-    Raises:
-        StateDataError: naming both schemas.
-    """
-    types = {f.name: f.dataType for f in rows.schema.fields}
-    out = []
-    for column, recorded in (("key", store.key_schema), ("value", store.value_schema)):
-        expected = T.StructType.fromJson(recorded)
-        given = types.get(column)
-        want = [(f.name, f.dataType.simpleString()) for f in expected.fields]
-        if not isinstance(given, T.StructType) or [(f.name, f.dataType.simpleString()) for f in given.fields] != want:
-            raise StateDataError(
-                f"the rows for store {store.name!r} of Spark operator {op.id} ({op.name}) need a {column!r} column "
-                f"{expected.simpleString()} (Spark's schema of the store, as the savepoint records it); they have "
-                f"{given.simpleString() if given is not None else 'none'} (read_spark_operator_state gives the form)")
-        unwritable = [f"{n} {t}" for n, t in want if t not in WRITABLE_TYPES]
-        if unwritable:
-            raise StateDataError(f"the {column} of store {store.name!r} of Spark operator {op.id} has fields "
-                                 f"{', '.join(unwritable)}; rows of these types are written: "
-                                 f"{', '.join(WRITABLE_TYPES)}")
-        out.append([t for _, t in want])
-    return out[0], out[1]
 
 
 def replace_spark_state(spark: SparkSession, url: str, options: Mapping[str, str], manifest: F.SavepointManifest,

@@ -72,8 +72,8 @@ from ..readers.operator_state import read_function_operator_state
 from .bootstrap_task import RESULT_DDL, bootstrap_partition
 from .keyed_state_surgery import BaseEntries, check_tick_source, keyed_state_names, rewrite, without_source
 from .operator_state_surgery import dropped_prefixes, keyspace_of, operator_mode, replace_operator_state
-from .spark_operator_surgery import check_spark_rows, check_unstamped, replace_spark_state, spark_store
-from .transform_checks import check_operator_rows, check_rows
+from .spark_operator_surgery import check_unstamped, replace_spark_state, spark_store
+from .transform_checks import check_operator_rows, check_rows, check_spark_rows
 
 #: descriptor class -> how the state's value is written
 _KINDS = ((ValueStateDescriptor, "value"), (ListStateDescriptor, "list"), (MapStateDescriptor, "map"),

@@ -2,7 +2,8 @@
 column of a keyed state's rows (:meth:`~.transform.SavepointTransform.replace_keyed_state`), and
 the columns and partitions of a function's operator state rows
 (:meth:`~.transform.SavepointTransform.replace_function_operator_state`), against the recorded key
-columns and the descriptor's types."""
+columns and the descriptor's types; and the ``key`` and ``value`` columns of a Spark operator's
+store's rows, against the store's recorded schemas (:func:`check_spark_rows`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pyspark.sql import functions as SQL
 from pyspark.sql import types as T
 
 from ...keys.operator import MODE_BROADCAST
+from ...keys.unsafe_row_writer import WRITABLE_TYPES
+from ...ops import savepoint_format as F
 from ...state.descriptors import StateDescriptor
 from ...state.type_strings import spark_type_of
 from ..errors import KeyMismatchError, StateDataError
@@ -84,3 +87,30 @@ def _canonical(data_type: T.DataType) -> str:
 
     text = getattr(serializer_for(data_type), "type_string", None)
     return text.replace(" not null", "") if isinstance(text, str) else data_type.simpleString()
+
+
+def check_spark_rows(op: F.OperatorEntry, store: F.StoreEntry, rows: DataFrame) -> tuple[list[str], list[str]]:
+    """The key and value fields' Spark types, once the rows' ``key`` and ``value`` structs are
+    the store's recorded schemas (names and types; nullability aside).
+
+    Raises:
+        StateDataError: naming both schemas.
+    """
+    types = {f.name: f.dataType for f in rows.schema.fields}
+    out = []
+    for column, recorded in (("key", store.key_schema), ("value", store.value_schema)):
+        expected = T.StructType.fromJson(recorded)
+        given = types.get(column)
+        want = [(f.name, f.dataType.simpleString()) for f in expected.fields]
+        if not isinstance(given, T.StructType) or [(f.name, f.dataType.simpleString()) for f in given.fields] != want:
+            raise StateDataError(
+                f"the rows for store {store.name!r} of Spark operator {op.id} ({op.name}) need a {column!r} column "
+                f"{expected.simpleString()} (Spark's schema of the store, as the savepoint records it); they have "
+                f"{given.simpleString() if given is not None else 'none'} (read_spark_operator_state gives the form)")
+        unwritable = [f"{n} {t}" for n, t in want if t not in WRITABLE_TYPES]
+        if unwritable:
+            raise StateDataError(f"the {column} of store {store.name!r} of Spark operator {op.id} has fields "
+                                 f"{', '.join(unwritable)}; rows of these types are written: "
+                                 f"{', '.join(WRITABLE_TYPES)}")
+        out.append([t for _, t in want])
+    return out[0], out[1]
