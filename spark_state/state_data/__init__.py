@@ -1,6 +1,6 @@
 """State as data: a query's state read outside the query.
 
-Today: the state of keyed functions as batch DataFrames (:mod:`.read`, :mod:`.change_feed`,
+It holds: the state of keyed functions as batch DataFrames (:mod:`.read`, :mod:`.change_feed`,
 :mod:`.function_operator_state`; every state of a key in one pass, :mod:`.key_reader`), the same
 as a Spark data source (:mod:`.datasource`, :mod:`.register`), what state there is
 (:mod:`.metadata`), point lookups
