@@ -56,6 +56,9 @@ Byte layouts (JSON, UTF-8)::
 
 Versions in records and rules are the caller's *global* versions: a store version plus
 the ``version_offset`` of :class:`RunContext` (the Python API numbers its stores per layout).
+
+Size: the docstring is the rules' one statement with their proofs, which the code checks rule by
+rule and docs/checkpoints-and-storage.md refers to.
 """
 
 from __future__ import annotations
