@@ -5,6 +5,10 @@ invariant), it carries a paragraph starting ``Size:`` that gives the reason: in 
 docstring of a Python file, in the leading comment of a Scala file (the first comment, before
 anything but ``package`` and ``import`` lines). The rule covers the package, the tests, the
 benchmarks and the JVM shim.
+
+A module docstring says what the module holds, its invariants and byte layouts, in about 30
+lines; a longer rationale belongs in docs/. One over 50 lines (a format's specification, a set
+of rules with their proofs) carries a ``Size:`` paragraph too.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import spark_state
 
 ROOT = Path(spark_state.__file__).resolve().parent.parent
 LIMIT = 500
+#: Lines of a package module's docstring without a ``Size:`` paragraph.
+DOCSTRING_LIMIT = 50
 
 #: The files the rule covers, as globs under the repository root.
 PYTHON_GLOBS = ("spark_state/**/*.py", "tests/**/*.py", "bench/*.py")
@@ -57,6 +63,17 @@ def test_long_modules_give_a_reason() -> None:
                 unexplained.append(f"{path.relative_to(ROOT)} ({lines} lines)")
     assert not unexplained, ("files over 500 lines without a 'Size:' paragraph in their docstring or leading "
                              "comment: " + ", ".join(unexplained))
+
+
+def test_long_module_docstrings_give_a_reason() -> None:
+    unexplained = []
+    for path in _files(("spark_state/**/*.py",)):
+        doc = python_reason(path.read_text(encoding="utf-8"))
+        lines = doc.count("\n") + 1
+        if lines > DOCSTRING_LIMIT and "\nSize: " not in "\n" + doc:
+            unexplained.append(f"{path.relative_to(ROOT)} ({lines} lines)")
+    assert not unexplained, ("module docstrings over 50 lines without a 'Size:' paragraph (move the rationale "
+                             "to docs/): " + ", ".join(unexplained))
 
 
 def test_the_rule_sees_every_kind_of_file() -> None:
