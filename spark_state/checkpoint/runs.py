@@ -16,7 +16,7 @@ Rules
    Spark provider, one per state location for the Python API) and gets a rank: 1, 2, 3, ...
    in order of registration. Its manifests are ``manifests/<v>.r<rank>.json``; commits
    without a run (the engine API, earlier releases) are *unranked* (rank 0,
-   ``manifests/<v>.json``) and keep the old replace-on-re-commit behaviour.
+   ``manifests/<v>.json``), and a re-commit of one replaces it.
 2. **First committer wins within a run.** A ranked manifest is created with
    create-if-absent: of two attempts of one task (retry or speculation) the first to commit
    makes the version; the other's commit is a no-op (see ``VersionedStore.commit``), so no
