@@ -76,7 +76,7 @@ SCHEMA_RECORD_FORMAT = 1
 # --- keyed and checkpointed functions' state --------------------------------------------------
 #: Their state's default place: ``<query checkpoint>/spark-state/<operator name>/``.
 PROCESS_CHECKPOINT_DIR = "spark-state"
-#: Where it was before (and still is for queries that started there):
+#: The legacy place, where the state of a query that started there stays:
 #: ``<driver's working directory>/spark-state/<query id>/<operator name>/``.
 LEGACY_PROCESS_ROOT_DIR = "spark-state"
 

@@ -8,13 +8,10 @@ data file) under the store's lock, then uploads it without the lock (incremental
 in checkpoint storage are reused), then rewrites that version's manifest to restore from the new
 snapshot. Later commits *rebase* on it: their chain starts after the snapshot's version.
 
-The capture used to be taken inside the commit: the flush was the one part of a snapshot a
-commit still waited for (at 1M keys 25-40 ms on a 55 ms median commit). In a micro-batch query the
-next call on the store comes a batch later, so the thread takes the lock right after the commit
-that handed it the version and finds the store still holding exactly that version. Where
-commits come back to back (the engine driven directly), a later commit may take the lock first;
-the capture is then skipped, and the next due commit takes its capture itself, inside the commit
-as before (:attr:`BackgroundSnapshots.last_capture_skipped`), so snapshots keep landing.
+The capture is off the commit because its flush would be the one part of a snapshot a commit
+waits for (docs/provider-backends.md, "Background snapshots", gives the figures). Where a later
+commit takes the store's lock first, the capture is skipped and the next due commit takes its
+capture itself, inside the commit (:attr:`BackgroundSnapshots.last_capture_skipped`).
 
 Invariants:
 

@@ -16,7 +16,7 @@ Rules
    Spark provider, one per state location for the Python API) and gets a rank: 1, 2, 3, ...
    in order of registration. Its manifests are ``manifests/<v>.r<rank>.json``; commits
    without a run (the engine API, earlier releases) are *unranked* (rank 0,
-   ``manifests/<v>.json``) and keep the old replace-on-re-commit behaviour.
+   ``manifests/<v>.json``), and a re-commit of one replaces it.
 2. **First committer wins within a run.** A ranked manifest is created with
    create-if-absent: of two attempts of one task (retry or speculation) the first to commit
    makes the version; the other's commit is a no-op (see ``VersionedStore.commit``), so no
@@ -56,6 +56,9 @@ Byte layouts (JSON, UTF-8)::
 
 Versions in records and rules are the caller's *global* versions: a store version plus
 the ``version_offset`` of :class:`RunContext` (the Python API numbers its stores per layout).
+
+Size: the docstring is the rules' one statement with their proofs, which the code checks rule by
+rule and docs/checkpoints-and-storage.md refers to.
 """
 
 from __future__ import annotations

@@ -62,6 +62,9 @@ object, and :func:`read_batches` / :func:`read_entries` read a local file memory
 batch at a time. This module is the pure codec (local files and file objects only); moving
 state files to and from checkpoint storage, with their sizes and CRC-32s, is
 :mod:`.state_files`.
+
+Size: the docstring is the format's specification (the directory, the state files' bytes, the
+manifest), which every reader and writer of a savepoint follows.
 """
 
 from __future__ import annotations

@@ -102,8 +102,8 @@ def keyed_process(
             default the session's spark-state confs, else the engine defaults (RocksDB backend).
         late_rows: rows whose event time is ``<=`` the batch's watermark: ``"drop"`` (default,
             as Spark's stateful operators do) or ``"deliver"`` (``ctx.is_late()`` is True).
-        idle_heartbeat: no longer needed, ignored with a warning: batches run for due timers
-            while the sources are idle (see docs/time.md).
+        idle_heartbeat: ignored with a warning (deprecated): batches run for due timers while the
+            sources are idle (see docs/time.md).
 
     The query's progress shows the function's figures under
     ``observedMetrics["spark_state.<name>"]["figures"]`` (see :mod:`spark_state.process.observation`).

@@ -32,12 +32,10 @@ saw:
   ``W = max(W(B-1), min over sides that saw rows of (M(side) - delay(side)))``, 0 before any
   event time was seen (Spark's first watermark), and ``T`` the wall clock of the writer, never
   below ``T(B-1)``. With ``source`` ``spark``, ``W = max(W(B-1), batchWatermarkMs(B))`` and
-  ``T = max(T(B-1), batchTimestampMs(B))``, i.e. Spark's; the first batch on Spark's time after
-  computed records (or none) also takes the computed rule into the maximum, so that the
-  watermark never goes backwards and a history Spark never saw counts (a bootstrapped
-  savepoint carries the history's maxima as batch 0's: the restored query's first watermark is
-  the one a query that read the history would have had). A record without ``source`` (an
-  earlier release) is ``computed``.
+  ``T = max(T(B-1), batchTimestampMs(B))``; the first batch on Spark's time after computed
+  records (or none) also takes the computed rule into the maximum, so the watermark never goes
+  backwards and a history Spark never saw (a bootstrapped savepoint's maxima, carried as batch
+  0's) counts. A record without ``source`` is ``computed``.
 * **Retention.** The task that creates record ``B`` deletes the record and the maxima
   (files and directory) of batch ``B - RETAINED_BATCHES`` (only ``B - 1`` is ever read).
 

@@ -10,44 +10,9 @@ Keyed::
             self.count.update(n)
             yield (ctx.current_key, n)
 
-Keyed, vectorized (one call per key and group of input rows; see
-:meth:`KeyedProcessFunction.process_elements` and docs/performance-keyed.md)::
-
-    class CountWords(KeyedProcessFunction):
-        def open(self, ctx):
-            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
-        def process_elements(self, rows, ctx):
-            n = self.count.value() or 0
-            self.count.update(n + len(rows))
-            return [(ctx.current_key, c) for c in range(n + 1, n + len(rows) + 1)]
-
-Non-keyed, with operator state::
-
-    class Buffering(CheckpointedFunction):
-        def initialize_state(self, ctx):
-            self.buffer = ctx.get_list_state(ListStateDescriptor("buffer", StringType()))
-        def process_element(self, row, ctx):
-            self.buffer.add(row.word)
-            return ()
-        def snapshot_state(self, ctx):
-            pass  # self.buffer is written back after this call
-
-With time (timers, event time; see :mod:`.timer_service` and :mod:`.clock`)::
-
-    class PageViews(KeyedProcessFunction):
-        def open(self, ctx):
-            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
-            self.timer = ctx.get_state(ValueStateDescriptor("timer", LongType()))
-        def process_element(self, row, ctx):
-            self.count.update((self.count.value() or 0) + 1)
-            if self.timer.value() is None:
-                t = ctx.timestamp() + 10_000
-                ctx.timer_service().register_event_time_timer(t)
-                self.timer.update(t)
-            return ()
-        def on_timer(self, timestamp, ctx):
-            yield (ctx.current_key, self.count.value())
-            self.timer.clear()
+docs/keyed-functions.md has the other shapes (non-keyed with operator state), docs/time.md
+timers, event time, two inputs and broadcast, and docs/performance-keyed.md the vectorized
+``process_elements``.
 
 Lifecycle, per partition and micro-batch (one Spark task): the function object is
 deserialized; ``initialize_state(ctx)`` runs (checkpointed functions, and keyed functions that

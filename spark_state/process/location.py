@@ -1,32 +1,16 @@
 """Where a process operator keeps its state, and which layout holds a version.
 
-Resolving the location (:func:`locate`, in each task)
------------------------------------------------------
-``name`` is the option ``name``, default the function's class name.
+Resolving the location (:func:`locate`, in each task; docs/keyed-functions.md gives the rules to
+users): ``state_location`` as is; else ``<root>/<query id>/<name>`` under ``state_root`` (or the
+SQL conf ``spark.sql.streaming.stateStore.sparkState.process.root``); else beside the checkpoint,
+``<checkpoint root>/spark-state/<name>``, the root being the task local property
+:data:`CHECKPOINT_ROOT_PROPERTY` that spark-state's tick source sets (:mod:`.ticks`). State under
+the legacy default, ``./spark-state/<query id>/<name>`` of the driver's working directory, is
+used while the checkpoint has none (with a one-line notice). A location that executors on several
+hosts cannot share fails with :class:`~.errors.StateVersionMissingError` naming it, instead of
+starting empty.
 
-* ``state_location`` given: used as is (a local path, ``file://``, ``s3://`` or ``hdfs://`` URL).
-* ``state_root`` given (the option, else the SQL conf
-  ``spark.sql.streaming.stateStore.sparkState.process.root``): ``<root>/<query id>/<name>``; the
-  query id is the task local property ``sql.streaming.queryId``, which Spark keeps in the
-  query's checkpoint, so a restart from the same checkpoint finds the same directory.
-* Otherwise (the default): beside the checkpoint, ``<checkpoint root>/spark-state/<name>``, in
-  the checkpoint's own storage (so a checkpoint on S3 or HDFS holds its functions' state too,
-  and copying, moving or deleting the checkpoint takes the state along). The checkpoint root is
-  the task local property :data:`CHECKPOINT_ROOT_PROPERTY`, which spark-state's tick source
-  sets on the query's thread (:mod:`.ticks`).
-
-  A query whose state is under the former default, ``./spark-state/<query id>/<name>`` of the
-  driver's working directory (made absolute when the function was defined), keeps it there:
-  when the checkpoint has no state of the operator and that directory has, the task uses it
-  and logs a one-line notice (``spark-state move-state`` moves it beside the checkpoint).
-
-A location that executors on several hosts cannot share (a local path on a cluster) fails at
-the first batch that needs state written on another host, with
-:class:`~.errors.StateVersionMissingError` naming the location, instead of starting empty.
-
-Layout of one state location (one operator)
--------------------------------------------
-::
+Layout of one state location (one operator)::
 
     _operator.json               {"format": 1, "kind": "keyed"|"operator", "max_parallelism": 128|null,
                                   "key": {"columns": ["user"], "types": ["string"]}}   (keyed only)
@@ -36,30 +20,23 @@ Layout of one state location (one operator)
 
 A *layout* is the set of ``n`` partition stores a parallelism ``n`` writes, starting at batch
 version ``base``. Store version ``s`` of a layout holds batch version ``base + s``: the state
-after batch ``base + s - 1``. Batch ``B`` loads batch version ``B`` and commits ``B + 1``.
+after batch ``base + s - 1``. Batch ``B`` loads batch version ``B`` and commits ``B + 1``. The
+first batch uses layout ``(n, 0)``; a rescale at batch ``B`` creates layout ``(n, B)``, whose
+store version 0 is empty: the task copies batch version ``B`` from the old layout into the
+pending epoch and commits store version 1. A layout therefore *holds* batch versions
+``base + 1`` on.
 
-* The first batch (``B = 0``) uses layout ``(n, 0)``.
-* A rescale at batch ``B`` (no layout of parallelism ``n`` holds version ``B``, another does)
-  creates layout ``(n, B)``: its store version 0 is empty; the task copies the state of
-  batch version ``B`` from the old layout into the pending epoch and commits store version 1,
-  i.e. batch version ``B + 1``. A layout therefore *holds* batch versions ``base + 1`` on.
+Choosing the layout for batch version ``V > 0`` (:func:`choose_layout`): copies of ``V`` may
+exist in several layouts (a batch that failed part-way, re-run after a restart at another
+parallelism); the run history (:mod:`spark_state.checkpoint.runs`) says which is committed. Among
+layouts with ``base < V``, take the one whose copy of ``V`` is valid: loaded at the current
+parallelism, rescaled from at another. Copies made without a run rank lowest; among those, the
+newest base, then the current parallelism, wins.
 
-Choosing the layout for batch version ``V > 0`` (:func:`choose_layout`): a version may have
-copies in several layouts -- a batch that failed after some partitions committed, then was
-re-run after a restart, maybe at another parallelism. Every commit is made by a query run
-registered in ``runs/`` (:mod:`spark_state.checkpoint.runs`), and the run history says which
-copy is the committed state: the one made by the last run that ran batch ``V - 1``. So among
-layouts with ``base < V``, take the one whose copy of ``V`` is valid: for the current
-parallelism, this partition's store holds it (load it); for another parallelism, every old
-store the partition needs holds it (rescale from them). Copies made without a run (earlier
-releases) rank lowest; among those, the newest base, then the current parallelism, wins.
-
-Max parallelism is recorded in ``_operator.json`` by the first task and checked by every
-task; a run with another value fails with :class:`MaxParallelismMismatchError`. So are the key
-columns' names and Spark types (``key``; the readers of :mod:`spark_state.state_data` build and
-hash keys with them): a run whose key types differ fails with :class:`StateLocationError` (its
-keys would hash to other key groups and encode to other bytes); a location written before the
-key was recorded gets it from the next run.
+``_operator.json`` records the max parallelism and the key columns' names and Spark types (the
+readers of :mod:`spark_state.state_data` hash keys with them); a run with another value fails
+(:class:`MaxParallelismMismatchError`, :class:`StateLocationError`: its keys would go to other
+key groups). A location written before the key was recorded gets it from the next run.
 """
 
 from __future__ import annotations

@@ -11,40 +11,8 @@ column null. On the driver, the function's output is::
 
 so Spark aggregates the observation rows of each batch (:func:`observed`) and shows the result
 in the query's progress: ``query.lastProgress.observedMetrics["spark_state.<name>"]["figures"]``
-(and the ``QueryProgressEvent`` of every listener), a struct of (:data:`PROGRESS_FIELDS`):
-
-=========================== ======================================================================
-field                       meaning (summed over the batch's tasks unless said otherwise)
-=========================== ======================================================================
-batch                       the batch id
-tasks                       tasks that reported
-rows_total                  rows in state after the batch: one per value, map entry and list
-                            element, and one per pending timer (timers are entries of their key
-                            group, :mod:`spark_state.keys.timers`); system records excluded
-rows_updated                rows written or deleted by the batch
-state_bytes                 memory the tasks' state holds: their stores' share of RocksDB memory
-                            (hashmap: the state), plus the peak of the epoch's pending writes
-checkpoint_bytes_written    bytes the batch's commits wrote to checkpoint storage
-commit_ms                   time spent in the commits (ms)
-load_ms                     the slowest task's load of its state (ms; max): nothing to do for a
-                            store a worker kept from the previous batch, a restore from
-                            checkpoint storage after a restart, a lost executor or a rescale
-load_files_fetched          snapshot files the loads downloaded or copied (hard links excluded)
-load_bytes_fetched          their bytes
-changelog_bytes_replayed    bytes of changelogs the loads replayed
-timers_fired                timers fired (both domains; null when the input is read plainly)
-late_rows_dropped           rows dropped as late (event time at or below the watermark; null
-                            when the input is read plainly)
-watermark_ms                the batch's watermark (null without event time)
-next_watermark_ms           the watermark the next batch will have (null without event time)
-next_event_timer_ms         the earliest pending event-time timer (min; null if none)
-next_processing_timer_ms    the earliest pending processing-time timer (min; null if none)
-event_timers_due            an event-time timer is due at ``next_watermark_ms``, which is above
-                            ``watermark_ms``: the next batch fires it
-spark_time                  the batch's watermark and processing time are Spark's, from the query's
-                            offset log (every task's; null when no task read the batch's time;
-                            :mod:`.spark_time`)
-=========================== ======================================================================
+(and the ``QueryProgressEvent`` of every listener), a struct of :data:`PROGRESS_FIELDS`, whose
+meanings docs/keyed-functions.md gives ("In the query's progress").
 
 What spark-state's tick source (the JVM class ``TickSource``, unioned into every function's
 input) reads after each batch to decide whether Spark must run a batch for timers:

@@ -6,27 +6,11 @@ Supported locations:
 * ``s3://bucket/prefix`` (``s3a://`` is accepted as an alias, as in Hadoop) -> S3 through s3fs
 * ``hdfs://namenode:8020/path`` and ``viewfs://cluster/path`` -> HDFS through hdfs-native
 
-Options (all keys and values are strings, as in Spark options):
-
-``s3.endpoint_url``
-    S3 endpoint, e.g. ``http://127.0.0.1:5055`` for MinIO/moto. Default: AWS.
-``s3.access_key_id``, ``s3.secret_access_key``, ``s3.session_token``
-    Credentials. Default: the AWS credential chain (environment, profile, instance role).
-``s3.region``
-    Region name, e.g. ``eu-west-1``.
-``s3.anonymous``
-    ``true`` for unsigned requests (public buckets). Default ``false``.
-``s3.connect_timeout``, ``s3.read_timeout``
-    Seconds to wait for a connection / for data on an open connection, per HTTP attempt.
-    Defaults 5 and 60. A timed-out attempt is retried (see below).
-``retry.attempts``, ``retry.baseDelayMs``, ``retry.maxDelayMs``, ``retry.timeoutMs``
-    How storage operations are retried after transient failures (:mod:`.retry`; defaults
-    8 attempts, 100 ms, 5 s, 30 s). Local storage never retries (a full or read-only disk
-    does not pass by waiting) and accepts and ignores them.
-``hdfs.<hadoop key>``
-    Passed to hdfs-native's configuration with ``hdfs.`` stripped, e.g.
-    ``hdfs.dfs.client.failover.max.attempts=15`` or
-    ``hdfs.dfs.ha.namenodes.ns1=nn1,nn2``. They override ``HADOOP_CONF_DIR`` files.
+Options are strings, as in Spark options: ``s3.*`` (endpoint, credentials, region, anonymous
+access, timeouts), ``retry.*`` (:mod:`.retry`; local storage accepts and ignores them: a full or
+read-only disk does not pass by waiting) and ``hdfs.<hadoop key>`` (hdfs-native's configuration,
+``hdfs.`` stripped, over the ``HADOOP_CONF_DIR`` files). The option registry
+(:mod:`spark_state.options`) names them all, and docs/configuration.md lists them.
 
 Fail-fast defaults: with its own defaults hdfs-native retries an unreachable NameNode
 forever, which would hang a streaming query instead of failing it. Unless overridden by

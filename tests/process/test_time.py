@@ -1,7 +1,7 @@
 """Time in keyed functions on real streaming queries: event-time timers, watermarks, late rows,
 deleting timers, restarts, a task retry inside on_timer, a rescale 4 -> 3 -> 6 with pending
 timers, and processing-time timers that fire while the source is idle. Every run is compared
-with a plain-Python model of the documented time model (tests/process/time_fns.py)."""
+with a plain-Python model of the documented time model (tests/process/time_fns/)."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ import org.apache.spark.internal.Logging
  * base and the layers up to `v` only, newest first; so a reader of `v` never sees `v+1`, and a
  * task retried after its commit reads `v` again from the same objects.
  *
- * Why layers: exporting a checkpoint per version flushed the worker's memtable every epoch (one new
- * L0 file per epoch and partition, feeding compaction for the query's life) and made the JVM open a
- * new read-only database, all SST files, per version. Now the next load asks for a fresh export only
+ * Why layers: exporting a checkpoint per version would flush the worker's memtable every epoch (one
+ * new L0 file per epoch and partition, feeding compaction for the query's life) and make the JVM open
+ * a new read-only database, all SST files, per version. The next load asks for a fresh export only
  * when the layers pass `rocksdb.viewLayers.maxEpochs` or `.maxBytes` ([[ViewOptions]]): one flush per
  * refresh. The stale-read trap of a RocksDB secondary (a replayed memtable shadowing newer flushed
  * values) cannot happen: the base never changes once opened, and layers are immutable.
