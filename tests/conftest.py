@@ -136,7 +136,7 @@ _LONG_FIRST = [
     "tests/lines/", "tests/soak/",
     "tests/spark/test_jobs.py", "tests/reliability/test_single_writer.py", "tests/connect/",
     "tests/spark/test_operator_equivalence.py", "tests/ops/", "tests/reliability/", "tests/packaging/",
-    "tests/faults/", "tests/spark/", "tests/process/", "tests/state_data/", "tests/s3/", "examples/",
+    "tests/faults/", "tests/spark/", "tests/process/", "tests/state_data/", "tests/docs/", "tests/s3/", "examples/",
 ]
 
 
