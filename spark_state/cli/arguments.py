@@ -15,7 +15,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TextIO
 
 from ..errors import SparkStateError
 
@@ -29,7 +29,8 @@ ROOT_HELP = ("root of keyed_process/checkpointed_process state kept under a stat
 
 
 def command(sub, name: str, text: str, run: Callable[[argparse.Namespace], Any]) -> argparse.ArgumentParser:
-    """A subcommand with the shared options; ``run(args)`` returns ``(result, summary)``."""
+    """A subcommand with the shared options; ``run(args)`` returns ``(result, summary)``, or a
+    :class:`Streamed` result that prints itself."""
     p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -121,12 +122,25 @@ def failed(exc: BaseException, as_json: bool) -> int:
     return 1
 
 
+class Streamed:
+    """A command's result printed while it is produced, never held whole (a table of any size,
+    :mod:`.table`): ``write(out, as_json)`` prints it on ``out``, as JSON or as text. A failure
+    while it prints is reported as any other (exit status 1), after the part already printed."""
+
+    def __init__(self, write: Callable[[TextIO, bool], None]) -> None:
+        self.write = write
+
+
 def _run(args: argparse.Namespace, fn: Callable[[argparse.Namespace], Any]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        result, summary = fn(args)
+        outcome = fn(args)
+        if isinstance(outcome, Streamed):
+            outcome.write(sys.stdout, args.json)
+            return 0
     except FAILURES as exc:
         return failed(exc, args.json)
+    result, summary = outcome
     if args.json:
         print(json.dumps(result, indent=1, default=str))
     else:

@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
-from .arguments import command, common, deprecated_alias, process_options
+from . import table
+from .arguments import Streamed, command, common, deprecated_alias, process_options
 
 
 def add_commands(sub) -> None:
@@ -77,30 +78,36 @@ def _get(args):
                f"key group {r.key_group}, partition {r.partition}")
 
 
-def _read(args):
+def _read(args) -> Streamed:
+    """The rows of ``read``, printed as they come (:mod:`.table`): a Spark partition's rows at a time
+    reach this process (``toLocalIterator`` without prefetching runs one job per partition), one
+    row at a time is printed, so neither the driver's JVM nor this process holds the state whole.
+    With ``--limit N`` the total is counted first (one more pass over the state); without, it is
+    the number of rows printed."""
     frame_of = _read_frame(args)  # checks the arguments before a session starts
-    from pyspark.sql import SparkSession
 
-    from ..spark.session import configure
+    def write(out: TextIO, as_json: bool) -> None:
+        from pyspark.sql import SparkSession
 
-    active = SparkSession.getActiveSession()  # called from Python with a session running: use it
-    spark = active or configure(
-        SparkSession.builder.master(args.master).appName("spark-state read")
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")).getOrCreate()
-    if active is None:
-        spark.sparkContext.setLogLevel("ERROR")
-    try:
-        frame = frame_of(spark)
-        total = frame.count()
-        shown = frame.limit(args.limit) if args.limit else frame
-        columns, rows = frame.columns, [r.asDict(recursive=True) for r in shown.collect()]
-    finally:
+        from ..spark.session import configure
+
+        active = SparkSession.getActiveSession()  # called from Python with a session running: use it
+        spark = active or configure(
+            SparkSession.builder.master(args.master).appName("spark-state read")
+            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")).getOrCreate()
         if active is None:
-            spark.stop()
-    text = "\n".join(["\t".join(columns)] + ["\t".join(json.dumps(r[c], default=str) for c in columns) for r in rows]
-                     + ([f"({total} rows, {len(rows)} shown: --limit 0 prints all)"] if len(rows) < total else
-                        [f"({total} rows)"]))
-    return {"columns": columns, "rows": rows, "total": total}, text
+            spark.sparkContext.setLogLevel("ERROR")
+        try:
+            frame = frame_of(spark)
+            total = frame.count() if args.limit else None
+            shown = frame.limit(args.limit) if args.limit else frame
+            rows = (r.asDict(recursive=True) for r in shown.toLocalIterator(prefetchPartitions=False))
+            (table.write_json if as_json else table.write_text)(out, frame.columns, rows, total)
+        finally:
+            if active is None:
+                spark.stop()
+
+    return Streamed(write)
 
 
 def _read_frame(args) -> Callable[[Any], Any]:

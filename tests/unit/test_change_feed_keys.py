@@ -48,3 +48,36 @@ def test_changed_keys_are_ordered_and_unique_in_memory_and_through_sorted_runs(t
     assert [want[0], *spilled] == want
     assert os.listdir(tmp_path) == []  # deleted at the end
     assert list(changed_keys(iter([]), b"count", str(tmp_path), in_memory=1)) == []
+
+
+def _many_changes(n: int):
+    """A changelog of ``n`` distinct keys of state ``count`` (8 entries in 10 deleted), generated
+    as it is read: the test holds none of it."""
+    for i in range(n):
+        key = b"user-%09d" % ((i * 7919) % n)  # no order
+        yield K.entry_key(i % 128, b"count", key, b""), None if i % 10 == 0 else b"v"
+
+
+def test_changed_keys_take_memory_of_their_in_memory_part_not_of_the_batch(tmp_path):
+    """Python's allocations while a batch's changed keys are sorted and read back stay within what
+    ``in_memory`` keys take, at N and 8N keys: past it they are in sorted runs on local disk."""
+    import tracemalloc
+
+    list(changed_keys(_many_changes(2000), b"count", str(tmp_path), in_memory=500))  # modules loaded first
+    peaks = {}
+    for n in (20_000, 160_000):
+        tracemalloc.start()
+        try:
+            count = 0
+            last = b""
+            for base, _ in changed_keys(_many_changes(n), b"count", str(tmp_path), in_memory=4096):
+                assert base > last
+                last, count = base, count + 1
+            peaks[n] = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert count == n
+    # 4,096 keys of ~40 bytes in a dict and a sorted list: about 1.5 MB; 160,000 keys held would
+    # be 30 MB
+    assert peaks[160_000] < 3 << 20 and peaks[160_000] < 1.5 * peaks[20_000], peaks
+    assert os.listdir(tmp_path) == []
