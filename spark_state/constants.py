@@ -60,6 +60,11 @@ DEFAULT_RETAINED_VERSIONS = 100
 DEFAULT_BLOCK_CACHE_MB = 256
 #: Process-wide RocksDB write-buffer (memtable) budget, charged to the block cache.
 DEFAULT_WRITE_BUFFER_MB = 128
+#: The RocksDB budget of the stores the operations and state-as-data tools open to read committed
+#: state (``ops.state_io.reader_config``): their reads are ordered scans, which a small cache
+#: serves as well as a large one, and a tool's process holds this much whatever the state's size.
+TOOL_BLOCK_CACHE_MB = 32
+TOOL_WRITE_BUFFER_MB = 16
 #: Nice value of RocksDB's compaction threads (``backends/rocksdb_threads.py``): 19, the lowest
 #: priority, as RocksDB's own ``LowerThreadPoolCPUPriority``; 0 leaves them as they are.
 DEFAULT_COMPACTION_NICE = 19

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, TextIO
+from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from . import table
 from .arguments import Streamed, command, common, deprecated_alias, process_options
+
+if TYPE_CHECKING:
+    from ..state_data.read_options import ReadOptions
 
 
 def add_commands(sub) -> None:
@@ -26,9 +29,10 @@ def add_commands(sub) -> None:
                    help="decode pickled values (unpickling runs whatever the stored bytes say: trusted storage only)")
     process_options(p)
 
-    p = command(sub, "read", "print a state of a checkpoint or savepoint as rows, through a local Spark session: a "
+    p = command(sub, "read", "print a state of a checkpoint or savepoint as rows, as they are read (any size): a "
                              "keyed state, a keyed function's timers (--timers), a keyed state's change feed "
-                             "(--start-batch), or a Spark operator's state (--operator-id)", _read)
+                             "(--start-batch), a function's operator state (--operator-state), or a Spark "
+                             "operator's state (--operator-id, through a local Spark session)", _read)
     p.add_argument("path", help="the query's checkpointLocation, or a savepoint directory")
     p.add_argument("state", nargs="?", help="the keyed state's name (not with --timers or --operator-id)")
     p.add_argument("--function", metavar="NAME", help="the keyed function's name (needed when the query has several)")
@@ -47,7 +51,8 @@ def add_commands(sub) -> None:
     p.add_argument("--store-name", metavar="NAME", help="with --operator-id: the store (joins have four)")
     deprecated_alias(p, "--store", "--store-name")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="rows to print (0: all; default 20)")
-    p.add_argument("--master", default="local[2]", help="the Spark master of the session (default local[2])")
+    p.add_argument("--master", default="local[2]",
+                   help="with --operator-id: the Spark master of the session (default local[2])")
     p.add_argument("--allow-pickle", action="store_true",
                    help="decode pickled values (unpickling runs whatever the stored bytes say: trusted storage only)")
     process_options(p)
@@ -79,17 +84,25 @@ def _get(args):
 
 
 def _read(args) -> Streamed:
-    """The rows of ``read``, printed as they come (:mod:`.table`): a Spark partition's rows at a time
-    reach this process (``toLocalIterator`` without prefetching runs one job per partition), one
-    row at a time is printed, so neither the driver's JVM nor this process holds the state whole.
-    With ``--limit N`` the total is counted first (one more pass over the state); without, it is
-    the number of rows printed."""
-    frame_of = _read_frame(args)  # checks the arguments before a session starts
+    """The rows of ``read``, printed as they come (:mod:`.table`), never held whole. A function's
+    state is read in this process, partition store after partition store, a chunk of rows at a
+    time (:func:`~spark_state.state_data.readers.by_options.local_rows`: no Spark session); a
+    Spark operator's state through Spark's reader in a local session, a Spark partition's rows at
+    a time (``toLocalIterator`` without prefetching). One pass either way: with ``--limit N`` the
+    rows after the first ``N`` are counted, not printed."""
+    options = _read_options(args)  # checked before anything is read
 
     def write(out: TextIO, as_json: bool) -> None:
+        if options.operator_id is None:
+            from ..state_data.readers.by_options import local_rows
+
+            columns, rows = local_rows(options)
+            _print(out, as_json, columns, rows)
+            return
         from pyspark.sql import SparkSession
 
         from ..spark.session import configure
+        from ..state_data.readers.by_options import read
 
         active = SparkSession.getActiveSession()  # called from Python with a session running: use it
         spark = active or configure(
@@ -98,29 +111,29 @@ def _read(args) -> Streamed:
         if active is None:
             spark.sparkContext.setLogLevel("ERROR")
         try:
-            frame = frame_of(spark)
-            total = frame.count() if args.limit else None
-            shown = frame.limit(args.limit) if args.limit else frame
-            rows = (r.asDict(recursive=True) for r in shown.toLocalIterator(prefetchPartitions=False))
-            (table.write_json if as_json else table.write_text)(out, frame.columns, rows, total)
+            frame = read(spark, options)
+            rows = (r.asDict(recursive=True) for r in frame.toLocalIterator(prefetchPartitions=False))
+            _print(out, as_json, frame.columns, rows)
         finally:
             if active is None:
                 spark.stop()
 
+    def _print(out: TextIO, as_json: bool, columns: list[str], rows: Iterator[dict[str, Any]]) -> None:
+        limited = table.Limited(rows, args.limit)
+        (table.write_json if as_json else table.write_text)(out, columns, limited, limited)
+
     return Streamed(write)
 
 
-def _read_frame(args) -> Callable[[Any], Any]:
-    """The DataFrame ``read`` prints, as a function of the session (arguments checked first:
-    :meth:`~spark_state.state_data.read_options.ReadOptions.check`, errors naming the flags)."""
+def _read_options(args) -> "ReadOptions":
+    """What ``read`` reads (:meth:`~spark_state.state_data.read_options.ReadOptions.check`:
+    errors naming the flags)."""
     from ..state_data.read_options import CLI, OptionError, ReadOptions
-    from ..state_data.readers.by_options import read
 
     given = common(args)
     if args.operator_state and not args.state:
         raise OptionError("operator_state", "{option} reads the operator state named by STATE: give its name", CLI)
-    options = ReadOptions.from_cli(args, given["storage_options"], given["process_locations"]).check()
-    return lambda spark: read(spark, options)
+    return ReadOptions.from_cli(args, given["storage_options"], given["process_locations"]).check()
 
 
 def _erase(args):

@@ -10,37 +10,62 @@ Both forms are what printing the whole table at once gives, byte for byte:
 * text: the column names tab-separated, one line per row (each value as JSON), then
   ``(n rows)``, or ``(n rows, m shown: --limit 0 prints all)`` when fewer were shown.
 
-``total`` is the table's size when only part of it is printed (a ``--limit``); ``None`` when every
-row is printed, which makes it the number of rows printed.
+``total`` is the table's size when only part of it is printed; ``None`` when every row is
+printed, which makes it the number of rows printed; or a :class:`Limited`, whose size is known
+once its rows are read (``--limit N``: the first ``N`` rows printed, the rest counted).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Optional, TextIO
+from typing import Any, Iterable, Iterator, TextIO, Union
 
-__all__ = ["write_json", "write_text"]
+__all__ = ["Limited", "write_json", "write_text"]
 
 
-def write_json(out: TextIO, columns: list[str], rows: Iterable[dict[str, Any]], total: Optional[int]) -> None:
+class Limited:
+    """The first ``limit`` of ``rows`` (0: all of them); iterating counts the rest, so
+    :attr:`total` is the size of ``rows`` once the iteration has ended (one pass)."""
+
+    def __init__(self, rows: Iterable[dict[str, Any]], limit: int) -> None:
+        self._rows, self._limit = rows, limit
+        self.total = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for row in self._rows:
+            self.total += 1
+            if not self._limit or self.total <= self._limit:
+                yield row
+
+
+Total = Union[None, int, Limited]
+
+
+def _total(total: Total, shown: int) -> int:
+    if isinstance(total, Limited):
+        return total.total
+    return shown if total is None else total
+
+
+def write_json(out: TextIO, columns: list[str], rows: Iterable[dict[str, Any]], total: Total) -> None:
     """The table as one JSON document on ``out`` (see the module docstring)."""
     out.write('{\n "columns": ' + _nested(columns, 1) + ',\n "rows": [')
     shown = 0
     for row in rows:
         out.write((",\n  " if shown else "\n  ") + _nested(row, 2))
         shown += 1
-    out.write(("\n ]" if shown else "]") + ',\n "total": ' + json.dumps(shown if total is None else total) + "\n}\n")
+    out.write(("\n ]" if shown else "]") + ',\n "total": ' + json.dumps(_total(total, shown)) + "\n}\n")
 
 
-def write_text(out: TextIO, columns: list[str], rows: Iterable[dict[str, Any]], total: Optional[int]) -> None:
+def write_text(out: TextIO, columns: list[str], rows: Iterable[dict[str, Any]], total: Total) -> None:
     """The table as tab-separated lines on ``out`` (see the module docstring)."""
     out.write("\t".join(columns) + "\n")
     shown = 0
     for row in rows:
         out.write("\t".join(json.dumps(row[c], default=str) for c in columns) + "\n")
         shown += 1
-    total = shown if total is None else total
-    out.write(f"({total} rows, {shown} shown: --limit 0 prints all)\n" if shown < total else f"({total} rows)\n")
+    count = _total(total, shown)
+    out.write(f"({count} rows, {shown} shown: --limit 0 prints all)\n" if shown < count else f"({count} rows)\n")
 
 
 def _nested(value: Any, depth: int) -> str:

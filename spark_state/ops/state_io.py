@@ -33,7 +33,11 @@ from .errors import NoCommittedBatchError
 
 
 def reader_config(backend: str = "rocksdb", local_dir: Optional[str] = None) -> EngineConfig:
-    return EngineConfig(backend=backend, snapshot_interval=0, local_dir=local_dir)
+    """The engine of a store a tool opens to read committed state (or loads a savepoint's
+    entries into): no snapshots of its own, and the tools' RocksDB budget
+    (:data:`~spark_state.constants.TOOL_BLOCK_CACHE_MB`)."""
+    return EngineConfig(backend=backend, snapshot_interval=0, local_dir=local_dir,
+                        block_cache_mb=C.TOOL_BLOCK_CACHE_MB, write_buffer_mb=C.TOOL_WRITE_BUFFER_MB)
 
 
 def open_committed(storage: CheckpointStorage, version: int, config: EngineConfig,

@@ -49,3 +49,21 @@ def test_rows_are_taken_one_at_a_time_as_they_are_printed():
 
     table.write_text(out, COLUMNS, rows(), None)
     assert seen[0] < seen[1] < seen[2]
+
+
+def test_a_limited_table_prints_its_first_rows_and_counts_the_rest_in_one_pass():
+    taken = []
+
+    def rows():
+        for row in ROWS:
+            taken.append(row["k"])
+            yield row
+
+    limited = table.Limited(rows(), 2)
+    out = io.StringIO()
+    table.write_text(out, COLUMNS, limited, limited)
+    assert out.getvalue() == _whole_text(ROWS[:2], 3) and taken == ["a\nb", "é", "t"]
+    limited = table.Limited(iter(ROWS), 0)
+    out = io.StringIO()
+    table.write_json(out, COLUMNS, limited, limited)
+    assert out.getvalue() == _whole_json(ROWS, 3)

@@ -7,7 +7,7 @@ these functions respell it for the surface the options came through before it re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -18,7 +18,7 @@ from .keyed_state import plan_keyed_state, plan_timers
 from .operator_state import plan_function_operator_state
 from .spark_operator_state import read_spark_operator_state
 
-__all__ = ["plan", "read"]
+__all__ = ["local_rows", "plan", "read"]
 
 
 def plan(options: ReadOptions) -> PartitionJob:
@@ -61,3 +61,34 @@ def read(spark: SparkSession, options: ReadOptions) -> DataFrame:
                                          batch=o.batch, storage_options=dict(o.storage_options))
     except OptionError as e:
         raise e.on(o.surface) from None
+
+
+def local_rows(options: ReadOptions) -> tuple[list[str], Iterator[dict[str, Any]]]:
+    """The columns and rows of a function's state that ``options`` ask for, read in this process
+    without a Spark session: partition store after partition store, a chunk of rows at a time
+    (:data:`~..partition_jobs.BATCH_ROWS`), so a tool that prints them holds one chunk whatever
+    the state's size. Rows are dicts of the DataFrame's columns; structs are dicts, as
+    ``Row.asDict(recursive=True)`` gives them.
+
+    :raises OptionError: see :meth:`~..read_options.ReadOptions.check`."""
+    job = plan(options)
+    columns = job.schema.fieldNames()
+
+    def rows() -> Iterator[dict[str, Any]]:
+        for partition in range(job.partitions):
+            for chunk in job.rows(partition):
+                for row in chunk:
+                    yield dict(zip(columns, (*map(_plain, row), partition)))
+
+    return columns, rows()
+
+
+def _plain(value: Any) -> Any:
+    """A decoded value with structs (pyspark Rows) as dicts, recursively."""
+    if isinstance(value, tuple) and hasattr(value, "asDict"):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
