@@ -12,7 +12,10 @@
 * :mod:`.keyed_fns`  -- the keyed functions of the benchmarks (the running count, ...), shipped
   to PySpark's workers by value;
 * :mod:`.stats`      -- medians, percentiles, spread and ratios, and how a ratio prints;
-* :mod:`.results`    -- result JSON and the recorded ratios that ``bench/compare.py`` reads.
+* :mod:`.results`    -- result JSON and the recorded ratios that ``bench/compare.py`` reads;
+* :mod:`.phases`     -- a call's time per phase, by wrapping the functions that do the work (the
+  worker profiles);
+* :mod:`.moto`       -- an S3 server on loopback and the storage options that reach it.
 
 ``bench/`` is not a package: its benchmarks run as scripts, so ``bench/`` is the first entry of
 ``sys.path`` and ``import harness`` finds this folder. PySpark's Python workers do not have
