@@ -34,31 +34,20 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import defaultdict
-from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
 
+from harness import moto, results
+from harness.phases import PhaseTimes
+from harness.stats import percentile
+
 SCHEMA = pa.schema([("op", pa.int8()), ("key", pa.binary()), ("value", pa.binary()),
                     ("prior", pa.int8()), ("prior_stamp", pa.int64())])
 
-TIMES: dict[str, float] = defaultdict(float)
-
-
-def _wrap(owner, name: str, label: str, when=None) -> None:
-    original = getattr(owner, name)
-
-    def timed(*args, **kwargs):
-        if when is not None and not when(*args, **kwargs):
-            return original(*args, **kwargs)
-        started = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            TIMES[label] += time.perf_counter() - started
-
-    setattr(owner, name, timed)
+PHASES = PhaseTimes()
+TIMES = PHASES.seconds
+_wrap = PHASES.wrap
 
 
 def instrument() -> None:
@@ -89,7 +78,8 @@ def instrument() -> None:
 def changes_file(path: str, keys: np.ndarray, values_len: int, rng, prior: int = -1) -> None:
     """A changes file of puts of ``keys``; ``prior`` as the JVM reports it (1: read, existed; -1: unknown)."""
     def key_bytes(k: int) -> bytes:
-        return int(k % 32768).to_bytes(2, "big") + int(k).to_bytes(4, "big", signed=False) + int(k).to_bytes(16, "little")
+        return (int(k % 32768).to_bytes(2, "big") + int(k).to_bytes(4, "big", signed=False)
+                + int(k).to_bytes(16, "little"))
 
     n = len(keys)
     table = pa.table({
@@ -123,14 +113,9 @@ def main(argv=None) -> int:
                "localDir": os.path.join(work, "local"), "runId": str(uuid.uuid4()),
                "operatorId": 0, "storeName": "default"}
     if args.s3_endpoint:
-        import boto3
-
-        bucket = f"profile-{uuid.uuid4().hex[:8]}"
-        boto3.client("s3", endpoint_url=args.s3_endpoint, aws_access_key_id="testing",
-                     aws_secret_access_key="testing", region_name="us-east-1").create_bucket(Bucket=bucket)
+        bucket = moto.create_bucket(args.s3_endpoint, "profile")
         checkpoint = f"s3://{bucket}/state/0/0"
-        options["storage"] = {"s3.endpoint_url": args.s3_endpoint, "s3.access_key_id": "testing",
-                              "s3.secret_access_key": "testing", "s3.region": "us-east-1"}
+        options["storage"] = moto.storage_options(args.s3_endpoint)
     else:
         checkpoint = os.path.join(work, "ckpt")
     service = StoreService()
@@ -170,10 +155,10 @@ def main(argv=None) -> int:
         service.close("i")
         shutil.rmtree(work, ignore_errors=True)
 
-    commit_ms_sorted = sorted(commit_ms)
-    p99 = commit_ms_sorted[min(len(commit_ms_sorted) - 1, int(round(0.99 * (len(commit_ms_sorted) - 1))))]
+    p99 = percentile(commit_ms, 0.99)
+    where = "S3 " + args.s3_endpoint if args.s3_endpoint else "local disk"
     print(f"{args.epochs} commits of {args.updates:,} puts on {args.keys:,} keys "
-          f"({'S3 ' + args.s3_endpoint if args.s3_endpoint else 'local disk'}, snapshot every {args.snapshot_interval}):")
+          f"({where}, snapshot every {args.snapshot_interval}):")
     print(f"  commit call p50 {statistics.median(commit_ms):.1f} ms, p99 {p99:.1f} ms, max {max(commit_ms):.1f} ms")
     snap = [e["commit_ms"] for e in per_epoch if e["snapshot"]]
     if snap:
@@ -183,9 +168,8 @@ def main(argv=None) -> int:
     for label, seconds in sorted(TIMES.items(), key=lambda kv: -kv[1]):
         print(f"    {label:<20}{seconds * 1000:>10.1f} ms  ({seconds * 1000 / args.epochs:.1f} ms per epoch)")
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"settings": vars(args), "commit_ms": commit_ms, "phases_ms": {k: v * 1000 for k, v in TIMES.items()},
-                       "per_epoch": per_epoch}, out, indent=1)
+        results.write_json(args.json, {"settings": results.settings(args), "commit_ms": commit_ms,
+                                       "phases_ms": {k: v * 1000 for k, v in TIMES.items()}, "per_epoch": per_epoch})
     return 0
 
 

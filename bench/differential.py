@@ -24,20 +24,17 @@ _TESTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(_TESTS, "spark"))
 
 import differential as D  # noqa: E402
+from harness import sessions  # noqa: E402
 from streaming_harness import SPARKSTATE_BACKENDS, ship_module_by_value  # noqa: E402
 
 
 def _session():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
+    """The session every generated query runs in (each query sets its own provider)."""
     from spark_state.spark.jvm import jar_path
 
-    spark = (SparkSession.builder.master("local[2,4]").appName("spark-state-differential")
-             .config("spark.jars", jar_path()).config("spark.pyspark.python", sys.executable)
-             .config("spark.ui.enabled", "false").config("spark.sql.ansi.enabled", "false").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return sessions.start(sessions.builder(
+        "spark-state-differential", master="local[2,4]", partitions=None,
+        confs={"spark.jars": jar_path(), "spark.pyspark.python": sys.executable, "spark.sql.ansi.enabled": "false"}))
 
 
 def main(argv=None) -> int:

@@ -33,6 +33,7 @@ from typing import Callable
 
 import rocksdict
 
+from harness.stats import median_of
 from spark_state import EngineConfig, VersionedStore
 
 KEY_BYTES = 16
@@ -50,11 +51,6 @@ def time_gets(get: Callable[[bytes], object], keys: list[bytes]) -> float:
     for k in keys:
         get(k)
     return time.perf_counter() - t
-
-
-def median_of(runs: int, fn: Callable[[], float]) -> float:
-    """Median seconds of ``runs`` runs (fn returns its own measured seconds)."""
-    return statistics.median(fn() for _ in range(runs))
 
 
 class Results:
@@ -148,15 +144,19 @@ def tuned_options() -> rocksdict.Options:
     return _options(shared_resources(256, 128))
 
 
+def dict_gets(keys: list[bytes], value: bytes, probe: list[bytes], runs: int) -> float:
+    """Median seconds of ``probe``'s gets from a dict of ``keys`` (freed on return, before the next
+    subject loads its state)."""
+    data = dict.fromkeys(keys, value)
+    return median_of(runs, lambda: time_gets(data.get, probe))
+
+
 def bench_state(results: Results, root: str, n: int, gets: int, runs: int, update_n: int) -> None:
     keys = keys_for(n, 2)
     value = b"w" * VALUE_BYTES
     probe = random.Random(3).choices(keys, k=gets)
 
-    data = dict.fromkeys(keys, value)
-
-    results.add(f"get (random, {n:,}-key state)", "dict", median_of(runs, lambda: time_gets(data.get, probe)), gets)
-    del data
+    results.add(f"get (random, {n:,}-key state)", "dict", dict_gets(keys, value, probe, runs), gets)
 
     # Raw rocksdict: load, flush, checkpoint (the thing a restore would copy).
     raw_path = os.path.join(root, "raw-db")
@@ -168,7 +168,8 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int, updat
         db.write(batch, no_wal())
     db.flush()
 
-    results.add(f"get (random, {n:,}-key state)", "raw rocksdict", median_of(runs, lambda: time_gets(db.get, probe)), gets)
+    results.add(f"get (random, {n:,}-key state)", "raw rocksdict",
+                median_of(runs, lambda: time_gets(db.get, probe)), gets)
     update_keys = probe[:update_n]
 
     def raw_update() -> float:
@@ -229,7 +230,7 @@ def bench_state(results: Results, root: str, n: int, gets: int, runs: int, updat
             results.add(f"update epoch ({update_n:,} of {n:,} keys)", f"store {backend}",
                         median_of(runs, store_update), update_n)
 
-        def store_restore() -> float:
+        def store_restore(ckpt=ckpt, cfg=cfg, version=version) -> float:
             with VersionedStore(ckpt, cfg) as fresh:
                 t = time.perf_counter()
                 fresh.load(version)

@@ -20,12 +20,12 @@ Usage: python bench/idle_bench.py [--seconds 60] [--variants keyed,window,aipws]
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
+
+from harness import queries, results, sessions, workers
 
 VARIANTS = ("keyed", "window", "aipws")
 
@@ -45,24 +45,21 @@ def _cpu_seconds() -> float:
     return total
 
 
-def child(variant: str, seconds: float, work: str) -> None:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+def run_worker(spec: dict) -> dict:
+    """One variant: its query on one small file, then ``spec["seconds"]`` of an idle source."""
     import datetime as dt
 
     import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     import spark_state
-    from spark_state.process import KeyedProcessFunction
+    from harness.keyed_fns import PendingTimers
 
-    spark = spark_state.configure(
-        SparkSession.builder.master("local[2]").appName("idle-bench")
-        .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    variant, seconds, work = spec["variant"], spec["seconds"], spec["work"]
+    spark = sessions.start(sessions.builder("idle-bench", spark_state=True))
     os.makedirs(f"{work}/in")
     now = dt.datetime(2024, 1, 1)
     pq.write_table(pa.table({"k": list(range(100)), "ts": [now] * 100}), f"{work}/in/f.parquet")
@@ -81,67 +78,54 @@ def child(variant: str, seconds: float, work: str) -> None:
     elif variant == "window":
         out = df.groupBy(F.window("ts", "1 minute"), "k").count()
     else:
-        class Pending(KeyedProcessFunction):
-            def process_element(self, row, ctx):
-                ts = ctx.timer_service()
-                ts.register_event_time_timer(ctx.timestamp() + 3_600_000)  # an hour of event time away
-                ts.register_processing_time_timer(ts.current_processing_time() + 3_600_000)
-                return ()
-
-            def on_timer(self, timestamp, ctx):
-                return ()
-
-        out = spark_state.keyed_process(df, "k", Pending(), "k bigint", parallelism=4)
-    q = out.writeStream.format("noop").outputMode(mode).option("checkpointLocation", f"{work}/ckpt").start()
+        out = spark_state.keyed_process(df, "k", PendingTimers(), "k bigint", parallelism=4)
+    q = queries.start_to_noop(out, f"{work}/ckpt", mode=mode, available_now=False)
     deadline = time.monotonic() + 120
     while (q.lastProgress is None or q.lastProgress["numInputRows"] == 0) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(3)  # the batches the first one asks for (a watermark move) run now
-    last_before = max((p["batchId"] for p in q.recentProgress), default=-1)
+    last_before = max((p["batchId"] for p in queries.progress(q)), default=-1)
     cpu0, t0 = _cpu_seconds(), time.monotonic()
     time.sleep(seconds)
     cpu, elapsed = _cpu_seconds() - cpu0, time.monotonic() - t0
-    ran = {p["batchId"] for p in q.recentProgress if p["batchId"] > last_before and p["durationMs"].get("addBatch")}
+    ran = {p["batchId"] for p in queries.progress(q)
+           if p["batchId"] > last_before and p["durationMs"].get("addBatch")}
     q.stop()
-    print("RESULT " + json.dumps({"variant": variant, "batches": len(ran), "seconds": elapsed, "cpu_seconds": cpu}))
     spark.stop()
+    return {"variant": variant, "batches": len(ran), "seconds": elapsed, "cpu_seconds": cpu}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--child")
-    ap.add_argument("--work")
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--json", help="write the results to this file")
+    workers.add_worker_option(ap)
     args = ap.parse_args()
-    if args.child:
-        child(args.child, args.seconds, args.work)
+    if workers.serve(args, run_worker):
         return
     try:
         import psutil  # noqa: F401
     except ImportError:
         sys.exit("bench/idle_bench.py measures CPU with psutil: pip install psutil")
-    results = []
+    figures = []
     for variant in args.variants.split(","):
         if variant not in VARIANTS:
             sys.exit(f"unknown variant {variant!r}; choose from {', '.join(VARIANTS)}")
         work = tempfile.mkdtemp(prefix="idle-bench-")
-        proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", variant, "--work", work,
-                               "--seconds", str(args.seconds)], capture_output=True, text=True)
-        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-        if line is None:
-            raise RuntimeError(f"variant {variant} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-        r = json.loads(line[7:])
+        spec = {"variant": variant, "work": work, "seconds": args.seconds, "result": os.path.join(work, "result.json")}
+        done = workers.run(__file__, spec, os.path.join(work, "log"))
+        r = workers.read_result(spec["result"])
+        if r is None:
+            raise RuntimeError(f"variant {variant} failed:\n{done.log_tail(8000)}")
         per_minute = 60 / r["seconds"]
         r["batches_per_minute"] = r["batches"] * per_minute
         r["cpu_seconds_per_minute"] = r["cpu_seconds"] * per_minute
-        results.append(r)
+        figures.append(r)
         print(f"  {variant}: {r['batches_per_minute']:.1f} batches/min, "
               f"{r['cpu_seconds_per_minute']:.1f} CPU s/min while idle ({r['seconds']:.0f} s measured)", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
+        results.write_json(args.json, figures, indent=2)
 
 
 if __name__ == "__main__":

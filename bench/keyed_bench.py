@@ -35,10 +35,13 @@ Method: input is generated up front (one parquet file per micro-batch), read wit
 ``--partitions`` partitions. Every (workload, engine) runs in a fresh Python process and JVM;
 the first ``--warmup`` batches are not measured; the figure is the median ``addBatch`` time of
 the measured batches, as rows/s. Ratios are keyed_process over transformWithStateInPandas.
+Everything runs at each driver heap of ``--heaps`` (default ``1g,4g``: Spark's default driver
+memory and a larger one), ratios within a heap; ``--record`` keeps the ratios for
+``bench/compare.py``. The keyed functions are ``bench/harness/keyed_fns.py``'s.
 
 Usage: python bench/keyed_bench.py [--rows-per-batch 50000] [--keys 25000] [--batches 4]
            [--workloads count,listmap,count_timer] [--engines process,tws]
-           [--backends rocksdb,hashmap] [--json out.json]
+           [--backends rocksdb,hashmap] [--heaps 1g,4g] [--json out.json] [--record]
        python bench/keyed_bench.py --suite speed    # issue 14's shape: 200k rows/batch, 20k keys,
            # workloads count,listmap; engines passthrough,dictloop,process,vector; both backends
 """
@@ -46,15 +49,15 @@ Usage: python bench/keyed_bench.py [--rows-per-batch 50000] [--keys 25000] [--ba
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+from harness import inputs, queries, results, sessions, workers
+from harness.contenders import CONTENDERS
+
 WORKLOADS = ("count", "listmap", "count_timer")
 ENGINES = ("process", "tws")
 OUTPUTS = {"count": "k bigint, count bigint", "listmap": "k bigint, bucket bigint, count bigint",
@@ -70,94 +73,18 @@ BATCH_EVENT_MS = 10_000
 
 # ------------------------------------------------------------------------------ functions
 def process_function(workload: str):
-    """The keyed_process function of a workload (defined here so that it pickles by value)."""
-    from pyspark.sql.types import LongType
+    """The keyed_process function of a workload (per-row form)."""
+    from harness import keyed_fns
 
-    from spark_state.process import KeyedProcessFunction
-    from spark_state.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-
-    class RunningCount(KeyedProcessFunction):
-        def open(self, ctx):
-            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
-
-        def process_element(self, row, ctx):
-            n = (self.count.value() or 0) + 1
-            self.count.update(n)
-            return ((row.k, n),)
-
-    class ListMap(KeyedProcessFunction):
-        def open(self, ctx):
-            self.values = ctx.get_list_state(ListStateDescriptor("values", LongType()))
-            self.buckets = ctx.get_map_state(MapStateDescriptor("buckets", LongType(), LongType()))
-
-        def process_element(self, row, ctx):
-            self.values.add(row.v)
-            b = row.v % 10
-            n = (self.buckets.get(b) or 0) + 1
-            self.buckets.put(b, n)
-            return ((row.k, b, n),)
-
-    class CountWithTimer(KeyedProcessFunction):
-        def open(self, ctx):
-            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
-            self.timer = ctx.get_state(ValueStateDescriptor("timer", LongType()))
-
-        def process_element(self, row, ctx):
-            self.count.update((self.count.value() or 0) + 1)
-            if self.timer.value() is None:
-                t = ctx.timestamp() + 10_000
-                ctx.timer_service().register_event_time_timer(t)
-                self.timer.update(t)
-            return ()
-
-        def on_timer(self, timestamp, ctx):
-            self.timer.clear()
-            return ((ctx.current_key, self.count.value()),)
-
-    if workload == "count_timer":
-        return CountWithTimer()
-    return RunningCount() if workload == "count" else ListMap()
+    return {"count": keyed_fns.RunningCount, "listmap": keyed_fns.ListMap,
+            "count_timer": keyed_fns.CountWithTimer}[workload]()
 
 
 def vector_function(workload: str):
     """The vectorized form (``process_elements``: one call per key and Arrow batch)."""
-    from pyspark.sql.types import LongType
+    from harness import keyed_fns
 
-    from spark_state.process import KeyedProcessFunction
-    from spark_state.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-
-    class RunningCount(KeyedProcessFunction):
-        def open(self, ctx):
-            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
-
-        def process_elements(self, rows, ctx):
-            n = self.count.value() or 0
-            self.count.update(n + len(rows))
-            k = ctx.current_key
-            return [(k, c) for c in range(n + 1, n + len(rows) + 1)]
-
-    class ListMap(KeyedProcessFunction):
-        def open(self, ctx):
-            self.values = ctx.get_list_state(ListStateDescriptor("values", LongType()))
-            self.buckets = ctx.get_map_state(MapStateDescriptor("buckets", LongType(), LongType()))
-
-        def process_elements(self, rows, ctx):
-            vs = [r.v for r in rows]
-            self.values.add_all(vs)
-            counts: dict = {}
-            get = self.buckets.get
-            out = []
-            for v in vs:
-                b = v % 10
-                n = counts.get(b)
-                if n is None:
-                    n = get(b) or 0
-                counts[b] = n = n + 1
-                out.append((ctx.current_key, b, n))
-            self.buckets.put_all(counts)
-            return out
-
-    return RunningCount() if workload == "count" else ListMap()
+    return {"count": keyed_fns.RunningCountVector, "listmap": keyed_fns.ListMapVector}[workload]()
 
 
 def floor_carrier(df, engine: str, partitions: int):
@@ -243,83 +170,118 @@ def tws_processor(workload: str):
 def generate_inputs(root: str, files: int, rows: int, keys: int, seed: int = 7) -> str:
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     rng = np.random.default_rng(seed)
-    for b in range(files):
+
+    def table(b: int):
         ts = (b * BATCH_EVENT_MS + rng.integers(0, BATCH_EVENT_MS, size=rows)) * 1000  # microseconds
-        table = pa.table({"k": rng.integers(0, keys, size=rows, dtype=np.int64),
-                          "v": rng.integers(0, 1000, size=rows, dtype=np.int64),
-                          "ts": pa.array(ts, type=pa.timestamp("us", tz="UTC"))})
-        path = os.path.join(root, f"batch-{b:06d}.parquet")
-        pq.write_table(table, path)
-        os.utime(path, (1_700_000_000 + 10 * b,) * 2)
-    return root
+        return pa.table({"k": rng.integers(0, keys, size=rows, dtype=np.int64),
+                         "v": rng.integers(0, 1000, size=rows, dtype=np.int64),
+                         "ts": pa.array(ts, type=pa.timestamp("us", tz="UTC"))})
+
+    return inputs.write_batches(root, files, table)
 
 
-def child(args: argparse.Namespace) -> None:
-    """One (workload, engine) run in this process; prints a JSON line with batch durations."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
+def run_worker(spec: dict) -> dict:
+    """One (workload, engine, backend, heap) run in this process: the measured batches' durations."""
     import spark_state
     from spark_state.spark.jvm import EXTENSIONS_CLASS, jar_path
 
-    spark = (SparkSession.builder.master("local[2]").appName("keyed-bench")
-             .config("spark.sql.shuffle.partitions", str(args.partitions))
-             .config("spark.ui.enabled", "false").config("spark.pyspark.python", sys.executable)
-             .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-             .config("spark.jars", jar_path()))  # keyed_process's tick source is a JVM class
-    if args.extensions == "on":  # as spark_state.configure sets it: the SQL tab's node per keyed function
-        spark = spark.config("spark.sql.extensions", EXTENSIONS_CLASS)
-    spark = spark.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    df = spark.readStream.schema("k bigint, v bigint, ts timestamp").option("maxFilesPerTrigger", 1).parquet(args.input)
-    if args.workload == "count_timer":
+    confs = {"spark.pyspark.python": sys.executable,
+             "spark.jars": jar_path()}  # keyed_process's tick source is a JVM class
+    if spec["extensions"] == "on":  # as spark_state.configure sets it: the SQL tab's node per keyed function
+        confs["spark.sql.extensions"] = EXTENSIONS_CLASS
+    spark = sessions.start(sessions.builder(  # tws runs on Spark's RocksDB provider, the only one it accepts
+        "keyed-bench", contender=CONTENDERS["rocksdb"], partitions=spec["partitions"],
+        driver_memory=spec["driver_memory"], confs=confs))
+    workload, engine = spec["workload"], spec["engine"]
+    df = queries.file_stream(spark, "k bigint, v bigint, ts timestamp", spec["input"])
+    if workload == "count_timer":
         df = df.withWatermark("ts", "5 seconds")
-    if args.engine in ("passthrough", "dictloop"):
-        out = floor_carrier(df, args.engine, args.partitions)
-    elif args.engine in ("process", "vector"):
-        fn = vector_function(args.workload) if args.engine == "vector" else process_function(args.workload)
-        out = spark_state.keyed_process(df, "k", fn, OUTPUTS[args.workload],
-                                        parallelism=args.partitions, state_location=args.state,
-                                        engine={"backend": args.backend})
+    if engine in ("passthrough", "dictloop"):
+        out = floor_carrier(df, engine, spec["partitions"])
+    elif engine in KEYED_ENGINES:
+        fn = vector_function(workload) if engine == "vector" else process_function(workload)
+        out = spark_state.keyed_process(df, "k", fn, OUTPUTS[workload],
+                                        parallelism=spec["partitions"], state_location=spec["state"],
+                                        engine={"backend": spec["backend"]})
     else:
         out = df.groupBy("k").transformWithStateInPandas(
-            statefulProcessor=tws_processor(args.workload), outputStructType=OUTPUTS[args.workload],
+            statefulProcessor=tws_processor(workload), outputStructType=OUTPUTS[workload],
             outputMode="Append", timeMode="None")
-    writer = out.writeStream.format("noop").outputMode("append").option("checkpointLocation", args.checkpoint)
-    query = writer.trigger(availableNow=True).start()
+    query = queries.start_to_noop(out, spec["checkpoint"], mode="append")
     query.awaitTermination()
-    progress = [json.loads(p.json()) for p in query._jsq.recentProgress()]
     # the batches that read an input file (not the one a due timer runs after the input: count_timer)
-    progress = [p for p in progress if p["numInputRows"] >= args.rows_per_batch]
+    progress = [p for p in queries.progress(query) if p["numInputRows"] >= spec["rows_per_batch"]]
     durations = [p["durationMs"]["addBatch"] for p in progress if "addBatch" in p.get("durationMs", {})]
-    print("RESULT " + json.dumps({"addBatch": durations, "rows": [p["numInputRows"] for p in progress]}))
     spark.stop()
+    return {"addBatch": durations, "rows": [p["numInputRows"] for p in progress]}
 
 
-def run_one(workload: str, engine: str, backend: str, args: argparse.Namespace, input_dir: str, tmp: str) -> list[float]:
+def run_one(workload: str, engine: str, backend: str, heap: str, args: argparse.Namespace, input_dir: str,
+            tmp: str) -> list[float]:
+    """One run in its own process and JVM; the measured batches' seconds."""
     work = tempfile.mkdtemp(dir=tmp)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--workload", workload, "--engine", engine,
-           "--backend", backend, "--input", input_dir, "--partitions", str(args.partitions),
-           "--checkpoint", os.path.join(work, "ckpt"), "--state", os.path.join(work, "state"),
-           "--rows-per-batch", str(args.rows_per_batch), "--extensions", args.extensions]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if proc.returncode != 0 or line is None:
-        raise RuntimeError(f"{workload}/{engine} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    spec = {"workload": workload, "engine": engine, "backend": backend, "input": input_dir,
+            "partitions": args.partitions, "checkpoint": os.path.join(work, "ckpt"),
+            "state": os.path.join(work, "state"), "rows_per_batch": args.rows_per_batch,
+            "extensions": args.extensions, "driver_memory": heap, "result": os.path.join(work, "result.json")}
+    done = workers.run(__file__, spec, os.path.join(work, "log"))
+    result = workers.read_result(spec["result"])
+    if done.returncode != 0 or result is None:
+        raise RuntimeError(f"{workload}/{engine} ({heap} heap) failed:\n{done.log_tail(6000)}")
     shutil.rmtree(work, ignore_errors=True)
-    durations = json.loads(line[len("RESULT "):])["addBatch"]
-    return [d / 1000 for d in durations[args.warmup:]]
+    return [d / 1000 for d in result["addBatch"][args.warmup:]]
 
 
-def main() -> None:
+def run_heap(heap: str, args: argparse.Namespace, input_dir: str, tmp: str) -> dict:
+    """Every (workload, engine, backend) at one heap; prints each run and the ratios."""
+    print(f"driver heap {heap}:")
+    out: dict = {}
+    for workload in args.workloads.split(","):
+        for engine in args.engines.split(","):
+            if engine not in SUPPORTED[workload]:
+                continue
+            backends = args.backends.split(",") if engine in KEYED_ENGINES else ["-"]
+            for backend in backends:
+                name = engine if backend == "-" else f"{engine}/{backend}"
+                secs = run_one(workload, engine, backend if backend != "-" else "rocksdb", heap, args, input_dir, tmp)
+                med = statistics.median(secs)
+                out.setdefault(workload, {})[name] = {
+                    "batch_seconds": secs, "median_s": med, "rows_per_s": args.rows_per_batch / med}
+                print(f"  {workload:8s} {name:18s} median {med:7.2f} s/batch  "
+                      f"{args.rows_per_batch / med:10.0f} rows/s   batches: {[round(s, 2) for s in secs]}",
+                      flush=True)
+    print()
+    for workload, r in out.items():
+        base = r.get("dictloop") or out.get("count", {}).get("dictloop")
+        floor = r.get("passthrough") or out.get("count", {}).get("passthrough")
+        for name, x in r.items():
+            parts = []
+            if base is not None and name != "dictloop":
+                x["vs_dictloop"] = x["rows_per_s"] / base["rows_per_s"]
+                parts.append(f"{x['vs_dictloop']:.2f}x the per-row dict loop")
+            if floor is not None and name != "passthrough":
+                x["vs_passthrough"] = x["rows_per_s"] / floor["rows_per_s"]
+                parts.append(f"{x['vs_passthrough']:.2f}x pass-through mapInArrow")
+            if parts:
+                print(f"  {workload:8s} {name:18s} " + ", ".join(parts))
+        for backend in args.backends.split(","):
+            if f"process/{backend}" in r and "tws" in r:
+                ratio = r[f"process/{backend}"]["rows_per_s"] / r["tws"]["rows_per_s"]
+                r[f"process/{backend}"]["vs_tws"] = ratio
+                print(f"  {workload}: keyed_process ({backend}) is {ratio:.1f}x transformWithStateInPandas "
+                      "(RocksDB)")
+    first = args.backends.split(",")[0]
+    if "count" in out and "count_timer" in out and f"process/{first}" in out["count_timer"]:
+        rel = (out["count_timer"][f"process/{first}"]["rows_per_s"]
+               / out["count"][f"process/{first}"]["rows_per_s"])
+        print(f"  count_timer runs at {rel:.2f}x the rows/s of count (same input, same run)")
+    return out
+
+
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--workload"), ap.add_argument("--engine"), ap.add_argument("--input")
-    ap.add_argument("--checkpoint"), ap.add_argument("--state")
-    ap.add_argument("--backend", default="rocksdb", help=argparse.SUPPRESS)
     ap.add_argument("--backends", default="rocksdb", help="keyed_process engine backends (rocksdb,hashmap)")
     ap.add_argument("--suite", choices=["speed"], help="speed: issue 14's per-row cost comparison")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -331,65 +293,39 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--extensions", choices=["on", "off"], default="on",
                     help="spark-state's session extensions (the SQL tab's node), as configure sets them")
+    sessions.add_heaps_option(ap)
     ap.add_argument("--json")
-    args = ap.parse_args()
+    results.add_record_option(ap)
+    workers.add_worker_option(ap)
+    args = ap.parse_args(argv)
+    if workers.serve(args, run_worker):
+        return
     if args.suite == "speed":
         args.rows_per_batch, args.keys = 200_000, 20_000
         args.workloads, args.backends = "count,listmap", "hashmap,rocksdb"
         args.engines = args.engines or "passthrough,dictloop,process,vector"
     args.engines = args.engines or ",".join(ENGINES)
-    if args.child:
-        child(args)
-        return
+    try:
+        heaps = sessions.parse_heaps(args.heaps)
+    except ValueError as exc:
+        ap.error(str(exc))
     tmp = tempfile.mkdtemp(prefix="keyed-bench-")
     try:
-        os.makedirs(os.path.join(tmp, "input"))
         input_dir = generate_inputs(os.path.join(tmp, "input"), args.warmup + args.batches,
                                     args.rows_per_batch, args.keys)
         print(f"keyed_bench: {args.rows_per_batch} rows/batch over {args.keys} keys, {args.warmup} warm-up + "
-              f"{args.batches} measured batches, {args.partitions} partitions, local[2]")
-        results: dict = {}
-        for workload in args.workloads.split(","):
-            for engine in args.engines.split(","):
-                if engine not in SUPPORTED[workload]:
-                    continue
-                backends = args.backends.split(",") if engine in KEYED_ENGINES else ["-"]
-                for backend in backends:
-                    name = engine if backend == "-" else f"{engine}/{backend}"
-                    secs = run_one(workload, engine, backend if backend != "-" else "rocksdb", args, input_dir, tmp)
-                    med = statistics.median(secs)
-                    results.setdefault(workload, {})[name] = {
-                        "batch_seconds": secs, "median_s": med, "rows_per_s": args.rows_per_batch / med}
-                    print(f"  {workload:8s} {name:18s} median {med:7.2f} s/batch  "
-                          f"{args.rows_per_batch / med:10.0f} rows/s   batches: {[round(s, 2) for s in secs]}",
-                          flush=True)
-        print()
-        for workload, r in results.items():
-            base = r.get("dictloop") or results.get("count", {}).get("dictloop")
-            floor = r.get("passthrough") or results.get("count", {}).get("passthrough")
-            for name, x in r.items():
-                parts = []
-                if base is not None and name != "dictloop":
-                    x["vs_dictloop"] = x["rows_per_s"] / base["rows_per_s"]
-                    parts.append(f"{x['vs_dictloop']:.2f}x the per-row dict loop")
-                if floor is not None and name != "passthrough":
-                    x["vs_passthrough"] = x["rows_per_s"] / floor["rows_per_s"]
-                    parts.append(f"{x['vs_passthrough']:.2f}x pass-through mapInArrow")
-                if parts:
-                    print(f"  {workload:8s} {name:18s} " + ", ".join(parts))
-            for backend in args.backends.split(","):
-                if f"process/{backend}" in r and "tws" in r:
-                    ratio = r[f"process/{backend}"]["rows_per_s"] / r["tws"]["rows_per_s"]
-                    r[f"ratio_tws/{backend}"] = ratio
-                    print(f"  {workload}: keyed_process ({backend}) is {ratio:.1f}x transformWithStateInPandas (RocksDB)")
-        first = args.backends.split(",")[0]
-        if "count" in results and "count_timer" in results and f"process/{first}" in results["count_timer"]:
-            rel = (results["count_timer"][f"process/{first}"]["rows_per_s"]
-                   / results["count"][f"process/{first}"]["rows_per_s"])
-            print(f"  count_timer runs at {rel:.2f}x the rows/s of count (same input, same run)")
+              f"{args.batches} measured batches, {args.partitions} partitions, local[2], "
+              f"driver heap {' and '.join(heaps)}")
+        by_heap = {heap: run_heap(heap, args, input_dir, tmp) for heap in heaps}
+        ratios = {results.ratio_key(heap, workload, name, key): x[key]
+                  for heap, r in by_heap.items() for workload, names in r.items() for name, x in names.items()
+                  for key in ("vs_dictloop", "vs_passthrough", "vs_tws") if key in x}
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"args": vars(args), "results": results}, f, indent=2)
+            results.write_json(args.json, {"args": results.settings(args), "heaps": by_heap, "ratios": ratios},
+                               indent=2)
+        if args.record:
+            results.record("keyed_bench", ratios, results.run_argv(sys.argv[1:] if argv is None else argv))
+            print(f"recorded {len(ratios)} ratios in {results.RECORDED}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

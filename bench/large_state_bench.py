@@ -40,43 +40,34 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-import psutil
+from harness import inputs, queries, results, sessions, workers
+from harness.contenders import contender
+from harness.heap import MB, HeapSampler
+from harness.processes import watch_peak_rss
 
-PROVIDERS = {
-    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    "sparkstate": "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider",
-    "sparkstate-hashmap": "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider",
-}
-BACKEND_CONF = "spark.sql.streaming.stateStore.sparkState.backend"
+#: The providers this benchmark runs (``--providers``).
+PROVIDERS = ("rocksdb", "sparkstate", "sparkstate-hashmap")
 #: When this module was imported: in a worker process, its start (for the session's start time).
 IMPORTED = time.monotonic()
 ROWS_PER_GROUP = 1_000_000
-MB = 2 ** 20
 
 
 # ------------------------------------------------------------------------------------------ inputs
-def write_keys(path: str, keys_of_chunk, chunks: int, mtime: int) -> None:
-    """One parquet file written a million keys at a time (bounded memory), with modification time
-    ``mtime`` (the file source orders files by it)."""
+def write_keys(path: str, keys_of_chunk, chunks: int, b: int) -> None:
+    """Micro-batch ``b``'s file of keys (one ``k`` column), written a million keys at a time
+    (bounded memory): chunk c's keys are ``keys_of_chunk(c)``."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    tmp = path + ".tmp"
-    with pq.ParquetWriter(tmp, pa.schema([("k", pa.int64())])) as writer:
-        for c in range(chunks):
-            writer.write_table(pa.table({"k": keys_of_chunk(c)}), row_group_size=ROWS_PER_GROUP)
-    os.utime(tmp, (mtime, mtime))
-    os.replace(tmp, path)
+    schema = pa.schema([("k", pa.int64())])
+    inputs.write_batch_chunks(path, (pa.table({"k": keys_of_chunk(c)}, schema=schema) for c in range(chunks)),
+                              schema, b, ROWS_PER_GROUP)
 
 
 def generate(workdir: str, first: int, updates: int) -> dict:
@@ -92,14 +83,13 @@ def generate(workdir: str, first: int, updates: int) -> dict:
         chunks = max(1, first // ROWS_PER_GROUP)
         # Keys c, c + chunks, c + 2*chunks, ... in chunk c: every key once, each chunk shuffled.
         write_keys(os.path.join(out["first"] + ".tmp", "batch-0000.parquet"),
-                   lambda c: rng.permutation(np.arange(c, first, chunks, dtype=np.int64)), chunks, 1_700_000_000)
+                   lambda c: rng.permutation(np.arange(c, first, chunks, dtype=np.int64)), chunks, 0)
         os.replace(out["first"] + ".tmp", out["first"])
     for u in range(updates + 1):  # the last one is the restart's batch
         path = os.path.join(workdir, f"update-{first}-{u}.parquet")
         if not os.path.exists(path):
             n = min(ROWS_PER_GROUP, first)
-            write_keys(path, lambda _, n=n: rng.choice(first, size=n, replace=False).astype(np.int64), 1,
-                       1_700_000_000 + 10 * (u + 1))
+            write_keys(path, lambda _, n=n: rng.choice(first, size=n, replace=False).astype(np.int64), 1, u + 1)
         out["updates"].append(path)
     return out
 
@@ -108,218 +98,89 @@ def generate(workdir: str, first: int, updates: int) -> dict:
 def run_worker(spec: dict) -> None:
     """One process: start the session, run the query over what is in ``spec['input_dir']``, write one
     JSON line per committed batch to ``spec['result']``."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (SparkSession.builder.master("local[2]").appName(f"large-state-{spec['provider']}")
-               .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", spec["driver_memory"])
-               .config("spark.local.dir", spec["local_dir"]))
-    if spec["provider"].startswith("sparkstate") or spec["suite"] == "keyed":
-        from spark_state import configure
-
-        builder = configure(builder) or builder
-    if spec["suite"] == "provider":
-        builder = builder.config("spark.sql.streaming.stateStore.providerClass", PROVIDERS[spec["provider"]])
-        if spec["provider"].startswith("sparkstate"):
-            builder = builder.config(BACKEND_CONF, "hashmap" if spec["provider"].endswith("hashmap") else "rocksdb")
-    for key, value in spec.get("confs", {}).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    keyed = spec["suite"] == "keyed"
+    spark = sessions.start(sessions.builder(
+        f"large-state-{spec['provider']}", contender=None if keyed else contender(spec["provider"]),
+        spark_state=keyed, driver_memory=spec["driver_memory"], local_dir=spec["local_dir"],
+        confs=spec.get("confs")))
     session_start_ms = round((time.monotonic() - IMPORTED) * 1000)
-    management = spark._jvm.java.lang.management.ManagementFactory
-    memory_bean = management.getMemoryMXBean()
-    old_gen = [p for p in management.getMemoryPoolMXBeans() if "Old Gen" in p.getName() or "Tenured" in p.getName()]
-    peaks = {"heap": 0, "old_after_gc": 0, "held": 0}
-    stop = threading.Event()
-    held_every = spec.get("held_every") or 0
-    last_full_gc = time.monotonic()
-
-    def sample() -> None:
-        nonlocal last_full_gc
-        while not stop.is_set():
-            try:
-                peaks["heap"] = max(peaks["heap"], memory_bean.getHeapMemoryUsage().getUsed())
-                if held_every and time.monotonic() - last_full_gc >= held_every:
-                    # What the heap holds: used right after a full collection (G1's System.gc() is one).
-                    spark._jvm.java.lang.System.gc()
-                    peaks["held"] = max(peaks["held"], memory_bean.getHeapMemoryUsage().getUsed())
-                    last_full_gc = time.monotonic()
-                for pool in old_gen:
-                    usage = pool.getCollectionUsage()
-                    if usage is not None:
-                        peaks["old_after_gc"] = max(peaks["old_after_gc"], usage.getUsed())
-            except Exception:  # the JVM is going away
-                return
-            stop.wait(0.25)
-
-    df = spark.readStream.schema("k bigint").option("maxFilesPerTrigger", 1).parquet(spec["input_dir"])
-    if spec["suite"] == "keyed":
+    sampler = HeapSampler(spark, 0.25, spec.get("held_every") or 0)
+    df = queries.file_stream(spark, "k bigint", spec["input_dir"])
+    if keyed:
         query = keyed_query(df, spec)
     elif spec.get("query") == "dedup":
         query = df.dropDuplicates(["k"])
     else:
         query = df.groupBy("k").count()
     started = time.monotonic()
-    mode = "append" if spec.get("query") == "dedup" else "update"
-    writer = (query.writeStream.format("noop").outputMode(mode)
-              .option("checkpointLocation", spec["checkpoint"]).trigger(availableNow=True))
-    q = writer.start()
-    threading.Thread(target=sample, daemon=True).start()
-    seen = -1
+    q = queries.start_to_noop(query, spec["checkpoint"], mode="append" if spec.get("query") == "dedup" else "update")
+    sampler.start()
+
+    def line_of(p: dict) -> dict:
+        line = {"batch": p["batchId"], "input_rows": p["numInputRows"],
+                "trigger_ms": p["durationMs"]["triggerExecution"],
+                "since_start_ms": round((time.monotonic() - started) * 1000),
+                "session_start_ms": session_start_ms,
+                "state_rows": queries.state_sum(p, "numRowsTotal"),
+                "memory_used_bytes": queries.state_sum(p, "memoryUsedBytes"),
+                "duration_ms": dict(p["durationMs"]),
+                "commit_ms": queries.state_sum(p, "commitTimeMs"),
+                "custom": queries.custom_sums(p),
+                **sampler.take_batch()}  # per batch from here on
+        return {**line, **keyed_figures(p)} if keyed else line
+
     try:
-        while True:
-            done = q.awaitTermination(1)
-            for p in q.recentProgress:
-                if p.batchId <= seen or "triggerExecution" not in (p.durationMs or {}):
-                    continue
-                seen = p.batchId
-                ops = p.stateOperators or []
-                line = {"batch": p.batchId, "input_rows": p.numInputRows,
-                        "trigger_ms": p.durationMs["triggerExecution"],
-                        "since_start_ms": round((time.monotonic() - started) * 1000),
-                        "session_start_ms": session_start_ms,
-                        "state_rows": sum(op.numRowsTotal for op in ops),
-                        "memory_used_bytes": sum(op.memoryUsedBytes for op in ops),
-                        "duration_ms": dict(p.durationMs or {}),
-                        "commit_ms": sum(op.commitTimeMs for op in ops),
-                        "custom": {k: sum(dict(op.customMetrics or {}).get(k, 0) for op in ops)
-                                   for k in {k for op in ops for k in dict(op.customMetrics or {})}},
-                        "heap_peak_bytes": peaks["heap"], "old_after_gc_peak_bytes": peaks["old_after_gc"],
-                        "held_peak_bytes": peaks["held"]}
-                if spec["suite"] == "keyed":
-                    line.update(keyed_figures(p))
-                peaks["heap"] = peaks["held"] = 0  # per batch from here on
-                with open(spec["result"], "a") as out:
-                    out.write(json.dumps(line) + "\n")
-            if done:
-                break
-    except Exception as exc:
-        with open(spec["result"], "a") as out:
-            out.write(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}) + "\n")
+        workers.record_batches(q, spec["result"], line_of)
     finally:
-        stop.set()
-        try:
-            spark.stop()
-        except Exception:
-            pass
+        sampler.stop()
+        sessions.stop_quietly(spark)
 
 
 def keyed_query(df, spec: dict):
     """The keyed suite's query: a running count per key, or (``timers``) one event-time timer per key
     that the next batch's watermark makes due."""
-    import spark_state
     from pyspark.sql import functions as F
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, here)
-    import large_state_fns as fns
-
-    # PySpark's workers unpickle the functions by module name: ship the module to them.
-    df.sparkSession.sparkContext.addPyFile(os.path.join(here, "large_state_fns.py"))
+    import spark_state
+    from harness import keyed_fns
 
     if spec.get("timers"):
         events = df.withColumn("ts", F.timestamp_seconds(F.col("k") % 1000)).withWatermark("ts", "1 second")
-        return spark_state.keyed_process(events, "k", fns.TimerPerKey(), "k bigint, fired bigint",
+        return spark_state.keyed_process(events, "k", keyed_fns.TimerPerKey(), "k bigint, fired bigint",
                                          parallelism=4, name="timers")
-    return spark_state.keyed_process(df, "k", fns.RunningCount(), "k bigint, n bigint", parallelism=4, name="count")
+    return spark_state.keyed_process(df, "k", keyed_fns.RunningCount(), "k bigint, n bigint", parallelism=4,
+                                     name="count")
 
 
-def keyed_figures(progress) -> dict:
+def keyed_figures(p: dict) -> dict:
     """The keyed function's figures of a batch (its observation in the progress: ``figures``)."""
-    for name, row in dict(progress.observedMetrics or {}).items():
-        if name.startswith("spark_state."):
-            figures = row.asDict(recursive=True).get("figures") or {}
-            return {"keyed": {k: v for k, v in figures.items() if isinstance(v, (int, float))}}
-    return {}
-
-
-def watch_rss(pid: int, stop: threading.Event, peaks: dict) -> None:
-    """Peak RSS of the run's JVM and of one of its Python workers (provider workers, or PySpark's
-    workers for keyed functions), sampled every 0.25 s; for workers also the peak of their anonymous
-    RSS (``RssAnon``: without the pages of files they map, such as a commit's changes file, which the
-    kernel drops when it needs the memory)."""
-    while not stop.is_set():
-        try:
-            for child in psutil.Process(pid).children(recursive=True):
-                try:
-                    cmd = " ".join(child.cmdline())
-                    rss = child.memory_info().rss
-                except psutil.Error:
-                    continue
-                kind = "jvm" if "java" in os.path.basename(cmd.split(" ")[0]) else \
-                    "workers" if "spark_state.provider.worker" in cmd or "pyspark.daemon" in cmd \
-                    or "pyspark/daemon" in cmd or "pyspark.worker" in cmd else None
-                if kind:
-                    peaks[kind] = max(peaks.get(kind, 0), rss)
-                if kind == "workers":
-                    peaks["workers_anon"] = max(peaks.get("workers_anon", 0), _anon_rss(child.pid))
-        except psutil.Error:
-            return
-        stop.wait(0.25)
-
-
-def _anon_rss(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    figures = queries.observed(p, "spark_state.").get("figures")
+    if figures is None:
+        return {}
+    return {"keyed": {k: v for k, v in figures.items() if isinstance(v, (int, float))}}
 
 
 def launch(spec: dict, cap_s: float) -> tuple[list[dict], dict]:
     """Run ``spec`` in its own process and session; returns its lines and the peak RSS (bytes) of its
-    JVM and Python workers."""
+    JVM and of one Python worker (its anonymous RSS too)."""
     peaks: dict = {}
-    stop = threading.Event()
-    with open(spec["result"] + ".log", "w") as log:
-        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--_worker", json.dumps(spec)],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        watcher = threading.Thread(target=watch_rss, args=(proc.pid, stop, peaks), daemon=True)
-        watcher.start()
-        try:
-            proc.wait(timeout=cap_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # its own session: the JVM and Python workers go too
-            proc.wait()
-            with open(spec["result"], "a") as out:
-                out.write(json.dumps({"error": f"stopped after the {cap_s:.0f} s cap"}) + "\n")
-        stop.set()
-        watcher.join()
-    lines = []
-    if os.path.exists(spec["result"]):
-        with open(spec["result"]) as f:
-            lines = [json.loads(line) for line in f if line.strip()]
+    lines = workers.run_batches(__file__, spec, cap_s, watch=lambda pid, stop: watch_peak_rss(pid, stop, peaks))
     return lines, peaks
 
 
-def stage(input_dir: str, files: list[str]) -> None:
-    """Make ``input_dir`` hold exactly ``files`` (hard links; modification times kept)."""
-    os.makedirs(input_dir, exist_ok=True)
-    for f in files:
-        target = os.path.join(input_dir, os.path.basename(f))
-        if not os.path.exists(target):
-            os.link(f, target)
-
-
-def run_provider(name: str, args, workdir: str, inputs: dict[int, dict], confs: dict) -> dict:
+def run_provider(name: str, args, workdir: str, files_by_size: dict[int, dict], confs: dict) -> dict:
     """Every phase of one provider; returns its figures."""
     suite = args.suite
     out: dict = {"first": {}}
-    largest = max(inputs)
-    for n, files in sorted(inputs.items()):
+    largest = max(files_by_size)
+    for n, files in sorted(files_by_size.items()):
         tag = f"{name}-{n}"
         run_dir = os.path.join(workdir, "runs", tag)
         shutil.rmtree(run_dir, ignore_errors=True)
         input_dir = os.path.join(run_dir, "in")
         first_files = [os.path.join(files["first"], f) for f in sorted(os.listdir(files["first"]))]
         updates = files["updates"][:args.updates] if n == largest and suite == "provider" else []
-        stage(input_dir, first_files + updates)
+        inputs.stage(input_dir, first_files + updates)
         spec = {"provider": name, "suite": suite, "input_dir": input_dir, "driver_memory": args.driver_memory,
                 "checkpoint": os.path.join(run_dir, "ckpt"), "local_dir": os.path.join(run_dir, "local"),
                 "result": os.path.join(run_dir, "result.jsonl"), "confs": confs, "query": args.query,
@@ -359,7 +220,7 @@ def run_provider(name: str, args, workdir: str, inputs: dict[int, dict], confs: 
                   f"{max(times):.1f} s", flush=True)
             # A new executor: the local state is gone; one more batch on the checkpoint.
             shutil.rmtree(spec["local_dir"], ignore_errors=True)
-            stage(input_dir, [files["updates"][args.updates]])
+            inputs.stage(input_dir, [files["updates"][args.updates]])
             restart = dict(spec, result=os.path.join(run_dir, "restart.jsonl"))
             lines, _ = launch(restart, args.cap_s)
             done = [b for b in lines if "batch" in b]
@@ -380,8 +241,8 @@ def run_timers(args, workdir: str, n: int) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)
     files = generate(workdir, n, 1)
     input_dir = os.path.join(run_dir, "in")
-    stage(input_dir, [os.path.join(files["first"], f) for f in sorted(os.listdir(files["first"]))]
-          + [files["updates"][0]])
+    inputs.stage(input_dir, [os.path.join(files["first"], f) for f in sorted(os.listdir(files["first"]))]
+                 + [files["updates"][0]])
     spec = {"provider": "keyed", "suite": "keyed", "timers": True, "input_dir": input_dir,
             "driver_memory": args.driver_memory, "checkpoint": os.path.join(run_dir, "ckpt"),
             "local_dir": os.path.join(run_dir, "local"), "result": os.path.join(run_dir, "result.jsonl"), "confs": {}}
@@ -413,41 +274,39 @@ def main(argv=None) -> int:
                              "garbage excluded; slows the run, so keep timing runs without it)")
     parser.add_argument("--cap-s", type=float, default=1800, help="longest one process may take")
     parser.add_argument("--workdir")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE")
+    sessions.add_conf_option(parser)
     parser.add_argument("--json")
-    parser.add_argument("--_worker", help=argparse.SUPPRESS)
+    workers.add_worker_option(parser)
     args = parser.parse_args(argv)
-    if args._worker:
-        run_worker(json.loads(args._worker))
+    if workers.serve(args, run_worker):
         return 0
-    confs = dict(item.split("=", 1) for item in args.conf)
+    confs = dict(args.conf)
     sizes = [int(s) for s in args.first_batches.split(",") if s.strip()]
     workdir = args.workdir or tempfile.mkdtemp(prefix="large-state-bench-")
-    results: dict = {"settings": {k: v for k, v in vars(args).items() if not k.startswith("_")}, "runs": {}}
+    figures: dict = {"settings": results.settings(args), "runs": {}}
     try:
         t = time.monotonic()
-        inputs = {n: generate(workdir, n, args.updates) for n in sizes}
+        files = {n: generate(workdir, n, args.updates) for n in sizes}
         print(f"inputs generated in {time.monotonic() - t:.0f} s; local[2], 4 partitions, driver heap "
               f"{args.driver_memory}", flush=True)
         names = ["keyed"] if args.suite == "keyed" else [p.strip() for p in args.providers.split(",") if p.strip()]
         for name in names:
             if args.suite == "provider" and name not in PROVIDERS:
                 parser.error(f"unknown provider {name!r}; one of {', '.join(PROVIDERS)}")
-            results["runs"][name] = run_provider(name, args, workdir, inputs, confs)
+            figures["runs"][name] = run_provider(name, args, workdir, files, confs)
         if args.suite == "keyed" and args.timers:
-            results["runs"]["timers"] = run_timers(args, workdir, args.timers)
+            figures["runs"]["timers"] = run_timers(args, workdir, args.timers)
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    report(results, sizes)
+    report(figures, sizes)
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump(results, out, indent=1)
+        results.write_json(args.json, figures)
     return 0
 
 
-def report(results: dict, sizes: list[int]) -> None:
-    runs = results["runs"]
+def report(figures: dict, sizes: list[int]) -> None:
+    runs = figures["runs"]
     print(f"\n{'run':<20}{'keys':>12}{'batch s':>9}{'heap MB':>9}{'live MB':>9}{'held MB':>9}{'JVM RSS':>9}"
           f"{'worker':>9}{'anon':>9}{'memUsed':>9}")
     for name, r in runs.items():

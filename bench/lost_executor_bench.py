@@ -17,39 +17,27 @@ Usage: python bench/lost_executor_bench.py [--providers sparkstate,rocksdb] [--k
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import large_state_bench as L  # noqa: E402 - its input writer and provider names
-
-PROVIDERS = L.PROVIDERS
+import large_state_bench as L  # its input writer
+from harness import results, sessions, workers
+from harness.contenders import contender
 
 
 def run_worker(spec: dict) -> None:
     """One application: the stream, the kill, and the check; one JSON line to ``spec['result']``."""
     import psutil
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession, functions as F
+    from pyspark.sql import functions as F
 
-    builder = (SparkSession.builder.master("local-cluster[2,1,1024]").appName(f"lost-executor-{spec['provider']}")
-               .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.streaming.stateStore.providerClass", PROVIDERS[spec["provider"]]))
-    if spec["provider"].startswith("sparkstate"):
-        from spark_state import configure
-
-        builder = configure(builder) or builder
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = sessions.start(sessions.builder(f"lost-executor-{spec['provider']}", master="local-cluster[2,1,1024]",
+                                            contender=contender(spec["provider"])))
     sc = spark.sparkContext
     deadline = time.time() + 120
     while len([e for e in sc._jsc.sc().getExecutorIds().mkString(",").split(",") if e]) < 2 and time.time() < deadline:
@@ -78,8 +66,7 @@ def run_worker(spec: dict) -> None:
     out = {"batch_before_s": statistics.median(before), "kill_to_commit_s": committed[after] - killed["at"],
            "keys": state[0], "total": state[1]}
     spark.stop()
-    with open(spec["result"], "w") as f:
-        json.dump(out, f)
+    workers.write_result(spec["result"], out)
 
 
 def main(argv=None) -> int:
@@ -90,10 +77,9 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", type=int, default=6, help="batches in all, the state's first one included")
     parser.add_argument("--kill-after", type=int, default=2)
     parser.add_argument("--json")
-    parser.add_argument("--_worker", help=argparse.SUPPRESS)
+    workers.add_worker_option(parser)
     args = parser.parse_args(argv)
-    if args._worker:
-        run_worker(json.loads(args._worker))
+    if workers.serve(args, run_worker):
         return 0
     import numpy as np
 
@@ -102,44 +88,37 @@ def main(argv=None) -> int:
     os.makedirs(inputs)
     rng = np.random.default_rng(3)
     L.write_keys(os.path.join(inputs, "batch-0000.parquet"),
-                 lambda c: rng.permutation(np.arange(c, args.keys, 1, dtype=np.int64)), 1, 1_700_000_000)
+                 lambda c: rng.permutation(np.arange(c, args.keys, 1, dtype=np.int64)), 1, 0)
     for b in range(1, args.batches):
         L.write_keys(os.path.join(inputs, f"batch-{b:04d}.parquet"),
-                     lambda _: rng.choice(args.keys, size=args.updates, replace=False).astype(np.int64), 1,
-                     1_700_000_000 + 10 * b)
+                     lambda _: rng.choice(args.keys, size=args.updates, replace=False).astype(np.int64), 1, b)
     expected_total = args.keys + (args.batches - 1) * args.updates
-    results = {}
+    figures = {}
     try:
         for name in args.providers.split(","):
             spec = {"provider": name, "input_dir": inputs, "checkpoint": os.path.join(work, f"ckpt-{name}"),
                     "result": os.path.join(work, f"{name}.json"), "kill_after": args.kill_after}
             started = time.monotonic()
-            env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-            with open(spec["result"] + ".log", "w") as log:
-                subprocess.run([sys.executable, os.path.abspath(__file__), "--_worker", json.dumps(spec)],
-                               stdout=log, stderr=subprocess.STDOUT, env=env, timeout=1800)
-            if not os.path.exists(spec["result"]):
-                with open(spec["result"] + ".log") as log:
-                    tail = "\n".join(line for line in log.read().splitlines() if not line.startswith("\tat "))[-3000:]
-                results[name] = {"error": tail}
+            done = workers.run(__file__, spec, spec["result"] + ".log", cap_s=1800)
+            res = workers.read_result(spec["result"])
+            if res is None:
+                tail = done.log_tail(drop_stack=True)
+                figures[name] = {"error": tail}
                 print(f"  {name}: failed:\n{tail}", flush=True)
                 continue
-            with open(spec["result"]) as f:
-                res = json.load(f)
             res["state_right"] = res["keys"] == args.keys and res["total"] == expected_total
-            results[name] = res
+            figures[name] = res
             print(f"  {name}: batch before the kill {res['batch_before_s']:.1f} s, kill to the next commit "
                   f"{res['kill_to_commit_s']:.1f} s, state right afterwards: {res['state_right']} "
                   f"({time.monotonic() - started:.0f} s in all)", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    names = [n for n in results if "error" not in results[n]]
+    names = [n for n in figures if "error" not in figures[n]]
     if len(names) == 2:
-        a, b = (results[n]["kill_to_commit_s"] for n in names)
+        a, b = (figures[n]["kill_to_commit_s"] for n in names)
         print(f"{names[0]} / {names[1]}, kill to the next commit: {a / b:.2f}")
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"settings": vars(args), "results": results}, out, indent=1)
+        results.write_json(args.json, {"settings": results.settings(args), "results": figures})
     return 0
 
 

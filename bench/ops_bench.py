@@ -28,31 +28,27 @@ import sys
 import tempfile
 import time
 
+from harness import inputs, queries, results, sessions
+
 
 def build_input(directory: str, keys: int, rows_per_batch: int) -> int:
+    """Files of ``rows_per_batch`` distinct ids (``id``, ``v = id``) until ``keys``; returns how many."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    os.makedirs(directory, exist_ok=True)
-    files = 0
-    for start in range(0, keys, rows_per_batch):
-        ids = pa.array(range(start, min(keys, start + rows_per_batch)), pa.int64())
-        path = os.path.join(directory, f"batch-{files:05d}.parquet")
-        pq.write_table(pa.table({"id": ids, "v": ids}), path)
-        os.utime(path, (1_700_000_000 + files * 10, 1_700_000_000 + files * 10))
-        files += 1
+    files = -(-keys // rows_per_batch)
+
+    def table(b: int):
+        ids = pa.array(range(b * rows_per_batch, min(keys, (b + 1) * rows_per_batch)), pa.int64())
+        return pa.table({"id": ids, "v": ids})
+
+    inputs.write_batches(directory, files, table, name="batch-{b:05d}.parquet")
     return files
 
 
 def run_dedup(spark, input_dir: str, checkpoint: str) -> float:
-    from pyspark.sql.types import LongType, StructField, StructType
-
-    schema = StructType([StructField("id", LongType()), StructField("v", LongType())])
     started = time.perf_counter()
-    query = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
-             .dropDuplicates(["id"]).writeStream.format("noop").option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
+    df = queries.file_stream(spark, "id bigint, v bigint", input_dir)
+    queries.start_to_noop(df.dropDuplicates(["id"]), checkpoint, mode="append").awaitTermination()
     return time.perf_counter() - started
 
 
@@ -96,31 +92,24 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
 
-    from pyspark.sql import SparkSession
-
-    import spark_state
-
-    spark = (spark_state.configure(SparkSession.builder.master("local[2]"))
-             .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g").getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    results = []
+    spark = sessions.start(sessions.builder("ops-bench", spark_state=True, partitions=None, driver_memory="4g"))
+    figures = []
     for keys in (int(k) for k in args.keys.split(",")):
         work = tempfile.mkdtemp(prefix=f"ops-bench-{keys}-")
         r = measure(keys, args.partitions, args.rows_per_batch, work, spark)
-        results.append(r)
+        figures.append(r)
         print(json.dumps(r), flush=True)
     print(f"\n| keys | rebuild (reprocess) | savepoint | restore | restore at {args.partitions + 2} | "
           f"rescale to {max(1, args.partitions - 1)} |")
     print("|---|---|---|---|---|---|")
-    for r in results:
+    for r in figures:
         cells = [f"{r['rebuild_s']} s, {r['rebuild_keys_per_s'] / 1e3:.0f}k keys/s"]
         for name in ("savepoint", "restore", "restore_resplit", "rescale"):
             m = r[name]
             cells.append(f"{m['s']} s, {m['keys_per_s'] / 1e3:.0f}k keys/s, {m['MB_per_s']} MB/s")
         print(f"| {r['keys']:,} | " + " | ".join(cells) + " |")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+        results.write_json(args.json, figures)
     spark.stop()
     return 0
 

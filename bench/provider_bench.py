@@ -39,39 +39,40 @@ A fresh JVM per run costs ~10 s of start-up (not measured) and makes runs indepe
 their order. With ``--rounds N`` the providers run N times, in rotated order, and the
 figures are over all measured batches of all rounds.
 
+Heaps. Everything runs at each driver heap of ``--heaps`` (default ``1g,4g``: Spark's default
+driver memory, where the in-heap providers meet their limit, and a heap where memory does not
+bind), and the tables and ratios are per heap (``--driver-memory X`` is ``--heaps X``).
+``--record`` keeps the run's ratios for ``bench/compare.py``.
+
 Usage:
-    python bench/provider_bench.py --providers hdfs,rocksdb[,sparkstate[,sparkstate-hashmap[,sparkstate-ttl]]] [--batches 6]
+    python bench/provider_bench.py --providers hdfs,rocksdb[,sparkstate[,sparkstate-hashmap[,sparkstate-ttl]]]
+        [--batches 6]
         [--rounds 2: every provider twice, in rotated order (interleaved)]
-        [--rows-per-batch 500000] [--workloads agg,dedup] [--json out.json]
+        [--rows-per-batch 500000] [--workloads agg,dedup] [--heaps 1g,4g] [--json out.json] [--record]
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-PROVIDERS = {
-    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    "sparkstate": "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider",
-}
-PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+from harness import inputs, queries, results, sessions, workers
+from harness.contenders import TTL_CONF, contender, spark_state_importable
+from harness.stats import fmt_ratio, ratio
+
 BASELINE = "rocksdb"
-TTL_CONF = "spark.sql.streaming.stateStore.sparkState.ttl"
-#: variant name -> (provider it runs, Spark confs it adds; a value None is filled from the CLI)
+#: variant name -> (provider it runs, the option that gives its TTL)
 VARIANTS = {"sparkstate-ttl": ("sparkstate", "ttl"), "sparkstate-ttl-expiring": ("sparkstate", "ttl_expiring")}
-#: backend variants of ours: name -> Spark confs it adds
-BACKEND_VARIANTS = {"sparkstate-hashmap": {"spark.sql.streaming.stateStore.sparkState.backend": "hashmap"}}
 #: the second baseline of the ratios: Spark's in-memory provider
 MEMORY_BASELINE = "hdfs"
 WORKLOADS = ("agg", "dedup")
+#: the ratios a run records (``--record``) for ``bench/compare.py``
+RECORDED_RATIOS = ("throughput_vs_rocksdb", "latency_vs_rocksdb", "throughput_vs_hdfs", "rows_per_s_vs_sparkstate")
 
 
 # ------------------------------------------------------------------------------------------
@@ -82,31 +83,24 @@ def generate_inputs(root: str, workload: str, files: int, rows: int, key_space: 
     """One parquet file per micro-batch under ``root/<workload>``; returns the directory."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    out = os.path.join(root, workload)
-    os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(seed)
     next_id = 0
-    for b in range(files):
+
+    def table(_b: int):
+        nonlocal next_id
         if workload == "agg":
             k = rng.integers(0, key_space, size=rows, dtype=np.int64)
-            table = pa.table({"k": k, "v": rng.integers(0, 1000, size=rows, dtype=np.int64)})
-        else:
-            fresh = rows // 2
-            new_ids = np.arange(next_id, next_id + fresh, dtype=np.int64)
-            next_id += fresh
-            repeats = rng.integers(0, next_id, size=rows - fresh, dtype=np.int64)
-            ids = np.concatenate([new_ids, repeats])
-            rng.shuffle(ids)
-            table = pa.table({"id": ids, "v": rng.integers(0, 1000, size=rows, dtype=np.int64)})
-        path = os.path.join(out, f"batch-{b:06d}.parquet")
-        tmp = os.path.join(out, f".tmp-{b}")
-        pq.write_table(table, tmp)
-        mtime = 1_700_000_000 + 10 * b  # the file source orders files by modification time
-        os.utime(tmp, (mtime, mtime))
-        os.replace(tmp, path)
-    return out
+            return pa.table({"k": k, "v": rng.integers(0, 1000, size=rows, dtype=np.int64)})
+        fresh = rows // 2
+        new_ids = np.arange(next_id, next_id + fresh, dtype=np.int64)
+        next_id += fresh
+        repeats = rng.integers(0, next_id, size=rows - fresh, dtype=np.int64)
+        ids = np.concatenate([new_ids, repeats])
+        rng.shuffle(ids)
+        return pa.table({"id": ids, "v": rng.integers(0, 1000, size=rows, dtype=np.int64)})
+
+    return inputs.write_batches(os.path.join(root, workload), files, table)
 
 
 # ------------------------------------------------------------------------------------------
@@ -114,67 +108,39 @@ def generate_inputs(root: str, workload: str, files: int, rows: int, key_space: 
 
 
 def run_worker(spec: dict) -> dict:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession, functions as F, types as T
+    from pyspark.sql import functions as F
 
-    builder = (
-        SparkSession.builder.master(spec["master"])
-        .appName(f"provider-bench-{spec['workload']}-{spec['provider']}")
-        .config("spark.sql.shuffle.partitions", str(spec["partitions"]))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.memory", spec["driver_memory"])
-    )
-    if spec["base"] == "sparkstate":
-        from spark_state import configure
-
-        builder = configure(builder) or builder
-    for key, value in spec["confs"].items():
-        builder = builder.config(key, value)
-    builder = builder.config(PROVIDER_CONF, spec["provider_class"])
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    who = contender(spec["base"]).with_confs(spec["provider"], spec["confs"])
+    spark = sessions.start(sessions.builder(
+        f"provider-bench-{spec['workload']}-{spec['provider']}", contender=who, master=spec["master"],
+        partitions=spec["partitions"], driver_memory=spec["driver_memory"]), log_level="WARN")
     try:
-        if spec["workload"] == "agg":
-            schema = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.LongType())])
-        else:
-            schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("v", T.LongType())])
-        df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(spec["input_dir"])
+        key = "k" if spec["workload"] == "agg" else "id"
+        df = queries.file_stream(spark, f"{key} bigint, v bigint", spec["input_dir"])
         if spec["workload"] == "agg":
             out = df.groupBy("k").agg(F.count("*").alias("n"), F.sum("v").alias("total"))
         else:
             out = df.dropDuplicates(["id"])
         started = time.monotonic()
-        query = (
-            out.writeStream.format("noop")
-            .outputMode("update")
-            .option("checkpointLocation", spec["checkpoint"])
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = queries.start_to_noop(out, spec["checkpoint"])
         query.awaitTermination()
         wall = time.monotonic() - started
-        progress = [json.loads(p.json()) for p in query._jsq.recentProgress()]
+        progress = queries.completed(queries.progress(query))
     finally:
         spark.stop()
-    batches = []
-    for p in progress:
-        if "batchId" not in p or "triggerExecution" not in (p.get("durationMs") or {}):
-            continue
-        ops = p.get("stateOperators") or []
-        batches.append(
-            {
-                "batch": p["batchId"],
-                "input_rows": p.get("numInputRows", 0),
-                "trigger_ms": p["durationMs"]["triggerExecution"],
-                "add_batch_ms": p["durationMs"].get("addBatch", 0),
-                "state_rows": sum(op.get("numRowsTotal", 0) for op in ops),
-                "rows_updated": sum(op.get("numRowsUpdated", 0) for op in ops),
-                "commit_ms": sum(op.get("commitTimeMs", 0) for op in ops),
-                "ttl_expired": sum((op.get("customMetrics") or {}).get("sparkStateTtlExpiredRows", 0) for op in ops),
-            }
-        )
+    batches = [
+        {
+            "batch": p["batchId"],
+            "input_rows": p.get("numInputRows", 0),
+            "trigger_ms": p["durationMs"]["triggerExecution"],
+            "add_batch_ms": p["durationMs"].get("addBatch", 0),
+            "state_rows": queries.state_sum(p, "numRowsTotal"),
+            "rows_updated": queries.state_sum(p, "numRowsUpdated"),
+            "commit_ms": queries.state_sum(p, "commitTimeMs"),
+            "ttl_expired": queries.custom_sums(p).get("sparkStateTtlExpiredRows", 0),
+        }
+        for p in progress
+    ]
     return {"batches": batches, "wall_s": wall}
 
 
@@ -202,23 +168,14 @@ def summarize(batches: list[dict], warmup: int) -> dict:
 
 
 def _base(name: str) -> str:
-    """The provider a run name stands for (variants of ours run ``sparkstate``)."""
-    if name in VARIANTS:
-        return VARIANTS[name][0]
-    return "sparkstate" if name in BACKEND_VARIANTS else name
-
-
-def sparkstate_available() -> tuple[bool, str]:
-    try:
-        from spark_state import configure  # noqa: F401
-    except Exception as exc:  # ImportError, or anything the package raises on import
-        return False, f"{type(exc).__name__}: {exc}"
-    return True, ""
+    """The provider a run name stands for (TTL variants of ours run ``sparkstate``)."""
+    return VARIANTS[name][0] if name in VARIANTS else name
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--providers", default="hdfs,rocksdb", help="comma list: hdfs, rocksdb, sparkstate, or class names")
+    parser.add_argument("--providers", default="hdfs,rocksdb",
+                        help="comma list: hdfs, rocksdb, sparkstate, or class names")
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma list of: agg, dedup")
     parser.add_argument("--batches", type=int, default=6, help="measured micro-batches per run (after the warm-up)")
     parser.add_argument("--warmup", type=int, default=1, help="leading micro-batches not measured")
@@ -226,22 +183,20 @@ def main(argv=None) -> int:
     parser.add_argument("--key-space", type=int, default=200_000, help="agg: keys drawn uniformly from this many")
     parser.add_argument("--partitions", type=int, default=4, help="spark.sql.shuffle.partitions")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--driver-memory", default="4g")
+    sessions.add_heaps_option(parser)
+    parser.add_argument("--driver-memory", help="one driver heap (the same as --heaps with one value)")
     parser.add_argument("--rounds", type=int, default=1, help="run every provider this many times (rotated order)")
     parser.add_argument("--ttl", default="1h", help="TTL of the sparkstate-ttl variant")
     parser.add_argument("--ttl-expiring", default="3s", help="TTL of the sparkstate-ttl-expiring variant")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf for every run")
+    sessions.add_conf_option(parser)
     parser.add_argument("--workdir", help="input and checkpoints go here (default: a temporary directory, removed)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--json", help="also write the results to this JSON file")
-    parser.add_argument("--_worker", help=argparse.SUPPRESS)
+    results.add_record_option(parser)
+    workers.add_worker_option(parser)
     args = parser.parse_args(argv)
 
-    if args._worker:
-        spec = json.loads(args._worker)
-        result = run_worker(spec)
-        with open(spec["result"], "w") as out:
-            json.dump(result, out)
+    if workers.serve(args, run_worker):
         return 0
 
     names = [p.strip() for p in args.providers.split(",") if p.strip()]
@@ -249,11 +204,15 @@ def main(argv=None) -> int:
     for w in workloads:
         if w not in WORKLOADS:
             parser.error(f"unknown workload {w!r}")
-    confs = dict(c.split("=", 1) for c in args.conf)
+    try:
+        heaps = sessions.parse_heaps(args.driver_memory or args.heaps)
+    except ValueError as exc:
+        parser.error(str(exc))
+    confs = dict(args.conf)
     providers = []
     for name in names:
-        if name == "sparkstate" or VARIANTS.get(name, ("",))[0] == "sparkstate" or name in BACKEND_VARIANTS:
-            ok, why = sparkstate_available()
+        if contender(_base(name)).ours:
+            ok, why = spark_state_importable()
             if not ok:
                 print(f"skipping sparkstate: `from spark_state import configure` failed ({why})")
                 continue
@@ -265,122 +224,125 @@ def main(argv=None) -> int:
     workdir = args.workdir or tempfile.mkdtemp(prefix="provider-bench-")
     cleanup = args.workdir is None
     files = args.batches + args.warmup
-    results: dict = {}
-    errors: dict = {}
+    runs: dict = {}  # heap -> workload -> name -> [run]
+    errors: dict = {}  # heap -> workload -> name -> log tail
     try:
         print(
             f"input: {files} batches x {args.rows_per_batch} rows "
-            f"(first {args.warmup} not measured), {args.partitions} partitions, {args.master}; workdir {workdir}"
+            f"(first {args.warmup} not measured), {args.partitions} partitions, {args.master}, "
+            f"driver heap {' and '.join(heaps)}; workdir {workdir}"
         )
-        inputs = {}
+        input_dirs = {}
         for w in workloads:
             t = time.monotonic()
-            inputs[w] = generate_inputs(workdir, w, files, args.rows_per_batch, args.key_space, args.seed)
+            input_dirs[w] = generate_inputs(workdir, w, files, args.rows_per_batch, args.key_space, args.seed)
             print(f"  generated {w} input in {time.monotonic() - t:.1f} s")
-        for rnd in range(args.rounds):
-            order = providers[rnd % len(providers):] + providers[: rnd % len(providers)]
-            for w in workloads:
-                for name in order:
-                    tag = f"{w}-{name}-r{rnd}"
-                    base = _base(name)
-                    run_confs = dict(confs)
-                    if name in VARIANTS:
-                        run_confs[TTL_CONF] = getattr(args, VARIANTS[name][1])
-                    run_confs.update(BACKEND_VARIANTS.get(name, {}))
-                    spec = {
-                        "workload": w,
-                        "provider": name,
-                        "base": base,
-                        "provider_class": PROVIDERS.get(base, base),
-                        "input_dir": inputs[w],
-                        "checkpoint": os.path.join(workdir, "ckpt", tag),
-                        "result": os.path.join(workdir, f"{tag}.json"),
-                        "master": args.master,
-                        "partitions": args.partitions,
-                        "driver_memory": args.driver_memory,
-                        "confs": run_confs,
-                    }
-                    log_path = os.path.join(workdir, f"{tag}.log")
-                    t = time.monotonic()
-                    with open(log_path, "w") as log:
-                        proc = subprocess.run(
-                            [sys.executable, os.path.abspath(__file__), "--_worker", json.dumps(spec)],
-                            stdout=log,
-                            stderr=subprocess.STDOUT,
-                        )
-                    if proc.returncode != 0 or not os.path.exists(spec["result"]):
-                        with open(log_path) as log:
-                            tail = log.read()[-3000:]
-                        errors.setdefault(w, {})[name] = tail
-                        print(f"  {tag}: FAILED (exit {proc.returncode}); log tail:\n{tail}")
-                        continue
-                    with open(spec["result"]) as f:
-                        run = json.load(f)
-                    results.setdefault(w, {}).setdefault(name, []).append(run)
-                    print(f"  {tag}: {len(run['batches'])} batches in {run['wall_s']:.1f} s "
-                          f"(process {time.monotonic() - t:.1f} s)")
+        for heap in heaps:
+            for rnd in range(args.rounds):
+                order = providers[rnd % len(providers):] + providers[: rnd % len(providers)]
+                for w in workloads:
+                    for name in order:
+                        run_one(args, heap, rnd, w, name, confs, input_dirs[w], workdir, runs, errors)
     finally:
         if cleanup:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    report = {
-        "settings": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-        "workloads": {},
-        "errors": errors,
-    }
-    for w in workloads:
-        summary = {}
-        for name, runs in results.get(w, {}).items():
-            batches = [b for run in runs for b in run["batches"]]
-            summary[name] = summarize(batches, args.warmup)
-            base = _base(name)
-            summary[name]["provider_class"] = PROVIDERS.get(base, base)
-            if name in VARIANTS:
-                summary[name]["ttl"] = getattr(args, VARIANTS[name][1])
-            summary[name]["per_batch"] = [run["batches"] for run in runs]
-        base = summary.get(BASELINE, {})
-        memory = summary.get(MEMORY_BASELINE, {})
-        for name, s in summary.items():
-            if base.get("measured_batches") and s.get("measured_batches"):
-                s["throughput_vs_rocksdb"] = s["rows_per_s"] / base["rows_per_s"]
-                s["latency_vs_rocksdb"] = s["median_trigger_ms"] / base["median_trigger_ms"]
-            if memory.get("measured_batches") and s.get("measured_batches"):
-                s["throughput_vs_hdfs"] = s["rows_per_s"] / memory["rows_per_s"]
-        report["workloads"][w] = summary
-
-        print(f"\n{w}: rows/s and per-batch medians over measured batches (thru x / lat x: vs {BASELINE}; "
-              f"vs hdfs: throughput vs {MEMORY_BASELINE})")
-        header = (f"  {'provider':<24}{'batches':>8}{'rows/s':>12}{'trigger ms':>12}{'addBatch ms':>13}"
-                  f"{'commit ms':>11}{'state rows':>12}{'thru x':>8}{'lat x':>8}{'vs hdfs':>9}")
-        print(header)
-        for name, s in summary.items():
-            if not s.get("measured_batches"):
-                print(f"  {name:<24} no measured batches")
-                continue
-            thr = f"{s['throughput_vs_rocksdb']:.2f}" if "throughput_vs_rocksdb" in s else "-"
-            lat = f"{s['latency_vs_rocksdb']:.2f}" if "latency_vs_rocksdb" in s else "-"
-            mem = f"{s['throughput_vs_hdfs']:.2f}" if "throughput_vs_hdfs" in s else "-"
-            print(f"  {name:<24}{s['measured_batches']:>8}{s['rows_per_s']:>12,.0f}{s['median_trigger_ms']:>12,.0f}"
-                  f"{s['median_add_batch_ms']:>13,.0f}{s['median_commit_ms']:>11,.0f}{s['final_state_rows']:>12,}"
-                  f"{thr:>8}{lat:>8}{mem:>9}")
-        plain = summary.get("sparkstate", {})
-        for name in VARIANTS:
-            s = summary.get(name, {})
-            if plain.get("measured_batches") and s.get("measured_batches"):
-                s["rows_per_s_vs_sparkstate"] = s["rows_per_s"] / plain["rows_per_s"]
-                print(f"  TTL cost, {name} (ttl {s['ttl']}): {s['rows_per_s']:,.0f} vs {plain['rows_per_s']:,.0f} rows/s "
-                      f"= {s['rows_per_s_vs_sparkstate']:.3f}x ({(1 - s['rows_per_s_vs_sparkstate']) * 100:+.1f}% cost; "
-                      f"goal <= 15%); rows expired in measured batches: {s['ttl_expired_rows']:,}")
-        if w == "agg":
-            for name, s in summary.items():
-                if s.get("measured_batches"):
-                    print(f"  ({name}: median keys updated per batch {s['median_rows_updated']:,.0f})")
-                    break
+    report = {"settings": results.settings(args), "heaps": {}, "errors": errors}
+    for heap in heaps:
+        report["heaps"][heap] = {"workloads": {w: summarize_workload(args, runs.get(heap, {}).get(w, {}), heap, w)
+                                               for w in workloads}}
+    report["ratios"] = {results.ratio_key(heap, w, name, r): s[r]
+                        for heap, h in report["heaps"].items() for w, summary in h["workloads"].items()
+                        for name, s in summary.items() for r in RECORDED_RATIOS if s.get(r) is not None}
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump(report, out, indent=2)
+        results.write_json(args.json, report, indent=2)
         print(f"\nwrote {args.json}")
+    if args.record:
+        results.record("provider_bench", report["ratios"], results.run_argv(sys.argv[1:] if argv is None else argv))
+        print(f"recorded {len(report['ratios'])} ratios in {results.RECORDED}")
     return 1 if errors else 0
+
+
+def run_one(args, heap: str, rnd: int, w: str, name: str, confs: dict, input_dir: str, workdir: str,
+            runs: dict, errors: dict) -> None:
+    """One (heap, round, workload, provider) run in its own process; its batches go to ``runs``."""
+    tag = f"{w}-{name}-{heap}-r{rnd}"
+    run_confs = dict(confs)
+    if name in VARIANTS:
+        run_confs[TTL_CONF] = getattr(args, VARIANTS[name][1])
+    base = _base(name)
+    spec = {
+        "workload": w,
+        "provider": name,
+        "base": base,
+        "input_dir": input_dir,
+        "checkpoint": os.path.join(workdir, "ckpt", tag),
+        "result": os.path.join(workdir, f"{tag}.json"),
+        "master": args.master,
+        "partitions": args.partitions,
+        "driver_memory": heap,
+        "confs": run_confs,
+    }
+    t = time.monotonic()
+    done = workers.run(__file__, spec, os.path.join(workdir, f"{tag}.log"))
+    run = workers.read_result(spec["result"])
+    if done.returncode != 0 or run is None:
+        tail = done.log_tail()
+        errors.setdefault(heap, {}).setdefault(w, {})[name] = tail
+        print(f"  {tag}: FAILED (exit {done.returncode}); log tail:\n{tail}")
+        return
+    runs.setdefault(heap, {}).setdefault(w, {}).setdefault(name, []).append(run)
+    print(f"  {tag}: {len(run['batches'])} batches in {run['wall_s']:.1f} s "
+          f"(process {time.monotonic() - t:.1f} s)")
+
+
+def summarize_workload(args, by_name: dict, heap: str, w: str) -> dict:
+    """One workload's summary per provider at one heap, with the ratios; prints its table."""
+    summary = {}
+    for name, name_runs in by_name.items():
+        batches = [b for run in name_runs for b in run["batches"]]
+        summary[name] = summarize(batches, args.warmup)
+        summary[name]["provider_class"] = contender(_base(name)).provider_class
+        if name in VARIANTS:
+            summary[name]["ttl"] = getattr(args, VARIANTS[name][1])
+        summary[name]["per_batch"] = [run["batches"] for run in name_runs]
+    base = summary.get(BASELINE, {})
+    memory = summary.get(MEMORY_BASELINE, {})
+    for s in summary.values():
+        if base.get("measured_batches") and s.get("measured_batches"):
+            s["throughput_vs_rocksdb"] = ratio(s["rows_per_s"], base["rows_per_s"])
+            s["latency_vs_rocksdb"] = ratio(s["median_trigger_ms"], base["median_trigger_ms"])
+        if memory.get("measured_batches") and s.get("measured_batches"):
+            s["throughput_vs_hdfs"] = ratio(s["rows_per_s"], memory["rows_per_s"])
+
+    print(f"\n{w}, driver heap {heap}: rows/s and per-batch medians over measured batches (thru x / lat x: vs "
+          f"{BASELINE}; vs hdfs: throughput vs {MEMORY_BASELINE})")
+    header = (f"  {'provider':<24}{'batches':>8}{'rows/s':>12}{'trigger ms':>12}{'addBatch ms':>13}"
+              f"{'commit ms':>11}{'state rows':>12}{'thru x':>8}{'lat x':>8}{'vs hdfs':>9}")
+    print(header)
+    for name, s in summary.items():
+        if not s.get("measured_batches"):
+            print(f"  {name:<24} no measured batches")
+            continue
+        thr, lat, mem = (fmt_ratio(s.get(k)) for k in ("throughput_vs_rocksdb", "latency_vs_rocksdb",
+                                                       "throughput_vs_hdfs"))
+        print(f"  {name:<24}{s['measured_batches']:>8}{s['rows_per_s']:>12,.0f}{s['median_trigger_ms']:>12,.0f}"
+              f"{s['median_add_batch_ms']:>13,.0f}{s['median_commit_ms']:>11,.0f}{s['final_state_rows']:>12,}"
+              f"{thr:>8}{lat:>8}{mem:>9}")
+    plain = summary.get("sparkstate", {})
+    for name in VARIANTS:
+        s = summary.get(name, {})
+        if plain.get("measured_batches") and s.get("measured_batches"):
+            s["rows_per_s_vs_sparkstate"] = ratio(s["rows_per_s"], plain["rows_per_s"])
+            print(f"  TTL cost, {name} (ttl {s['ttl']}): {s['rows_per_s']:,.0f} vs {plain['rows_per_s']:,.0f} rows/s "
+                  f"= {s['rows_per_s_vs_sparkstate']:.3f}x ({(1 - s['rows_per_s_vs_sparkstate']) * 100:+.1f}% cost; "
+                  f"goal <= 15%); rows expired in measured batches: {s['ttl_expired_rows']:,}")
+    if w == "agg":
+        for name, s in summary.items():
+            if s.get("measured_batches"):
+                print(f"  ({name}: median keys updated per batch {s['median_rows_updated']:,.0f})")
+                break
+    return summary
 
 
 if __name__ == "__main__":

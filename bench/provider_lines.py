@@ -29,6 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from harness import results  # noqa: E402
+from harness.stats import fmt_ratio  # noqa: E402
 from spark_state.spark.lines import LINES, NEWEST, get_line  # noqa: E402
 
 DEFAULT_BENCH_ARGS = ["--workloads", "agg", "--batches", "4", "--warmup", "1"]
@@ -45,7 +47,8 @@ def line_python(name: str) -> Path:
 
 
 def run_line(name: str, bench_args: list[str], workdir: Path) -> dict:
-    """Run provider_bench.py on one line; returns its JSON report (``workloads`` -> provider -> summary)."""
+    """Run provider_bench.py on one line; returns its JSON report (``heaps`` -> heap -> ``workloads`` ->
+    provider -> summary)."""
     python = line_python(name)
     out = workdir / f"spark-{name}.json"
     env = dict(os.environ, PYSPARK_PYTHON=str(python), PYSPARK_DRIVER_PYTHON=str(python))
@@ -82,26 +85,26 @@ def main() -> int:
 
     failed = 0
     print("\nspark-state (backend rocksdb) against the same line's own providers, same run:")
-    print(f"  {'line':<6}{'pyspark':<10}{'workload':<10}{'hdfs rows/s':>13}{'rocksdb rows/s':>16}"
+    print(f"  {'line':<6}{'pyspark':<10}{'heap':<6}{'workload':<10}{'hdfs rows/s':>13}{'rocksdb rows/s':>16}"
           f"{'ours rows/s':>13}{'vs rocksdb':>12}{'vs hdfs':>9}")
     for name, report in reports.items():
         if "error" in report:
             failed += 1
             print(f"  {name:<6}{'-':<10}{report['error']}")
             continue
-        for workload, summary in report["workloads"].items():
-            ours, hdfs, rocks = (summary.get(p, {}) for p in ("sparkstate", "hdfs", "rocksdb"))
-            if not ours.get("measured_batches"):
-                failed += 1
-                print(f"  {name:<6}{report['pyspark']:<10}{workload:<10} spark-state has no measured batches")
-                continue
-            print(f"  {name:<6}{report['pyspark']:<10}{workload:<10}{hdfs.get('rows_per_s', 0):>13,.0f}"
-                  f"{rocks.get('rows_per_s', 0):>16,.0f}{ours['rows_per_s']:>13,.0f}"
-                  f"{ours.get('throughput_vs_rocksdb', float('nan')):>11.2f}x"
-                  f"{ours.get('throughput_vs_hdfs', float('nan')):>8.2f}x")
+        for heap, at_heap in report["heaps"].items():
+            for workload, summary in at_heap["workloads"].items():
+                ours, hdfs, rocks = (summary.get(p, {}) for p in ("sparkstate", "hdfs", "rocksdb"))
+                where = f"  {name:<6}{report['pyspark']:<10}{heap:<6}{workload:<10}"
+                if not ours.get("measured_batches"):
+                    failed += 1
+                    print(f"{where} spark-state has no measured batches")
+                    continue
+                print(f"{where}{hdfs.get('rows_per_s', 0):>13,.0f}{rocks.get('rows_per_s', 0):>16,.0f}"
+                      f"{ours['rows_per_s']:>13,.0f}{fmt_ratio(ours.get('throughput_vs_rocksdb'), suffix='x'):>12}"
+                      f"{fmt_ratio(ours.get('throughput_vs_hdfs'), suffix='x'):>9}")
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump(reports, out, indent=2)
+        results.write_json(args.json, reports, indent=2)
         print(f"\nwrote {args.json}")
     return 1 if failed else 0
 

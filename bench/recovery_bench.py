@@ -27,16 +27,15 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import large_state_bench as L  # noqa: E402 - the worker processes and inputs of the large-state benchmark
+import large_state_bench as L  # the worker processes and inputs of the large-state benchmark
+from harness import inputs, results
+from harness.stats import median
 
 #: Spark's own steps of a batch in its progress (``durationMs``), besides ``addBatch``.
 SPARK_STEPS = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "commitOffsets")
@@ -54,8 +53,7 @@ def restart_inputs(workdir: str, size: int, updates: int) -> tuple[str, str]:
     path = os.path.join(workdir, f"restart-{size}-{updates}.parquet")
     if not os.path.exists(path):
         rng = np.random.default_rng(11)
-        L.write_keys(path, lambda _: rng.choice(size, size=min(updates, size), replace=False).astype(np.int64), 1,
-                     1_700_000_000 + 10)
+        L.write_keys(path, lambda _: rng.choice(size, size=min(updates, size), replace=False).astype(np.int64), 1, 1)
     return first, path
 
 
@@ -63,7 +61,7 @@ def one_restart(name: str, size: int, args, workdir: str, first_dir: str, restar
     run_dir = os.path.join(workdir, "runs", f"{name}-{size}-{r}")
     shutil.rmtree(run_dir, ignore_errors=True)
     input_dir = os.path.join(run_dir, "in")
-    L.stage(input_dir, [os.path.join(first_dir, f) for f in sorted(os.listdir(first_dir))])
+    inputs.stage(input_dir, [os.path.join(first_dir, f) for f in sorted(os.listdir(first_dir))])
     spec = {"provider": name, "suite": "provider", "input_dir": input_dir, "driver_memory": args.driver_memory,
             "checkpoint": os.path.join(run_dir, "ckpt"), "local_dir": os.path.join(run_dir, "local"),
             "result": os.path.join(run_dir, "build.jsonl"), "confs": {}, "query": "count"}
@@ -71,7 +69,7 @@ def one_restart(name: str, size: int, args, workdir: str, first_dir: str, restar
     if not [b for b in lines if "batch" in b]:
         return {"error": next((b["error"] for b in lines if "error" in b), "the state was not built")}
     shutil.rmtree(spec["local_dir"], ignore_errors=True)  # a new executor: no local state
-    L.stage(input_dir, [restart_file])
+    inputs.stage(input_dir, [restart_file])
     restart = dict(spec, result=os.path.join(run_dir, "restart.jsonl"))
     lines, _ = L.launch(restart, args.cap_s)
     done = [b for b in lines if "batch" in b]
@@ -105,7 +103,7 @@ def main(argv=None) -> int:
     providers = args.providers.split(",")
     sizes = [int(s) for s in args.sizes.split(",")]
     workdir = args.workdir or tempfile.mkdtemp(prefix="recovery-bench-")
-    results: dict = {p: {} for p in providers}
+    figures: dict = {p: {} for p in providers}
     try:
         for size in sizes:
             first_dir, restart_file = restart_inputs(workdir, size, args.restart_updates)
@@ -113,7 +111,7 @@ def main(argv=None) -> int:
                 for name in providers if r % 2 == 0 else list(reversed(providers)):
                     t = time.monotonic()
                     res = one_restart(name, size, args, workdir, first_dir, restart_file, r)
-                    results[name].setdefault(size, []).append(res)
+                    figures[name].setdefault(size, []).append(res)
                     print(f"  {name} {size:,} keys, round {r + 1}: " + (
                         f"first commit {res['first_commit_s']:.1f} s after the start (Spark's own part "
                         f"{res['spark_own_s']:.1f} s, the batch's execution {res['add_batch_s']:.1f} s); "
@@ -122,34 +120,32 @@ def main(argv=None) -> int:
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    report(results, sizes, providers)
+    report(figures, sizes, providers)
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"settings": vars(args), "results": results}, out, indent=1, default=str)
+        results.write_json(args.json, {"settings": results.settings(args), "results": figures})
     return 0
 
 
 def _median(runs: list[dict], key: str, sub: str = "") -> float:
-    values = [(r[key].get(sub) if sub else r[key]) for r in runs if "error" not in r]
-    values = [v for v in values if v is not None]
-    return statistics.median(values) if values else float("nan")
+    """The median of a figure over the rounds that did not fail (NaN if all did)."""
+    return median((r[key].get(sub) if sub else r[key]) for r in runs if "error" not in r)
 
 
-def report(results: dict, sizes: list[int], providers: list[str]) -> None:
+def report(figures: dict, sizes: list[int], providers: list[str]) -> None:
     print("\nrestart on empty disks: start to first committed batch (median of rounds), s")
     print("| state | " + " | ".join(providers) + (" | ratio |" if len(providers) > 1 else " |"))
     for size in sizes:
-        cells = [_median(results[p].get(size, []), "first_commit_s") for p in providers]
+        cells = [_median(figures[p].get(size, []), "first_commit_s") for p in providers]
         row = f"| {size / 1e6:g}M keys | " + " | ".join(f"{c:.1f}" for c in cells)
         if len(cells) > 1:
             row += f" | {cells[0] / cells[1]:.2f}"
         print(row + " |")
     for p in providers:
-        own = [_median(results[p].get(s, []), "spark_own_s") for s in sizes]
-        execution = [_median(results[p].get(s, []), "add_batch_s") for s in sizes]
+        own = [_median(figures[p].get(s, []), "spark_own_s") for s in sizes]
+        execution = [_median(figures[p].get(s, []), "add_batch_s") for s in sizes]
         print(f"{p}: Spark's own part {', '.join(f'{v:.1f}' for v in own)} s; the batch's execution "
               f"{', '.join(f'{v:.1f}' for v in execution)} s")
-        loads = [_median(results[p].get(s, []), "load", "sparkStateLoadTimeMs") for s in sizes]
+        loads = [_median(figures[p].get(s, []), "load", "sparkStateLoadTimeMs") for s in sizes]
         if all(v == v for v in loads):  # no NaN: the provider reports our load metrics
             print(f"{p}: the stores' load, summed over the stores: {', '.join(f'{v:.0f}' for v in loads)} ms; "
                   f"largest / smallest {loads[-1] / max(loads[0], 1):.2f}")

@@ -34,27 +34,16 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import defaultdict
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from commit_profile import changes_file  # noqa: E402 - the shim's changes file, as the commit profile writes it
+from commit_profile import changes_file  # the shim's changes file, as the commit profile writes it
+from harness import moto, results
+from harness.phases import PhaseTimes
 
-TIMES: dict[str, float] = defaultdict(float)
-
-
-def _wrap(owner, name: str, label: str) -> None:
-    original = getattr(owner, name)
-
-    def timed(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            TIMES[label] += time.perf_counter() - started
-
-    setattr(owner, name, timed)
+PHASES = PhaseTimes()
+TIMES = PHASES.seconds
+_wrap = PHASES.wrap
 
 
 def instrument() -> None:
@@ -152,8 +141,7 @@ def main(argv=None) -> int:
         print(f"  S3 requests per restore: {statistics.median(r['requests'] for r in rounds):.0f}, bytes moved: "
               f"{statistics.median(r['bytes_moved'] for r in rounds) / 1e6:.1f} MB")
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"settings": vars(args), "rounds": rounds}, out, indent=1)
+        results.write_json(args.json, {"settings": results.settings(args), "rounds": rounds})
     return 0
 
 
@@ -162,41 +150,18 @@ class S3Server:
     until set), and one bucket."""
 
     def __init__(self) -> None:
-        import socket
-        import subprocess
-
-        import boto3
-
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "faults"))
         from s3proxy import FaultProxy
 
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
-        self._moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        upstream = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the moto server did not start") from None
-                time.sleep(0.1)
+        self._moto, upstream = moto.start_server()
         self.proxy = FaultProxy(upstream).start()
-        self.bucket = f"restore-{uuid.uuid4().hex[:8]}"
-        boto3.client("s3", endpoint_url=upstream, aws_access_key_id="testing", aws_secret_access_key="testing",
-                     region_name="us-east-1").create_bucket(Bucket=self.bucket)
+        self.bucket = moto.create_bucket(upstream, "restore")
 
     def bucket_url(self) -> str:
         return f"s3://{self.bucket}"
 
     def options(self) -> dict:
-        return {"s3.endpoint_url": self.proxy.endpoint, "s3.access_key_id": "testing",
-                "s3.secret_access_key": "testing", "s3.region": "us-east-1"}
+        return moto.storage_options(self.proxy.endpoint)
 
     def stop(self) -> None:
         self.proxy.stop()

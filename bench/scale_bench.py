@@ -15,7 +15,8 @@ them in rotated order.
 Reported per provider: batches completed, median batch time (``triggerExecution``), the
 slowest batch as a multiple of the median (``max/median``; also without the first batch, which
 in a cold JVM also pays for class loading, the JIT and Spark's code generation: ``max/med>1``),
-and the JVM heap: the largest used heap sampled every 0.5 s, and the largest old-generation size after a collection (the live set, which is what "flat" is about);
+and the JVM heap: the largest used heap sampled every 0.5 s, and the largest old-generation size
+after a collection (the live set, which is what "flat" is about);
 per batch, the JVM's garbage-collection time (all collectors) and the state operator's commit
 time (``commitTimeMs``, summed over its tasks). ``--conf KEY=VALUE`` (repeatable) sets a Spark
 conf for every run, e.g. a spark-state option to compare settings. ``--jvm-warmup`` first runs,
@@ -35,131 +36,65 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
-PROVIDERS = {
-    "hdfs": "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider",
-    "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-    "sparkstate": "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider",
-    "sparkstate-hashmap": "org.apache.spark.sql.execution.streaming.state.sparkstate.SparkStateProvider",
-}
-BACKEND_CONF = "spark.sql.streaming.stateStore.sparkState.backend"
+from harness import inputs, queries, results, sessions, workers
+from harness.contenders import CONTENDERS, contender
+from harness.heap import MB, HeapSampler, gc_time_ms
+from harness.stats import spread
 
 
 def generate_inputs(out: str, batches: int, keys: int) -> None:
     """``batches`` parquet files of ``keys`` fresh ids each (ids ``b*keys .. (b+1)*keys-1``, shuffled)."""
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(11)
-    for b in range(batches):
+
+    def table(b: int):
         ids = np.arange(b * keys, (b + 1) * keys, dtype=np.int64)
         rng.shuffle(ids)
-        table = pa.table({"id": ids, "v": rng.integers(0, 1000, size=keys, dtype=np.int64)})
-        tmp = os.path.join(out, f".tmp-{b}")
-        pq.write_table(table, tmp)
-        mtime = 1_700_000_000 + 10 * b  # the file source orders files by modification time
-        os.utime(tmp, (mtime, mtime))
-        os.replace(tmp, os.path.join(out, f"batch-{b:04d}.parquet"))
+        return pa.table({"id": ids, "v": rng.integers(0, 1000, size=keys, dtype=np.int64)})
+
+    inputs.write_batches(out, batches, table, name="batch-{b:04d}.parquet")
 
 
 def run_worker(spec: dict) -> None:
     """One provider's run; appends one JSON line per completed batch to ``spec['result']``."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession, types as T
-
-    builder = (SparkSession.builder.master("local[2]").appName(f"scale-bench-{spec['provider']}")
-               .config("spark.sql.shuffle.partitions", "4").config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false").config("spark.driver.memory", spec["driver_memory"]))
-    if spec["provider"].startswith("sparkstate"):
-        from spark_state import configure
-
-        builder = configure(builder) or builder
-        builder = builder.config(BACKEND_CONF, "hashmap" if spec["provider"] == "sparkstate-hashmap" else "rocksdb")
-    builder = builder.config("spark.sql.streaming.stateStore.providerClass", PROVIDERS[spec["provider"]])
-    for key, value in spec.get("confs", {}).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    jvm = spark._jvm
-    runtime = jvm.java.lang.Runtime.getRuntime()
-    management = jvm.java.lang.management.ManagementFactory
-    old_gen = [p for p in management.getMemoryPoolMXBeans()
-               if "Old Gen" in p.getName() or "Tenured" in p.getName()]
-    collectors = list(management.getGarbageCollectorMXBeans())
-    peaks = {"heap": 0, "old_after_gc": 0}
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.is_set():
-            try:
-                peaks["heap"] = max(peaks["heap"], runtime.totalMemory() - runtime.freeMemory())
-                for pool in old_gen:
-                    usage = pool.getCollectionUsage()
-                    if usage is not None:
-                        peaks["old_after_gc"] = max(peaks["old_after_gc"], usage.getUsed())
-            except Exception:  # the JVM is going away
-                return
-            stop.wait(0.5)
-
-    schema = T.StructType([T.StructField("id", T.LongType()), T.StructField("v", T.LongType())])
+    spark = sessions.start(sessions.builder(f"scale-bench-{spec['provider']}", contender=contender(spec["provider"]),
+                                            driver_memory=spec["driver_memory"], confs=spec.get("confs")))
+    sampler = HeapSampler(spark, 0.5)
 
     def start(input_dir: str, checkpoint: str):
-        df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
-        return (df.dropDuplicates(["id"]).writeStream.format("noop").outputMode("append")
-                .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+        df = queries.file_stream(spark, "id bigint, v bigint", input_dir)
+        return queries.start_to_noop(df.dropDuplicates(["id"]), checkpoint, mode="append")
 
     if spec.get("warmup_dir"):
         start(spec["warmup_dir"], spec["checkpoint"] + "-warmup").awaitTermination()
         # Unload the warm-up's stores, so that the measured query starts with none in the heap.
-        jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()
-    gc_base = sum(c.getCollectionTime() for c in collectors)  # this query's GC only
+        spark._jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()
+    gc_base = gc_time_ms(spark)  # this query's GC only
     query = start(spec["input_dir"], spec["checkpoint"])
-    sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    seen = -1
+
+    def line_of(p: dict) -> dict:
+        return {"batch": p["batchId"], "input_rows": p["numInputRows"],
+                "trigger_ms": p["durationMs"]["triggerExecution"], "duration_ms": dict(p["durationMs"]),
+                "state_rows": queries.state_sum(p, "numRowsTotal"),
+                "commit_ms": queries.state_sum(p, "commitTimeMs"),
+                "memory_used_bytes": queries.state_sum(p, "memoryUsedBytes"),
+                "sparkstate_commit_ms": queries.custom_sums(p).get("sparkStateCommitTimeMs", 0),
+                "gc_ms_total": gc_time_ms(spark) - gc_base, **sampler.take_batch()}  # heap: per batch
+
     try:
-        while True:
-            done = query.awaitTermination(1)
-            for p in query.recentProgress:
-                if p.batchId <= seen or "triggerExecution" not in (p.durationMs or {}):
-                    continue
-                seen = p.batchId
-                ops = p.stateOperators or []
-                custom = [dict(op.customMetrics or {}) for op in ops]
-                line = {"batch": p.batchId, "input_rows": p.numInputRows, "trigger_ms": p.durationMs["triggerExecution"],
-                        "duration_ms": dict(p.durationMs),
-                        "state_rows": sum(op.numRowsTotal for op in ops),
-                        "commit_ms": sum(op.commitTimeMs for op in ops),
-                        "memory_used_bytes": sum(op.memoryUsedBytes for op in ops),
-                        "sparkstate_commit_ms": sum(c.get("sparkStateCommitTimeMs", 0) for c in custom),
-                        "gc_ms_total": sum(c.getCollectionTime() for c in collectors) - gc_base,
-                        "heap_peak_bytes": peaks["heap"], "old_after_gc_peak_bytes": peaks["old_after_gc"]}
-                peaks["heap"] = 0  # per batch from here on
-                with open(spec["result"], "a") as out:
-                    out.write(json.dumps(line) + "\n")
-            if done:
-                break
-    except Exception as exc:
-        with open(spec["result"], "a") as out:
-            out.write(json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}) + "\n")
+        workers.record_batches(query, spec["result"], line_of)
     finally:
-        stop.set()
-        try:
-            spark.stop()
-        except Exception:
-            pass
+        sampler.stop()
+        sessions.stop_quietly(spark)
 
 
 def summarize(lines: list[dict]) -> dict:
@@ -168,15 +103,15 @@ def summarize(lines: list[dict]) -> dict:
     if not batches:
         return {"batches": 0, "error": errors[0] if errors else None}
     times = [b["trigger_ms"] for b in batches]
-    median = statistics.median(times)
+    s = spread(times)
     return {
         "batches": len(batches), "final_state_rows": batches[-1]["state_rows"],
-        "median_ms": median, "max_ms": max(times), "max_over_median": max(times) / median,
+        "median_ms": s["median"], "max_ms": s["max"], "max_over_median": s["max_over_median"],
         # the first batch also pays for the JVM's class loading, JIT and Spark's code generation
-        "max_over_median_after_first": max(times[1:]) / median if len(times) > 1 else None,
-        "heap_peak_mb": max(b["heap_peak_bytes"] for b in batches) / 2**20,
-        "heap_peak_per_batch_mb": [round(b["heap_peak_bytes"] / 2**20) for b in batches],
-        "old_gen_after_gc_peak_mb": max(b["old_after_gc_peak_bytes"] for b in batches) / 2**20,
+        "max_over_median_after_first": s["max_over_median_after_first"],
+        "heap_peak_mb": max(b["heap_peak_bytes"] for b in batches) / MB,
+        "heap_peak_per_batch_mb": [round(b["heap_peak_bytes"] / MB) for b in batches],
+        "old_gen_after_gc_peak_mb": max(b["old_after_gc_peak_bytes"] for b in batches) / MB,
         "times_ms": times, "error": errors[0] if errors else None,
         # GC time during each batch (the JVM's total since the query started, differenced), and
         # each batch's state commit time summed over its tasks
@@ -195,29 +130,22 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--cap-s", type=float, default=900, help="longest a provider's run may take")
     parser.add_argument("--workdir")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="extra Spark conf for every run")
+    sessions.add_conf_option(parser)
     parser.add_argument("--jvm-warmup", action="store_true",
                         help="run a small query of the same provider in the same JVM first (not reported)")
     parser.add_argument("--json")
-    parser.add_argument("--_worker", help=argparse.SUPPRESS)
+    workers.add_worker_option(parser)
     args = parser.parse_args(argv)
-    if args._worker:
-        run_worker(json.loads(args._worker))
+    if workers.serve(args, run_worker):
         return 0
 
-    confs = {}
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            parser.error(f"--conf takes KEY=VALUE, got {item!r}")
-        confs[key.strip()] = value.strip()
+    confs = dict(args.conf)
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     for p in providers:
-        if p not in PROVIDERS:
-            parser.error(f"unknown provider {p!r}; one of {', '.join(PROVIDERS)}")
+        if p not in CONTENDERS:
+            parser.error(f"unknown provider {p!r}; one of {', '.join(CONTENDERS)}")
     workdir = args.workdir or tempfile.mkdtemp(prefix="scale-bench-")
-    results: dict[str, list[dict]] = {}
+    figures: dict[str, list[dict]] = {}
     try:
         started = time.monotonic()
         generate_inputs(os.path.join(workdir, "in"), args.batches, args.keys_per_batch)
@@ -235,50 +163,38 @@ def main(argv=None) -> int:
                         "result": os.path.join(workdir, f"{tag}.jsonl"), "confs": confs,
                         "warmup_dir": os.path.join(workdir, "warmup") if args.jvm_warmup else None}
                 t = time.monotonic()
-                with open(os.path.join(workdir, f"{tag}.log"), "w") as log:
-                    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--_worker", json.dumps(spec)],
-                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-                    try:
-                        proc.wait(timeout=args.cap_s)
-                    except subprocess.TimeoutExpired:
-                        os.killpg(proc.pid, 9)  # its own session: the JVM and Python workers go too
-                        proc.wait()
-                        with open(spec["result"], "a") as out:
-                            out.write(json.dumps({"error": f"stopped after the {args.cap_s:.0f} s cap"}) + "\n")
-                lines = []
-                if os.path.exists(spec["result"]):
-                    with open(spec["result"]) as f:
-                        lines = [json.loads(line) for line in f if line.strip()]
+                lines = workers.run_batches(__file__, spec, args.cap_s)
                 s = summarize(lines)
-                results.setdefault(name, []).append(s)
+                figures.setdefault(name, []).append(s)
                 print(f"  {tag}: {s['batches']} batches in {time.monotonic() - t:.0f} s"
                       + (f"; stopped: {s['error'][:300]}" if s.get("error") else ""), flush=True)
     finally:
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"\n{'provider':<20}{'batches':>8}{'keys':>12}{'median s':>10}{'max/med':>9}{'max/med>1':>11}{'heap MB':>9}{'old gen MB':>11}")
-    base = results.get("rocksdb", [{}])[0]
-    for name, runs in results.items():
+    print(f"\n{'provider':<20}{'batches':>8}{'keys':>12}{'median s':>10}{'max/med':>9}{'max/med>1':>11}"
+          f"{'heap MB':>9}{'old gen MB':>11}")
+    base = figures.get("rocksdb", [{}])[0]
+    for name, runs in figures.items():
         for s in runs:
             if not s["batches"]:
                 print(f"{name:<20} no batch completed: {s.get('error')}")
                 continue
             print(f"{name:<20}{s['batches']:>8}{s['final_state_rows']:>12,}{s['median_ms'] / 1000:>10.2f}"
-                  f"{s['max_over_median']:>9.2f}{s['max_over_median_after_first'] or 0:>11.2f}{s['heap_peak_mb']:>9.0f}{s['old_gen_after_gc_peak_mb']:>11.0f}")
+                  f"{s['max_over_median']:>9.2f}{s['max_over_median_after_first'] or 0:>11.2f}"
+                  f"{s['heap_peak_mb']:>9.0f}{s['old_gen_after_gc_peak_mb']:>11.0f}")
             print(f"{'':<20}batch s: {[round(t / 1000, 1) for t in s['times_ms']]}; heap MB per batch: "
                   f"{s['heap_peak_per_batch_mb']}")
             print(f"{'':<20}GC s per batch: {[round(t / 1000, 1) for t in s['gc_ms_per_batch']]}; "
                   f"commit s per batch: {[round(t / 1000, 1) for t in s['commit_ms_per_batch']]}")
-    ours = results.get("sparkstate", [{}])[0]
+    ours = figures.get("sparkstate", [{}])[0]
     if ours.get("batches") and base.get("batches"):
-        print(f"\nsparkstate median / Spark rocksdb median = {ours['median_ms'] / base['median_ms']:.2f} (target <= 1.0); "
+        print(f"\nsparkstate median / Spark rocksdb median = {ours['median_ms'] / base['median_ms']:.2f} "
+              "(target <= 1.0); "
               f"sparkstate max/median = {ours['max_over_median']:.2f}, after the first batch "
               f"{ours['max_over_median_after_first'] or 0:.2f} (target <= 1.5)")
     if args.json:
-        with open(args.json, "w") as out:
-            json.dump({"settings": {k: v for k, v in vars(args).items() if not k.startswith("_")},
-                       "results": results}, out, indent=1)
+        results.write_json(args.json, {"settings": results.settings(args), "results": figures})
     return 0
 
 

@@ -31,68 +31,34 @@ Usage: python bench/soak.py [--batches 1000] [--sample-every 100] [--json out.js
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import soakmetrics  # noqa: E402  (bench/ is not a package)
-
-
-def soak_function():
-    """The keyed function (defined here, so it pickles by value): per key a running count
-    (value state), the last three values (list state, trimmed) and a count per ``v % 3`` (map
-    state): all bounded per key, so the state is bounded by the key space."""
-    from pyspark.sql.types import LongType
-
-    from spark_state.process import KeyedProcessFunction
-    from spark_state.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
-
-    class SoakCount(KeyedProcessFunction):
-        def open(self, ctx):
-            self.count = ctx.get_state(ValueStateDescriptor("count", LongType()))
-            self.recent = ctx.get_list_state(ListStateDescriptor("recent", LongType()))
-            self.buckets = ctx.get_map_state(MapStateDescriptor("buckets", LongType(), LongType()))
-
-        def process_element(self, row, ctx):
-            n = (self.count.value() or 0) + 1
-            self.count.update(n)
-            recent = self.recent.get() + [row.v]
-            self.recent.update(recent[-3:])
-            b = row.v % 3
-            self.buckets.put(b, (self.buckets.get(b) or 0) + 1)
-            return ((row.k, n),)
-
-    return SoakCount()
+import soakmetrics
+from harness import heap, processes, results, sessions
 
 
 def start(args, workdir: str):
     """The session and the running query."""
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    import spark_state
+    from harness.keyed_fns import SoakCount
     from spark_state import keyed_process
 
-    builder = (
-        SparkSession.builder.master("local[2]").appName("spark-state-soak")
-        .config("spark.sql.shuffle.partitions", str(args.partitions))
-        .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-        .config("spark.local.dir", os.path.join(workdir, "spark-local"))
-        .config("spark.sql.streaming.stateStore.maintenanceInterval", args.maintenance_interval)
-        .config("spark.sql.streaming.minBatchesToRetain", str(args.retained))
-        # Native Memory Tracking: which of the JVM's native areas an RSS change comes from.
-        .config("spark.driver.extraJavaOptions", "-XX:NativeMemoryTracking=summary")
-    )
-    spark = spark_state.configure(builder, options={"snapshotInterval": str(args.snapshot_interval)}).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = sessions.start(sessions.builder(
+        "spark-state-soak", spark_state=True, configure_options={"snapshotInterval": str(args.snapshot_interval)},
+        partitions=args.partitions, local_dir=os.path.join(workdir, "spark-local"),
+        confs={"spark.sql.streaming.stateStore.maintenanceInterval": args.maintenance_interval,
+               "spark.sql.streaming.minBatchesToRetain": str(args.retained),
+               # Native Memory Tracking: which of the JVM's native areas an RSS change comes from.
+               "spark.driver.extraJavaOptions": "-XX:NativeMemoryTracking=summary"}))
     events = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", args.rows_per_batch)
               .option("numPartitions", args.partitions).load()
               .select((F.col("value") * 7919 % args.keys).cast("string").alias("k"), (F.col("value") % 10).alias("v")))
-    counted = keyed_process(events, "k", soak_function(), "k string, n bigint", parallelism=args.partitions,
+    counted = keyed_process(events, "k", SoakCount(), "k string, n bigint", parallelism=args.partitions,
                             state_location=os.path.join(workdir, "keyed-state"),
                             engine={"snapshotInterval": str(args.snapshot_interval),
                                     "retainedVersions": str(args.retained)})
@@ -113,11 +79,7 @@ def sample(spark, workdir: str, batch: int, started: float) -> dict:
     blockmgr = soakmetrics.dirs_matching(os.path.join(local, "**", "blockmgr-*"))
     views = sum(len(soakmetrics.dirs_matching(os.path.join(d, "stores", "spark-state-*", "views-*", "v*")))
                 for d in provider_dirs)
-    jvm = spark._jvm.java.lang
-    jvm.System.gc()
-    runtime = jvm.Runtime.getRuntime()
-    heap_mb = (runtime.totalMemory() - runtime.freeMemory()) / 2**20
-    pid = jvm.ProcessHandle.current().pid()
+    heap_mb, committed_mb = heap.heap_after_full_gc(spark)
     return {
         "batch": batch,
         "elapsed_s": round(time.monotonic() - started, 1),
@@ -132,11 +94,11 @@ def sample(spark, workdir: str, batch: int, started: float) -> dict:
         "local_keyed": vars(soakmetrics.dir_stats(*keyed_local)),
         "local_keyed_dirs": len(keyed_local),
         "local_spark_blockmgr": vars(soakmetrics.dir_stats(*blockmgr)),
-        "processes": soakmetrics.process_summary(os.getpid()),
+        "processes": processes.process_summary(os.getpid()),
         "jvm_heap_used_after_gc_mb": round(heap_mb, 1),
         # The heap the JVM has committed (its pages count in RSS once touched, whatever is live).
-        "jvm_heap_committed_mb": round(runtime.totalMemory() / 2**20, 1),
-        "jvm_native_committed_mb": soakmetrics.native_memory(pid),
+        "jvm_heap_committed_mb": round(committed_mb, 1),
+        "jvm_native_committed_mb": processes.native_memory(heap.jvm_pid(spark)),
     }
 
 
@@ -215,7 +177,6 @@ def main(argv=None) -> int:
     # Before the JVM starts: every Python worker inherits it, so the keyed stores' working
     # copies land where we can measure them.
     os.environ["TMPDIR"] = os.path.join(workdir, "tmp")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     targets = sorted({1, *range(args.sample_every, args.batches + 1, args.sample_every), args.batches})
     samples: list[dict] = []
     spark, query = start(args, workdir)
@@ -241,12 +202,12 @@ def main(argv=None) -> int:
     print(table(samples))
     r = ratios(samples)
     if r:
-        print(f"\nratios, batch {samples[-1]['batch']} / batch {next(s for s in samples if s['batch'] >= 100)['batch']}:")
+        base = next(s for s in samples if s["batch"] >= 100)["batch"]
+        print(f"\nratios, batch {samples[-1]['batch']} / batch {base}:")
         for name, value in r.items():
             print(f"  {name:18} {value}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "samples": samples, "ratios": r}, f, indent=1)
+        results.write_json(args.json, {"args": results.settings(args), "samples": samples, "ratios": r})
     spark.stop()
     if not args.workdir and not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -32,29 +32,26 @@ import json
 import os
 import random
 import shutil
-import socket
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
-import uuid
 from typing import Optional
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import inputs, moto, queries, results, sessions
+from harness.contenders import PROVIDER_CONF, ROCKSDB_PROVIDER
+from harness.stats import latency_ms
 
 
 def write_input(root: str, keys: int, files: int) -> None:
     import numpy as np
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    os.makedirs(root, exist_ok=True)
     per_file = -(-keys // files)
-    for f in range(files):
+
+    def table(f: int):
         ks = np.arange(f * per_file, min(keys, (f + 1) * per_file), dtype=np.int64)
-        pq.write_table(pa.table({"k": ks, "v": ks % 97}), os.path.join(root, f"part-{f:04d}.parquet"))
-        os.utime(os.path.join(root, f"part-{f:04d}.parquet"), (1_700_000_000 + 10 * f,) * 2)
+        return pa.table({"k": ks, "v": ks % 97})
+
+    inputs.write_batches(root, files, table, name="part-{b:04d}.parquet")
 
 
 def run_query(input_dir: str, checkpoint: str, parallelism: int, keys: int, reads: int,
@@ -62,25 +59,18 @@ def run_query(input_dir: str, checkpoint: str, parallelism: int, keys: int, read
     """The keyed count over every file (availableNow), then ``reads`` full reads of its state,
     then the bootstraps (into ``bootstrap_dir``, unless None); returns the query's wall time, each
     read's (s) and the bootstrap figures."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
     import spark_state
-    from keyed_bench import process_function  # the keyed count: value state "count" per key
+    from harness.keyed_fns import RunningCount  # the keyed count: value state "count" per key
     from spark_state.state_data import read_keyed_state
 
-    spark = spark_state.configure(SparkSession.builder.master("local[2]").appName("state-data-bench")
-                                  .config("spark.ui.enabled", "false")
-                                  .config("spark.sql.shuffle.partitions", str(parallelism))).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = sessions.start(sessions.builder("state-data-bench", spark_state=True, partitions=parallelism))
     started = time.perf_counter()
-    df = spark.readStream.schema("k bigint, v bigint").option("maxFilesPerTrigger", 1).parquet(input_dir)
-    out = spark_state.keyed_process(df, "k", process_function("count"), "k bigint, n bigint",
-                                    parallelism=parallelism, name="Counts")
-    query = (out.writeStream.format("noop").option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    query.awaitTermination()
+    df = queries.file_stream(spark, "k bigint, v bigint", input_dir)
+    out = spark_state.keyed_process(df, "k", RunningCount(), "k bigint, n bigint", parallelism=parallelism,
+                                    name="Counts")
+    queries.start_to_noop(out, checkpoint, mode="append").awaitTermination()
     seconds = time.perf_counter() - started
     read_seconds = []
     for _ in range(reads):
@@ -95,13 +85,13 @@ def run_query(input_dir: str, checkpoint: str, parallelism: int, keys: int, read
 
 def bootstrap(spark, input_dir: str, work: str, parallelism: int, keys: int) -> dict:
     """Bootstrap throughput (see the module docstring)."""
-    from keyed_bench import process_function
+    from harness.keyed_fns import RunningCount
     from spark_state.state_data import SavepointWriter
 
     history = spark.read.parquet(input_dir)
     t = time.perf_counter()
     result = SavepointWriter(spark, progress=False).with_keyed_state(
-        "Counts", history, "k", process_function("count"), parallelism=parallelism
+        "Counts", history, "k", RunningCount(), parallelism=parallelism
     ).write(os.path.join(work, "keyed"), sources=2)
     keyed_s = time.perf_counter() - t
     assert result.keyed["Counts"]["rows"] == keys, result
@@ -112,29 +102,19 @@ def bootstrap(spark, input_dir: str, work: str, parallelism: int, keys: int) -> 
     aggregation_s = time.perf_counter() - t
     assert result.operators[0]["keys"] == keys, result
     # Spark's RocksDB provider, the same one-batch aggregation over the history files
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass",
-                   "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+    spark.conf.set(PROVIDER_CONF, ROCKSDB_PROVIDER)
     try:
         t = time.perf_counter()
-        (spark.readStream.schema(history.schema).parquet(input_dir)
-         .groupBy("k").count().writeStream
-         .format("noop").outputMode("update").option("checkpointLocation", os.path.join(work, "spark-rocksdb"))
-         .trigger(availableNow=True).start().awaitTermination())
+        counts = spark.readStream.schema(history.schema).parquet(input_dir).groupBy("k").count()
+        queries.start_to_noop(counts, os.path.join(work, "spark-rocksdb")).awaitTermination()
         spark_s = time.perf_counter() - t
     finally:
-        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+        spark.conf.unset(PROVIDER_CONF)
     return {"keyed_seconds": round(keyed_s, 1), "keyed_keys_per_second": round(keys / keyed_s),
             "aggregation_seconds": round(aggregation_s, 1),
             "aggregation_keys_per_second": round(keys / aggregation_s),
             "spark_rocksdb_aggregation_seconds": round(spark_s, 1),
             "aggregation_ratio_to_spark_rocksdb": round(spark_s / aggregation_s, 2)}
-
-
-def percentiles(ms: list[float]) -> dict[str, float]:
-    ordered = sorted(ms)
-    return {"n": len(ms), "p50_ms": round(statistics.median(ordered), 3),
-            "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 3),
-            "max_ms": round(ordered[-1], 3)}
 
 
 def measure(checkpoint: str, keys: int, cold: int, warm: int, options: dict) -> dict:
@@ -159,32 +139,13 @@ def measure(checkpoint: str, keys: int, cold: int, warm: int, options: dict) -> 
             value = states.get("count", k)
             warm_ms.append((time.perf_counter() - t) * 1000)
             assert value == 1, (k, value)
-    return {"cold": percentiles(cold_ms), "warm": percentiles(warm_ms),
+    return {"cold": latency_ms(cold_ms), "warm": latency_ms(warm_ms),
             "warm_first_load_all_partitions_ms": round(first_ms, 1), "partitions": parallelism}
 
 
-def start_moto() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("moto did not start")
-
-
 def upload(local: str, endpoint: str) -> str:
-    import boto3
-
-    bucket = f"state-data-{uuid.uuid4().hex[:8]}"
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing",
-                          aws_secret_access_key="testing", region_name="us-east-1")
-    client.create_bucket(Bucket=bucket)
+    bucket = moto.create_bucket(endpoint, "state-data")
+    client = moto.client(endpoint)
     for root, _, files in os.walk(local):
         for name in files:
             path = os.path.join(root, name)
@@ -226,19 +187,16 @@ def main() -> None:
             result["local"] = measure(checkpoint, args.keys, args.cold, args.warm, {})
             print(json.dumps(result["local"]), flush=True)
         if not args.no_s3 and not args.no_lookups:
-            proc, endpoint = (None, args.s3_endpoint) if args.s3_endpoint else start_moto()
+            proc, endpoint = (None, args.s3_endpoint) if args.s3_endpoint else moto.start_server()
             try:
                 url = upload(checkpoint, endpoint)
-                options = {"s3.endpoint_url": endpoint, "s3.access_key_id": "testing",
-                           "s3.secret_access_key": "testing", "s3.region": "us-east-1"}
-                result["s3"] = measure(url, args.keys, args.cold, args.warm, options)
+                result["s3"] = measure(url, args.keys, args.cold, args.warm, moto.storage_options(endpoint))
             finally:
                 if proc is not None:
                     proc.terminate()
         print(json.dumps(result, indent=1))
         if args.json:
-            with open(args.json, "w") as f:
-                json.dump(result, f, indent=1)
+            results.write_json(args.json, result)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
