@@ -304,7 +304,7 @@ def test_every_state_of_a_key_in_one_pass_equals_a_join_of_the_states(spark, sta
             read_keyed_states(spark, path, _summary, "k string", states=["count", "cont"])
 
 
-def test_read_operator_state_names_the_operators_there_are(spark, states):
+def test_read_spark_operator_state_names_the_operators_there_are(spark, states):
     """A keyed function's checkpoint and savepoint hold no Spark operator: the reader says so,
     before a savepoint is restored, instead of Spark's "Failed to read the state schema"."""
     for path in (states["ckpt"], states["sp"]):
