@@ -25,11 +25,16 @@ executor's memory, at least 384 MB); a quarter of a 1 GB executor gives 192 MB o
 which fits there beside the JVM's own.
 
 The JVM shim's ``MemoryBudget.scala`` holds the same rule for parts 1 to 3 (a unit test compares
-the constants); this module is the Python side's, and computes part 4 on the driver.
+the constants) and is its owner on an executor: ``TaskSlots.scala`` counts the executor's task slots
+and publishes them with the budget to the executor's Python processes (:func:`executor_figures`).
+This module computes part 4 in a keyed function's task from those figures, and falls back to the
+same rule on the Spark conf where the JVM published nothing.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
@@ -63,6 +68,13 @@ MIN_SPILL_THRESHOLD = 32 << 20
 SPILL_THRESHOLD_OPTION = "memory.spillThreshold"
 BLOCK_CACHE_OPTION = "rocksdb.blockCacheSizeMB"
 WRITE_BUFFER_OPTION = "rocksdb.writeBufferManagerMB"
+
+#: The file the executor's JVM writes its task slots and budget to, in its first local directory
+#: (``TaskSlots.scala``, ``FileName``).
+EXECUTOR_FILE = "spark-state-executor.json"
+#: The confs the fallback rule reads (a keyed function's definition carries them to its tasks).
+RULE_CONFS = (BUDGET_CONF, "spark.master", "spark.driver.memory", "spark.executor.memory",
+              "spark.executor.cores", "spark.task.cpus")
 
 _SIZE = re.compile(r"^(\d+)\s*([kmgtp]?b?)$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
@@ -101,27 +113,70 @@ def executor_memory(conf: Mapping[str, str]) -> int:
     return parse_size(conf.get(key, DEFAULT_EXECUTOR_MEMORY))
 
 
-def task_slots(conf: Mapping[str, str]) -> int:
-    """Tasks one executor runs at once: ``spark.executor.cores``, or the cores of ``local[n]``."""
+def task_slots(conf: Mapping[str, str], processors: Optional[int] = None) -> int:
+    """Tasks one executor runs at once, by the JVM's rule (``TaskSlots.scala``) as far as a conf
+    shows it: ``spark.executor.cores``; else the cores of ``local[n]`` (``local``: 1, ``local[*]``:
+    the processors); else of ``local-cluster[N,c,m]``; else ``processors`` (this machine's by
+    default: on an executor, the cores a standalone executor takes); divided by ``spark.task.cpus``.
+    The fallback of :func:`executor_task_slots` when the JVM has not published its count."""
+    cpus = processors if processors is not None else (os.cpu_count() or 1)
     master = str(conf.get("spark.master", ""))
-    local = re.match(r"^local(?:\[(\d+|\*)(?:,\s*\d+)?\])?$", master)
-    if local:
-        n = local.group(1)
-        if n is None:
-            return 1
-        if n == "*":
-            import os
+    if "spark.executor.cores" in conf:
+        cores = int(conf["spark.executor.cores"])
+    elif master == "local":
+        cores = 1
+    elif (local := re.match(r"^local\[(\d+|\*)(?:,\s*\d+)?\]$", master)) is not None:
+        cores = cpus if local.group(1) == "*" else int(local.group(1))
+    elif (cluster := re.match(r"^local-cluster\[\d+,\s*(\d+),", master)) is not None:
+        cores = int(cluster.group(1))
+    else:
+        cores = cpus
+    return max(1, cores // max(1, int(conf.get("spark.task.cpus", "1"))))
 
-            return os.cpu_count() or 1
-        return max(1, int(n))
-    cluster = re.match(r"^local-cluster\[\d+,\s*(\d+),", master)
-    if cluster:
-        return max(1, int(cluster.group(1)))
-    return max(1, int(conf.get("spark.executor.cores", "1")))
+
+@dataclass(frozen=True)
+class ExecutorFigures:
+    """What the executor's JVM published for its Python processes (``TaskSlots.publish``)."""
+
+    task_slots: int
+    budget_bytes: int
+
+
+def executor_figures() -> Optional[ExecutorFigures]:
+    """The JVM's task slots and budget, in a process Spark started for a task (it names the
+    executor's local directories in ``SPARK_LOCAL_DIRS``, and the JVM wrote :data:`EXECUTOR_FILE`
+    in the first); None elsewhere (the driver, tests) or when the plugin did not write it."""
+    dirs = os.environ.get("SPARK_LOCAL_DIRS")
+    if not dirs:
+        return None
+    path = os.path.join(dirs.split(",")[0], EXECUTOR_FILE)
+    figures = _read_figures.get(path)
+    if figures is None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                raw = json.load(f)
+            figures = _read_figures[path] = ExecutorFigures(int(raw["taskSlots"]), int(raw["budgetBytes"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # not cached: a later task of a reused worker may find it
+    return figures
+
+
+#: The figures read, by file (the JVM writes them once per executor; a Python worker is reused).
+_read_figures: dict[str, ExecutorFigures] = {}
+
+
+def executor_task_slots(conf: Mapping[str, str]) -> int:
+    """This executor's task slots: the JVM's count when it published one, else :func:`task_slots`."""
+    figures = executor_figures()
+    return figures.task_slots if figures is not None else task_slots(conf)
 
 
 def function_process_share(conf: Mapping[str, str]) -> int:
-    """Part 4 for one keyed function's Python process: the part split between the task slots."""
+    """Part 4 for one keyed function's Python process: the part split between the task slots,
+    both as the executor's JVM published them, else as ``conf`` gives them."""
+    figures = executor_figures()
+    if figures is not None:
+        return figures.budget_bytes // PARTS // figures.task_slots
     return budget_bytes(conf) // PARTS // task_slots(conf)
 
 
@@ -143,16 +198,51 @@ def process_settings(share_bytes: int) -> ProcessSettings:
     return ProcessSettings(cache, write_buffer, max(MIN_SPILL_THRESHOLD, int(share_bytes * PENDING_SHARE)))
 
 
+def budget_defaults(options: Mapping[str, str]) -> frozenset[str]:
+    """The engine options (relative names) a process's part of the budget sets on ``options``:
+    those the user left unset -- the spill threshold, and the RocksDB cache and memtables together
+    (one of them set by the user keeps both as the user and the engine's defaults say)."""
+    out = set()
+    if SPILL_THRESHOLD_OPTION not in options:
+        out.add(SPILL_THRESHOLD_OPTION)
+    if BLOCK_CACHE_OPTION not in options and WRITE_BUFFER_OPTION not in options:
+        out.update((BLOCK_CACHE_OPTION, WRITE_BUFFER_OPTION))
+    return frozenset(out)
+
+
+def setting_values(settings: ProcessSettings) -> dict[str, int]:
+    """The engine options (relative names) of a process's part, by name."""
+    return {SPILL_THRESHOLD_OPTION: settings.spill_threshold_bytes, BLOCK_CACHE_OPTION: settings.block_cache_mb,
+            WRITE_BUFFER_OPTION: settings.write_buffer_mb}
+
+
 def with_process_defaults(options: Mapping[str, str], share_bytes: Optional[int]) -> dict[str, str]:
     """Engine ``options`` (relative names) with what a process's part of the budget sets where the
-    user set nothing: the spill threshold, and the RocksDB cache and memtables together (one of
-    them set by the user keeps both as the user and the engine's defaults say)."""
+    user set nothing (:func:`budget_defaults`)."""
     out = dict(options)
     if share_bytes is None:
         return out
-    settings = process_settings(share_bytes)
-    out.setdefault(SPILL_THRESHOLD_OPTION, str(settings.spill_threshold_bytes))
-    if BLOCK_CACHE_OPTION not in out and WRITE_BUFFER_OPTION not in out:
-        out[BLOCK_CACHE_OPTION] = str(settings.block_cache_mb)
-        out[WRITE_BUFFER_OPTION] = str(settings.write_buffer_mb)
+    values = setting_values(process_settings(share_bytes))
+    for name in budget_defaults(options):
+        out[name] = str(values[name])
     return out
+
+
+@dataclass(frozen=True)
+class FunctionMemory:
+    """A keyed function's part of the budget, resolved again in each task's process.
+
+    The definition, on the driver, cannot count an executor's task slots (on standalone the conf
+    does not say them): it carries the confs of the rule (:data:`RULE_CONFS`) and the engine options
+    the budget set, and each task's process sets them from :func:`function_process_share`, which
+    takes the executor JVM's count and budget when it published them.
+    """
+
+    conf: tuple[tuple[str, str], ...]
+    #: the engine options (relative names) the budget sets (:func:`budget_defaults`)
+    defaulted: frozenset[str]
+
+    def values(self) -> dict[str, int]:
+        """The defaulted options' values in this process."""
+        values = setting_values(process_settings(function_process_share(dict(self.conf))))
+        return {name: values[name] for name in self.defaulted}

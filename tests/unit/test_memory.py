@@ -56,3 +56,63 @@ def test_a_reopened_database_keeps_the_shared_cache_and_bloom_filters(tmp_path):
         figures = _figures(db.property_value("rocksdb.aggregated-table-properties"))
         assert figures["# entries for filter"] == figures["# entries"] != "0"
         backend.close()
+
+
+# ------------------------------------------------------------------ task slots and the keyed functions' part
+def test_task_slots_of_a_conf_count_what_an_executor_runs_at_once():
+    from spark_state import memory
+
+    assert memory.task_slots({"spark.master": "local[3]"}) == 3
+    assert memory.task_slots({"spark.master": "local"}) == 1
+    assert memory.task_slots({"spark.master": "local[*]"}, processors=6) == 6
+    assert memory.task_slots({"spark.master": "local-cluster[2,3,1024]"}) == 3
+    assert memory.task_slots({"spark.master": "yarn", "spark.executor.cores": "5"}) == 5
+    assert memory.task_slots({"spark.master": "local[4]", "spark.task.cpus": "2"}) == 2
+    # Standalone: an executor takes all the worker's free cores and the conf does not say how many;
+    # counting one slot there gave every slot the part of all of them.
+    assert memory.task_slots({"spark.master": "spark://host:7077"}, processors=8) == 8
+
+
+def _publish(directory, slots: int, budget: int) -> None:
+    from spark_state import memory
+
+    (directory / memory.EXECUTOR_FILE).write_text(f'{{"taskSlots": {slots}, "budgetBytes": {budget}}}')
+
+
+def test_a_keyed_functions_part_comes_from_the_figures_its_executor_published(tmp_path, monkeypatch):
+    from spark_state import memory
+
+    standalone = {"spark.master": "spark://host:7077", "spark.executor.memory": "4g"}
+    local_dir = tmp_path / "blockmgr-1"
+    local_dir.mkdir()
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{local_dir},{tmp_path / 'other'}")
+    assert memory.executor_figures() is None  # nothing published: the conf's rule
+    assert memory.function_process_share(standalone) == memory.budget_bytes(standalone) // 4 // memory.task_slots(
+        standalone)
+    other = tmp_path / "blockmgr-2"
+    other.mkdir()
+    _publish(other, 8, 1 << 30)
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(other))
+    assert memory.executor_figures() == memory.ExecutorFigures(8, 1 << 30)
+    assert memory.executor_task_slots(standalone) == 8
+    assert memory.function_process_share(standalone) == (1 << 30) // 4 // 8
+
+
+def test_a_keyed_task_sets_the_options_the_budget_sets_from_its_executor(tmp_path, monkeypatch):
+    """The definition (driver) cannot count a standalone executor's slots; its tasks take the JVM's
+    count, and leave what the user set alone."""
+    from spark_state import memory
+    from spark_state.process.options import ProcessOptions
+
+    conf = (("spark.executor.memory", "4g"), ("spark.master", "spark://host:7077"))
+    engine = EngineConfig(spill_threshold_bytes=123 << 20, block_cache_mb=256, write_buffer_mb=128)
+    options = ProcessOptions("F", None, engine, 2, None,  # type: ignore[arg-type]
+                             function_memory=memory.FunctionMemory(conf, memory.budget_defaults(
+                                 {memory.SPILL_THRESHOLD_OPTION: "123m"})))
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    _publish(tmp_path, 4, 1 << 30)
+    expected = memory.process_settings((1 << 30) // 4 // 4)  # 64 MB a process
+    task = options.task_engine()
+    assert (task.block_cache_mb, task.write_buffer_mb) == (expected.block_cache_mb, expected.write_buffer_mb)
+    assert task.spill_threshold_bytes == 123 << 20  # set by the user
+    assert ProcessOptions("F", None, engine, 2, None).task_engine() is engine  # type: ignore[arg-type]

@@ -19,8 +19,8 @@ import org.apache.spark.network.util.JavaUtils
  *  - [[jvmNativeShare]]: the native block cache of the JVM's RocksDB handles (read views, spill runs);
  *  - the provider's Python workers' RocksDB (block cache, memtables charged to it): a quarter, split
  *    evenly between the workers ([[workerShare]], handed to each worker in its options);
- *  - keyed functions' stores: a quarter, split between the executor's task slots (computed by the
- *    Python side, which launches those functions).
+ *  - keyed functions' stores: a quarter, split between the executor's task slots ([[TaskSlots]],
+ *    which publishes the count and the budget to the keyed functions' Python processes).
  *
  * Why a quarter of the executor's memory: the rest of the heap is Spark's own (its unified memory,
  * 60% by default, and user objects), and the native parts live outside the heap, in the memory
@@ -85,6 +85,6 @@ private[sparkstate] object MemoryBudget {
     def release(bytes: Long): Unit = if (bytes != 0) used.addAndGet(-bytes)
   }
 
-  /** The most one store's pending writes hold before they spill: a fair share of [[pendingShare]] per task slot. */
-  def perStoreBytes: Long = pendingShare / PythonWorker.slots
+  /** The most one store's pending writes hold before they spill: [[pendingShare]] split between the task slots ([[TaskSlots]]). */
+  def perStoreBytes: Long = pendingShare / TaskSlots.current
 }
