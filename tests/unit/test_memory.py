@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from spark_state import EngineConfig, VersionedStore
 from spark_state.backends import backend_factory
 from spark_state.backends.rocksdb_resources import shared_resources
@@ -116,3 +118,54 @@ def test_a_keyed_task_sets_the_options_the_budget_sets_from_its_executor(tmp_pat
     assert (task.block_cache_mb, task.write_buffer_mb) == (expected.block_cache_mb, expected.write_buffer_mb)
     assert task.spill_threshold_bytes == 123 << 20  # set by the user
     assert ProcessOptions("F", None, engine, 2, None).task_engine() is engine  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ the one table policy
+_SHIM = (Path(__file__).resolve().parents[2]
+         / "jvm-shim/src/main/scala/org/apache/spark/sql/execution/streaming/state/sparkstate")
+
+
+def _options_file(directory) -> str:
+    return sorted(Path(directory).rglob("OPTIONS-*"))[-1].read_text()
+
+
+def test_stores_and_spill_runs_charge_index_and_filter_blocks_to_the_cache(tmp_path):
+    """One table policy (rocksdb_resources.table_options): a store's database and the engine's
+    spill runs keep index and filter blocks in the block cache, partitioned, with high priority."""
+    from spark_state.engine.spill import SpillRuns
+
+    cfg = EngineConfig(backend="rocksdb", block_cache_mb=32, write_buffer_mb=8, local_dir=str(tmp_path / "l"))
+    backend = backend_factory("rocksdb", cfg).open_snapshot(str(tmp_path / "db"))
+    backend.apply((b"%08d" % n, b"v") for n in range(1000))
+    runs = SpillRuns(str(tmp_path / "spill"), shared_resources(32, 8).block_cache)
+    runs.write_run((b"%08d" % n, b"\0\0v") for n in range(1000))
+    assert runs.get(b"%08d" % 7) == b"\0\0v"
+    for text in (_options_file(tmp_path / "db"), _options_file(tmp_path / "spill")):
+        for setting in ("cache_index_and_filter_blocks=true", "cache_index_and_filter_blocks_with_high_priority=true",
+                        "pin_l0_filter_and_index_blocks_in_cache=true", "partition_filters=true",
+                        "index_type=kTwoLevelIndexSearch", "pin_top_level_index_and_filter=true",
+                        "format_version=5"):
+            assert setting in text, setting
+    runs.close()
+    backend.close()
+
+
+def test_the_jvm_uses_the_same_table_policy():
+    from spark_state.backends import rocksdb_resources as R
+
+    scala = (_SHIM / "RocksResources.scala").read_text()
+    assert f"val BloomBitsPerKey = {R.BLOOM_BITS_PER_KEY}" in scala
+    assert f"val HighPriorityPoolRatio = {R.HIGH_PRIORITY_POOL_RATIO}" in scala
+    assert f"val TableFormatVersion = {R.TABLE_FORMAT_VERSION}" in scala
+    for call in ("setCacheIndexAndFilterBlocks(true)", "setCacheIndexAndFilterBlocksWithHighPriority(true)",
+                 "setPinL0FilterAndIndexBlocksInCache(true)", "setPartitionFilters(true)",
+                 "setIndexType(IndexType.kTwoLevelIndexSearch)", "setPinTopLevelIndexAndFilter(true)",
+                 "new LRUCache(MemoryBudget.jvmNativeShare, -1, false, HighPriorityPoolRatio)"):
+        assert call in scala, call
+
+
+def test_the_remembered_reads_bound_is_one_in_each_language():
+    from spark_state.engine.overlay import WriteOverlay
+
+    scala = (_SHIM / "ChangeBuffer.scala").read_text()
+    assert f"val MaxRememberedReads = 1 << {WriteOverlay.MAX_REMEMBERED_READS.bit_length() - 1}" in scala
