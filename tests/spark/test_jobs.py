@@ -58,6 +58,7 @@ def test_the_plugin_starts_the_workers_with_the_executor_and_the_query_uses_them
     # Compactions run at the lowest CPU priority (rocksdb.compactionNice, default 19), flushes do not.
     assert result["compaction_nices"] and set(result["compaction_nices"]) == {19}, result
     assert result["flush_nices"] and set(result["flush_nices"]) == {0}, result
+    assert result["published_slots"] == 2, result  # the plugin told the executor's Python processes: local[2]
 
 
 def test_without_prestart_the_workers_start_at_the_first_store_load(tmp_path):
