@@ -31,6 +31,13 @@ OP_PUT = 0
 OP_DELETE = 1
 PRIOR_UNKNOWN = 255
 HEADER_BYTES = 2
+#: The spill runs' database's L0 slowdown and stop triggers: a file count no epoch reaches, so RocksDB
+#: never slows or stops an ingestion. Every run is one SST file ingested into L0 (runs overlap, keys
+#: being hashed), and with RocksDB's defaults (slow down at 20 L0 files, stop at 36) an epoch that
+#: spilled a few dozen runs would wait on the task's thread for compaction to merge them; compaction
+#: merges them in the background all the same (from 8 files on). The JVM's ``SpillRuns.NoStallL0Files``
+#: is the same (a unit test compares them).
+NO_STALL_L0_FILES = 1 << 20
 
 
 def encode(value: Optional[bytes], prior: int) -> bytes:
@@ -63,8 +70,8 @@ class SpillRuns:
         options.set_compression_type(rocksdict.DBCompressionType.none())  # read once or twice, then deleted
         # Runs overlap (keys are hashed): let compaction merge them, and never stall an ingestion.
         options.set_level_zero_file_num_compaction_trigger(8)
-        options.set_level_zero_slowdown_writes_trigger(1 << 20)
-        options.set_level_zero_stop_writes_trigger(1 << 20)
+        options.set_level_zero_slowdown_writes_trigger(NO_STALL_L0_FILES)
+        options.set_level_zero_stop_writes_trigger(NO_STALL_L0_FILES)
         self._options = options
         self._db: Optional[rocksdict.Rdict] = rocksdict.Rdict(os.path.join(self.directory, "db"), options)
         self._ingest = rocksdict.IngestExternalFileOptions()

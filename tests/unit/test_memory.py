@@ -169,3 +169,11 @@ def test_the_remembered_reads_bound_is_one_in_each_language():
 
     scala = (_SHIM / "ChangeBuffer.scala").read_text()
     assert f"val MaxRememberedReads = 1 << {WriteOverlay.MAX_REMEMBERED_READS.bit_length() - 1}" in scala
+
+
+def test_the_no_stall_trigger_of_spill_runs_is_one_in_each_language():
+    from spark_state.engine.spill import NO_STALL_L0_FILES
+
+    scala = (_SHIM / "SpillRuns.scala").read_text()
+    assert f"val NoStallL0Files: Int = 1 << {NO_STALL_L0_FILES.bit_length() - 1}" in scala
+    assert scala.count("NoStallL0Files") == 3  # defined, then the slowdown and the stop trigger
