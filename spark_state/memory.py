@@ -107,8 +107,12 @@ def budget_bytes(conf: Mapping[str, str]) -> int:
 
 
 def executor_memory(conf: Mapping[str, str]) -> int:
-    """The executor's heap as its conf says: the driver's in local mode (the executor is the driver)."""
-    local = str(conf.get("spark.master", "")).startswith("local")
+    """The executor's heap as its conf says: in local mode (``local``, ``local[n]``) the executor is
+    the driver, ``spark.driver.memory``; else ``spark.executor.memory``, which Spark also gives each
+    executor of ``local-cluster[N,c,m]`` (its ``m`` is a worker's memory, which Spark checks the
+    executor's fits in)."""
+    master = str(conf.get("spark.master", ""))
+    local = master == "local" or master.startswith("local[")
     key = "spark.driver.memory" if local else "spark.executor.memory"
     return parse_size(conf.get(key, DEFAULT_EXECUTOR_MEMORY))
 

@@ -177,3 +177,15 @@ def test_the_no_stall_trigger_of_spill_runs_is_one_in_each_language():
     scala = (_SHIM / "SpillRuns.scala").read_text()
     assert f"val NoStallL0Files: Int = 1 << {NO_STALL_L0_FILES.bit_length() - 1}" in scala
     assert scala.count("NoStallL0Files") == 3  # defined, then the slowdown and the stop trigger
+
+
+def test_executor_memory_of_a_local_cluster_is_the_executors_own():
+    """local-cluster[N,c,m] runs executors in JVMs of their own, sized by spark.executor.memory (the
+    m is a worker's memory); only local and local[n] run the executor in the driver."""
+    from spark_state import memory
+
+    conf = {"spark.driver.memory": "3g", "spark.executor.memory": "2g"}
+    assert memory.executor_memory({**conf, "spark.master": "local-cluster[2,1,4096]"}) == 2 << 30
+    assert memory.executor_memory({"spark.master": "local-cluster[2,1,4096]"}) == 1 << 30  # Spark's default
+    assert memory.executor_memory({**conf, "spark.master": "local[2]"}) == 3 << 30
+    assert memory.executor_memory({**conf, "spark.master": "local"}) == 3 << 30

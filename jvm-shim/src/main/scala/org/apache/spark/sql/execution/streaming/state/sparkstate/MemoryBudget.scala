@@ -51,9 +51,15 @@ private[sparkstate] object MemoryBudget {
     case None => math.max(MinBudget, (executorMemory(conf) * DefaultFraction).toLong)
   }
 
-  /** The executor's heap as its conf says: the driver's in local mode (the executor is the driver). */
+  /**
+   * The executor's heap as its conf says: in local mode (`local`, `local[n]`) the executor is the
+   * driver, `spark.driver.memory`; else `spark.executor.memory`, which Spark also gives each
+   * executor of `local-cluster[N,c,m]` (its `m` is a worker's memory, which Spark checks the
+   * executor's fits in).
+   */
   def executorMemory(conf: SparkConf): Long = {
-    val local = conf.get("spark.master", "").startsWith("local")
+    val master = conf.get("spark.master", "")
+    val local = master == "local" || master.startsWith("local[")
     val key = if (local) "spark.driver.memory" else "spark.executor.memory"
     JavaUtils.byteStringAsBytes(conf.get(key, DefaultExecutorMemory))
   }
