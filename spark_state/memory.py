@@ -2,33 +2,42 @@
 
 The budget is ``spark.sql.streaming.stateStore.sparkState.memory.budget`` (a size, read from the
 executor's Spark conf), by default :data:`DEFAULT_FRACTION` of the executor's memory
-(``spark.executor.memory``; in local mode the driver's, ``spark.driver.memory``), at least
-:data:`MIN_BUDGET`. It is split into :data:`PARTS` equal parts, named by what draws on them:
+(:func:`executor_memory`), at least :data:`MIN_BUDGET`. It is split by weight, in twelfths
+(:data:`TOTAL_WEIGHT`), into named parts (:data:`WEIGHTS`), by what draws on them:
 
-1. the JVM heap that the provider's epochs of pending writes and its read views' layers may hold,
-   every store of the executor together (past it, pending writes spill to local disk);
-2. the native block cache of the JVM's RocksDB handles (read views, spilled writes);
-3. the provider's Python workers: each one's RocksDB (block cache, memtables charged to it) and
-   pending writes, the part split evenly between the workers;
-4. keyed functions (``keyed_process`` and friends): each Python process's stores, the part split
-   between the executor's task slots.
+- ``heapMaps`` (8/12): the ``hashmap`` backend's state in the executor JVM's heap, every store
+  together (a store's ``heap.maxBytes`` overrides it for that store);
+- ``heap`` (1/12): the JVM heap that the provider's epochs of pending writes and its read views'
+  layers hold, every store of the executor together; one store's pending writes spill past the
+  part split between the task slots (``memory.spillThreshold`` overrides it), one store's layers
+  are refreshed past the part (``rocksdb.viewLayers.maxBytes`` overrides it), and an operations
+  export in the driver sorts half of it at a time;
+- ``jvmCache`` (1/12): the native block cache of the JVM's RocksDB handles (read views, spilled
+  writes);
+- ``workers`` (1/12): the provider's Python workers: each one's RocksDB (block cache, memtables
+  charged to it) and pending writes, the part split evenly between the workers;
+- ``functions`` (1/12): keyed functions (``keyed_process`` and friends): each Python process's
+  stores, the part split between the executor's task slots.
 
-A process's part (3 or 4) is divided by :func:`process_settings` into its RocksDB block cache
-(:data:`CACHE_SHARE`, memtables charged to it up to :data:`WRITE_BUFFER_SHARE`) and the pending
-writes of the store a task is writing (the rest, at least :data:`MIN_SPILL_THRESHOLD`), past which
-they spill.
+A process's part (``workers`` or ``functions``) is divided by :func:`process_settings` into its
+RocksDB block cache (:data:`CACHE_SHARE`, memtables charged to it up to :data:`WRITE_BUFFER_SHARE`)
+and the pending writes of the store a task is writing (the rest, at least
+:data:`MIN_SPILL_THRESHOLD`), past which they spill.
 
-Why a quarter of the executor's memory: the rest of the heap is Spark's own (its unified memory,
-60% of it by default, and user objects), and the three native parts live outside the heap, in
-the memory Spark reserves beside it for such use (``spark.executor.memoryOverhead``: 10% of the
-executor's memory, at least 384 MB); a quarter of a 1 GB executor gives 192 MB of native memory,
-which fits there beside the JVM's own.
+Why these weights: the parts besides the heap maps are a quarter of the executor's memory by
+default. The rest of the heap is Spark's own (its unified memory, 60% of it by default, and user
+objects), and the three native parts live outside the heap, in the memory Spark reserves beside it
+for such use (``spark.executor.memoryOverhead``: 10% of the executor's memory, at least 384 MB); they
+are 192 MB of a 1 GB executor, which fits there beside the JVM's own. The heap maps are half the
+executor's memory: the ``hashmap`` backend keeps whole states in the heap, by design; an executor on
+the ``rocksdb`` backend leaves that part unused.
 
-The JVM shim's ``MemoryBudget.scala`` holds the same rule for parts 1 to 3 (a unit test compares
-the constants) and is its owner on an executor: ``TaskSlots.scala`` counts the executor's task slots
-and publishes them with the budget to the executor's Python processes (:func:`executor_figures`).
-This module computes part 4 in a keyed function's task from those figures, and falls back to the
-same rule on the Spark conf where the JVM published nothing.
+The JVM shim's ``MemoryBudget.scala`` holds the same rule (a unit test compares the constants) and
+is its owner on an executor: every part the JVM uses is asked of it, and ``TaskSlots.scala`` counts
+the executor's task slots and publishes them with the budget to the executor's Python processes
+(:func:`executor_figures`). This module computes the ``functions`` part in a keyed function's task
+from those figures, and falls back to the same rule on the Spark conf where the JVM published
+nothing.
 """
 
 from __future__ import annotations
@@ -44,11 +53,13 @@ from .constants import CONF_PREFIX
 #: The conf of the budget (a Spark conf: read when the executor starts).
 BUDGET_CONF = CONF_PREFIX + "memory.budget"
 #: The budget without :data:`BUDGET_CONF`: this share of the executor's memory.
-DEFAULT_FRACTION = 0.25
-#: The smallest default budget.
-MIN_BUDGET = 64 << 20
-#: Equal parts of the budget (see the module docstring).
-PARTS = 4
+DEFAULT_FRACTION = 0.75
+#: The smallest default budget: 16 MB for each twelfth.
+MIN_BUDGET = 192 << 20
+#: The parts of the budget and their weights, in twelfths (see the module docstring); the JVM's
+#: ``MemoryBudget.<Name>Weight`` are the same.
+WEIGHTS = {"heapMaps": 8, "heap": 1, "jvmCache": 1, "workers": 1, "functions": 1}
+TOTAL_WEIGHT = sum(WEIGHTS.values())
 #: Executor memory when no conf says (Spark's default).
 DEFAULT_EXECUTOR_MEMORY = "1g"
 #: Of a Python process's part: its RocksDB block cache (memtables included) ...
@@ -100,7 +111,7 @@ def budget_bytes(conf: Mapping[str, str]) -> int:
             value = parse_size(raw)
         except ValueError:
             value = -1
-        if value < PARTS:
+        if value < TOTAL_WEIGHT:
             raise ValueError(f"{BUDGET_CONF} must be a size such as 256m or 1g, got {raw!r}")
         return value
     return max(MIN_BUDGET, int(executor_memory(conf) * DEFAULT_FRACTION))
@@ -115,6 +126,12 @@ def executor_memory(conf: Mapping[str, str]) -> int:
     local = master == "local" or master.startswith("local[")
     key = "spark.driver.memory" if local else "spark.executor.memory"
     return parse_size(conf.get(key, DEFAULT_EXECUTOR_MEMORY))
+
+
+def part_bytes(name: str, budget: int) -> int:
+    """The part ``name`` (a key of :data:`WEIGHTS`) of ``budget`` bytes, as the JVM's
+    ``MemoryBudget.part`` computes it."""
+    return budget * WEIGHTS[name] // TOTAL_WEIGHT
 
 
 def task_slots(conf: Mapping[str, str], processors: Optional[int] = None) -> int:
@@ -176,12 +193,12 @@ def executor_task_slots(conf: Mapping[str, str]) -> int:
 
 
 def function_process_share(conf: Mapping[str, str]) -> int:
-    """Part 4 for one keyed function's Python process: the part split between the task slots,
-    both as the executor's JVM published them, else as ``conf`` gives them."""
+    """One keyed function's Python process's share: the ``functions`` part split between the task
+    slots, both as the executor's JVM published them, else as ``conf`` gives them."""
     figures = executor_figures()
     if figures is not None:
-        return figures.budget_bytes // PARTS // figures.task_slots
-    return budget_bytes(conf) // PARTS // task_slots(conf)
+        return part_bytes("functions", figures.budget_bytes) // figures.task_slots
+    return part_bytes("functions", budget_bytes(conf)) // task_slots(conf)
 
 
 @dataclass(frozen=True)

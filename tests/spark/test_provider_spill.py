@@ -148,15 +148,22 @@ def test_the_executor_budget_and_its_parts_agree_with_the_python_side(spark):
     as_dict = {k: v for k, v in conf.getAll()}
     total = sparkstate.MemoryBudget.totalBytes()
     assert total == memory.budget_bytes(as_dict)
-    assert sparkstate.MemoryBudget.pendingShare() == total // memory.PARTS
+    for name in memory.WEIGHTS:
+        assert sparkstate.MemoryBudget.part(memory.WEIGHTS[name], total) == memory.part_bytes(name, total), name
+    assert sparkstate.MemoryBudget.heapMapsBytes() == memory.part_bytes("heapMaps", total)
+    assert sparkstate.MemoryBudget.viewLayersPerStoreBytes() == sparkstate.MemoryBudget.heapBytes()
+    assert sparkstate.MemoryBudget.exportChunkBytes() == memory.part_bytes(
+        "heap", memory.budget_bytes({**as_dict, "spark.master": "local"})) // 2
     for budget in ("256m", "1g", "3000000"):
         probe = spark._jvm.org.apache.spark.SparkConf(False).set(memory.BUDGET_CONF, budget)
         assert sparkstate.MemoryBudget.fromConf(probe) == memory.budget_bytes({memory.BUDGET_CONF: budget})
-    for master, heap in (("local[2]", "1g"), ("local-cluster[2,1,1024]", "3g")):
+    for master, heap in (("local[2]", "1g"), ("local", "3g"), ("local-cluster[2,1,4096]", "3g")):
         probe = spark._jvm.org.apache.spark.SparkConf(False).set("spark.master", master) \
             .set("spark.driver.memory", heap).set("spark.executor.memory", "2g")
         as_python = {"spark.master": master, "spark.driver.memory": heap, "spark.executor.memory": "2g"}
         assert sparkstate.MemoryBudget.fromConf(probe) == memory.budget_bytes(as_python)
+        assert sparkstate.MemoryBudget.executorMemory(probe) == memory.executor_memory(as_python) == \
+            (2 << 30 if master.startswith("local-cluster") else memory.parse_size(heap))
     bad = spark._jvm.org.apache.spark.SparkConf(False).set(memory.BUDGET_CONF, "lots")
     with pytest.raises(IllegalArgumentException, match="memory.budget must be a size"):
         sparkstate.MemoryBudget.fromConf(bad)

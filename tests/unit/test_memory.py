@@ -89,7 +89,7 @@ def test_a_keyed_functions_part_comes_from_the_figures_its_executor_published(tm
     local_dir.mkdir()
     monkeypatch.setenv("SPARK_LOCAL_DIRS", f"{local_dir},{tmp_path / 'other'}")
     assert memory.executor_figures() is None  # nothing published: the conf's rule
-    assert memory.function_process_share(standalone) == memory.budget_bytes(standalone) // 4 // memory.task_slots(
+    assert memory.function_process_share(standalone) == memory.budget_bytes(standalone) // 12 // memory.task_slots(
         standalone)
     other = tmp_path / "blockmgr-2"
     other.mkdir()
@@ -97,7 +97,7 @@ def test_a_keyed_functions_part_comes_from_the_figures_its_executor_published(tm
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(other))
     assert memory.executor_figures() == memory.ExecutorFigures(8, 1 << 30)
     assert memory.executor_task_slots(standalone) == 8
-    assert memory.function_process_share(standalone) == (1 << 30) // 4 // 8
+    assert memory.function_process_share(standalone) == (1 << 30) // 12 // 8
 
 
 def test_a_keyed_task_sets_the_options_the_budget_sets_from_its_executor(tmp_path, monkeypatch):
@@ -113,7 +113,7 @@ def test_a_keyed_task_sets_the_options_the_budget_sets_from_its_executor(tmp_pat
                                  {memory.SPILL_THRESHOLD_OPTION: "123m"})))
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
     _publish(tmp_path, 4, 1 << 30)
-    expected = memory.process_settings((1 << 30) // 4 // 4)  # 64 MB a process
+    expected = memory.process_settings((1 << 30) // 12 // 4)  # 21 MB a process
     task = options.task_engine()
     assert (task.block_cache_mb, task.write_buffer_mb) == (expected.block_cache_mb, expected.write_buffer_mb)
     assert task.spill_threshold_bytes == 123 << 20  # set by the user
@@ -160,7 +160,7 @@ def test_the_jvm_uses_the_same_table_policy():
     for call in ("setCacheIndexAndFilterBlocks(true)", "setCacheIndexAndFilterBlocksWithHighPriority(true)",
                  "setPinL0FilterAndIndexBlocksInCache(true)", "setPartitionFilters(true)",
                  "setIndexType(IndexType.kTwoLevelIndexSearch)", "setPinTopLevelIndexAndFilter(true)",
-                 "new LRUCache(MemoryBudget.jvmNativeShare, -1, false, HighPriorityPoolRatio)"):
+                 "new LRUCache(MemoryBudget.jvmCacheBytes, -1, false, HighPriorityPoolRatio)"):
         assert call in scala, call
 
 
@@ -171,12 +171,24 @@ def test_the_remembered_reads_bound_is_one_in_each_language():
     assert f"val MaxRememberedReads = 1 << {WriteOverlay.MAX_REMEMBERED_READS.bit_length() - 1}" in scala
 
 
-def test_the_no_stall_trigger_of_spill_runs_is_one_in_each_language():
-    from spark_state.engine.spill import NO_STALL_L0_FILES
+# ------------------------------------------------------------------ the budget's one rule
+def test_the_budget_splits_into_named_parts_the_jvm_weighs_the_same():
+    """One rule, the JVM's MemoryBudget; Python holds the same weights, fraction and floor."""
+    from spark_state import memory
 
-    scala = (_SHIM / "SpillRuns.scala").read_text()
-    assert f"val NoStallL0Files: Int = 1 << {NO_STALL_L0_FILES.bit_length() - 1}" in scala
-    assert scala.count("NoStallL0Files") == 3  # defined, then the slowdown and the stop trigger
+    scala = (_SHIM / "MemoryBudget.scala").read_text()
+    for name, weight in memory.WEIGHTS.items():
+        assert f"val {name[0].upper()}{name[1:]}Weight = {weight}" in scala, name
+    assert f"val DefaultFraction = {memory.DEFAULT_FRACTION}" in scala
+    assert f"val MinBudget: Long = {memory.MIN_BUDGET >> 20}L * 1024 * 1024" in scala
+    gb = 1 << 30
+    for heap, parts in ((gb, {"heapMaps": 512, "heap": 64, "jvmCache": 64, "workers": 64, "functions": 64}),
+                        (4 * gb, {"heapMaps": 2048, "heap": 256, "jvmCache": 256, "workers": 256,
+                                  "functions": 256})):
+        budget = memory.budget_bytes({"spark.master": "spark://h:7077", "spark.executor.memory": str(heap)})
+        assert {name: memory.part_bytes(name, budget) >> 20 for name in memory.WEIGHTS} == parts
+    # An explicit budget is split by the same weights.
+    assert memory.part_bytes("functions", memory.budget_bytes({memory.BUDGET_CONF: "1200m"})) == 100 << 20
 
 
 def test_executor_memory_of_a_local_cluster_is_the_executors_own():
@@ -189,3 +201,11 @@ def test_executor_memory_of_a_local_cluster_is_the_executors_own():
     assert memory.executor_memory({"spark.master": "local-cluster[2,1,4096]"}) == 1 << 30  # Spark's default
     assert memory.executor_memory({**conf, "spark.master": "local[2]"}) == 3 << 30
     assert memory.executor_memory({**conf, "spark.master": "local"}) == 3 << 30
+
+
+def test_the_no_stall_trigger_of_spill_runs_is_one_in_each_language():
+    from spark_state.engine.spill import NO_STALL_L0_FILES
+
+    scala = (_SHIM / "SpillRuns.scala").read_text()
+    assert f"val NoStallL0Files: Int = 1 << {NO_STALL_L0_FILES.bit_length() - 1}" in scala
+    assert scala.count("NoStallL0Files") == 3  # defined, then the slowdown and the stop trigger

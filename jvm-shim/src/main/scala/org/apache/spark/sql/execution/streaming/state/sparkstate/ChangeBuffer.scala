@@ -47,7 +47,7 @@ private[sparkstate] final class ChangeBuffer(
   import ChangeBuffer._
 
   /** A buffer with the executor's default spill threshold (tests drive one directly). */
-  def this(expectedWrites: Int) = this(expectedWrites, null, MemoryBudget.perStoreBytes, PythonWorker.baseDir)
+  def this(expectedWrites: Int) = this(expectedWrites, null, MemoryBudget.pendingPerStoreBytes, PythonWorker.baseDir)
 
   // Sized for the store's previous epoch (the provider remembers it), within what `limit` can hold:
   // growing a hash map of 250k entries one doubling at a time cost a large dropDuplicates task as much

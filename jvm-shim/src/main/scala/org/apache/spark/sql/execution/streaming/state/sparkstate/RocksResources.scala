@@ -4,7 +4,7 @@ import org.rocksdb.{BlockBasedTableConfig, BloomFilter, IndexType, InfoLogLevel,
 
 /**
  * What every RocksDB handle of this JVM shares: the native library, one block cache sized by the
- * executor's memory budget ([[MemoryBudget.jvmNativeShare]]; read views and spill runs both draw on
+ * executor's memory budget ([[MemoryBudget.jvmCacheBytes]]; read views and spill runs both draw on
  * it, with their index and filter blocks, so their memory does not grow with the number of stores
  * or keys), the table policy, a logger that writes no LOG file, and the bound that ends every scan
  * before the engine's system keyspace.
@@ -20,7 +20,7 @@ private[sparkstate] object RocksResources {
   val TableFormatVersion = 5
 
   /** One block cache for every RocksDB handle of this JVM. */
-  lazy val blockCache: LRUCache = new LRUCache(MemoryBudget.jvmNativeShare, -1, false, HighPriorityPoolRatio)
+  lazy val blockCache: LRUCache = new LRUCache(MemoryBudget.jvmCacheBytes, -1, false, HighPriorityPoolRatio)
 
   /** First key of the system keyspace; shared by every iterator's read options, never closed. */
   lazy val systemKeyspaceStart: Slice = new Slice(Array(0xff.toByte))
