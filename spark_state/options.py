@@ -224,9 +224,10 @@ OPTIONS: tuple[OptionSpec, ...] = (
                        "`memory.budget`", meaning=(
                    "memory one store's pending writes of an epoch may hold (`64m`, `1g` or bytes) before "
                    "they spill to local disk as sorted runs; reads, scans and the commit see them there. "
-                   "For the provider this is the executor JVM's heap per store (default: a quarter of "
-                   "`memory.budget` over the executor's task slots), for keyed functions the Python "
-                   "process's (half of its part)")),
+                   "For the provider this is the executor JVM's heap per store (default: the budget's heap "
+                   "part, a twelfth of `memory.budget`, over the executor's task slots), for keyed functions "
+                   "the Python process's (half of its part); set, it overrides that part for the stores of "
+                   "the session or call that sets it")),
     # --- checkpoint storage ---------------------------------------------------------------------
     OptionSpec("storage.retry.attempts", "storage", default="`8`", meaning=(
         "attempts of one checkpoint storage operation in total after transient faults; `1` = no "
@@ -288,26 +289,35 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("prestartWorkers", "provider", default="`true`", meaning=(
         "the executor's Python workers start when the executor starts (the plugin `configure` adds to "
         "`spark.plugins`), so the first batch does not wait for them; `false`: at the first store load")),
-    OptionSpec("heap.maxBytes", "provider", default="half the executor JVM's max heap", meaning=(
-        "`backend=hashmap`: the executor-wide budget of heap state (`512m`, `2g` or bytes); a store "
-        "that would grow past it fails its task naming this conf (see provider-backends.md)")),
+    OptionSpec("heap.maxBytes", "provider", default=(
+        "the budget's heap maps part: two thirds of `memory.budget`, half the executor's memory"), meaning=(
+        "`backend=hashmap`: the executor-wide budget of heap state (`512m`, `2g` or bytes), the heap "
+        "all `hashmap` stores of the executor hold together; a store that would grow past it fails its "
+        "task naming this conf (see provider-backends.md). Set, it overrides the heap maps part for "
+        "the stores of the session that sets it")),
     OptionSpec("rocksdb.viewLayers.maxEpochs", "provider", default="`16`", meaning=(
         "`backend=rocksdb`: committed epochs the JVM layers over its exported RocksDB view before the "
         "next load asks the worker for a fresh export")),
-    OptionSpec("rocksdb.viewLayers.maxBytes", "provider", default="`64m`", meaning=(
-        "`backend=rocksdb`: bytes of layered epochs per store before a fresh export")),
+    OptionSpec("rocksdb.viewLayers.maxBytes", "provider", default=(
+        "the budget's heap part: a twelfth of `memory.budget`, 64 MB of a 1 GB executor"), meaning=(
+        "`backend=rocksdb`: bytes of layered epochs per store before a fresh export (`64m`, `1g` or "
+        "bytes); every store's layers and pending writes together stay within the heap part either "
+        "way. Set, it overrides the part for the stores of the session that sets it")),
     OptionSpec("testing.crashOnCommit", "provider", testing_only=True, meaning=(
         "`<version>:<dir>:once|always` makes a worker exit while committing `<version>`")),
     OptionSpec("testing.expiredKeysBatchRows", "provider", default="`8192`", testing_only=True, meaning=(
         "keys per record batch of the file of keys a commit's TTL expiry deleted; the JVM applies 8 "
         "batches at most, past them it reloads the version")),
     # --- memory -----------------------------------------------------------------------------------
-    OptionSpec("memory.budget", "memory", default="a quarter of the executor's memory, at least 64 MB", meaning=(
-        "the state memory of one executor (`256m`, `2g` or bytes), in four equal parts: the provider's "
-        "pending writes and read-view layers in the JVM heap; the JVM's RocksDB block cache; the "
-        "provider's Python workers (split between them); keyed functions' Python processes (split "
-        "between the task slots). The executor's memory is `spark.executor.memory`, or "
-        "`spark.driver.memory` in local mode")),
+    OptionSpec("memory.budget", "memory", default="three quarters of the executor's memory, at least 192 MB",
+               meaning=(
+        "the state memory of one executor (`256m`, `2g` or bytes), computed once when it starts, in "
+        "twelfths: 8 for the heap maps (`backend=hashmap`'s state in the JVM heap; `heap.maxBytes` "
+        "overrides it); 1 for the provider's pending writes and read-view layers in the JVM heap "
+        "(`memory.spillThreshold` and `rocksdb.viewLayers.maxBytes` override the per-store shares); 1 "
+        "for the JVM's RocksDB block cache; 1 for the provider's Python workers (split between them); 1 "
+        "for keyed functions' Python processes (split between the task slots). The executor's memory is "
+        "`spark.executor.memory`, or `spark.driver.memory` in local mode (`local`, `local[n]`)")),
     # --- Python API -----------------------------------------------------------------------------
     OptionSpec("process.root", "process", default="unset: beside the query's checkpoint",
                meaning=(

@@ -28,7 +28,7 @@ from .. import constants as C
 from ..errors import CheckpointCorruptError
 from ..storage.localdisk import disk_errno
 from .base import BackendFactory, Change, KVBackend, SnapshotFile, UnsortedChangesError
-from .rocksdb_resources import SharedRocksDBResources, memtable_bytes, shared_resources
+from .rocksdb_resources import SharedRocksDBResources, memtable_bytes, shared_resources, table_options
 from .rocksdb_threads import lower_compaction_priority
 
 #: Files rocksdict or RocksDB keep in a DB directory that do not belong in a snapshot.
@@ -41,26 +41,12 @@ INFO_LOGS_KEPT = 2
 #: Size at which RocksDB starts a new MANIFEST (holding only the live files, ~200 bytes each,
 #: so a DB of up to ~1,000 SST files rolls rarely).
 MANIFEST_MAX_BYTES = 256 * 1024
-#: Block-based table format of the SST files written (see :func:`_options`).
-TABLE_FORMAT_VERSION = 5
 
 
 def _options(resources: SharedRocksDBResources) -> rocksdict.Options:
     opts = rocksdict.Options(raw_mode=True)
     opts.create_if_missing(True)
-    table = rocksdict.BlockBasedOptions()
-    table.set_block_cache(resources.block_cache)
-    # Bloom filters make point lookups of absent keys (frequent for dedup and new
-    # aggregation keys) skip SST reads; filters and indexes live in the shared cache so
-    # the memory budget covers them.
-    table.set_bloom_filter(10, False)
-    table.set_cache_index_and_filter_blocks(True)
-    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
-    # The table format every supported Spark line's RocksDB reads: the JVM opens exported views of
-    # this store with Spark's own rocksdbjni, and Spark 3.5's (8.3) reads formats up to 5, while
-    # RocksDB writes 6 by default since 9.0 (a later rocksdict defaulting to 7 would lock out 4.x too).
-    table.set_format_version(TABLE_FORMAT_VERSION)
-    opts.set_block_based_table_factory(table)
+    opts.set_block_based_table_factory(table_options(resources.block_cache))
     opts.set_write_buffer_manager(resources.write_buffer_manager)
     # Memtables of this database bounded by the process's budget (RocksDB's default is 64 MB each):
     # the write-buffer manager flushes only the database being written (rocksdb_resources).

@@ -46,8 +46,13 @@ class WriteOverlay:
     __slots__ = ("_changes", "_sorted", "_prior", "_limit", "_spill_parent", "_cache", "_spill", "_next_check",
                  "_max_prior", "_min_step", "_peak_bytes", "last_peak_bytes")
 
-    #: Bound on remembered read results, so read-heavy epochs cannot grow it without limit.
-    MAX_REMEMBERED_READS = 1 << 20
+    #: The most read results (what committed state held for a key) an epoch remembers beside its
+    #: writes; the JVM's ``ChangeBuffer.MaxRememberedReads`` is the same bound (a unit test compares
+    #: them). A count, beside the byte bound the spill limit gives (at most half the limit's worth of
+    #: entries), so that an epoch without a limit cannot grow it without bound either; past it a read
+    #: is not remembered and the commit looks the key up again. 2M: an epoch that reads and writes a
+    #: million distinct keys, twice a large batch's, remembers every read.
+    MAX_REMEMBERED_READS = 1 << 21
 
     def __init__(self, limit_bytes: Optional[int] = None, spill_parent: Optional[Callable[[], str]] = None,
                  cache: Optional[rocksdict.Cache] = None) -> None:

@@ -25,10 +25,19 @@ from typing import Iterable, Iterator, Optional, cast
 
 import rocksdict
 
+from ..backends.rocksdb_resources import table_options
+
 OP_PUT = 0
 OP_DELETE = 1
 PRIOR_UNKNOWN = 255
 HEADER_BYTES = 2
+#: The spill runs' database's L0 slowdown and stop triggers: a file count no epoch reaches, so RocksDB
+#: never slows or stops an ingestion. Every run is one SST file ingested into L0 (runs overlap, keys
+#: being hashed), and with RocksDB's defaults (slow down at 20 L0 files, stop at 36) an epoch that
+#: spilled a few dozen runs would wait on the task's thread for compaction to merge them; compaction
+#: merges them in the background all the same (from 8 files on). The JVM's ``SpillRuns.NoStallL0Files``
+#: is the same (a unit test compares them).
+NO_STALL_L0_FILES = 1 << 20
 
 
 def encode(value: Optional[bytes], prior: int) -> bytes:
@@ -47,8 +56,9 @@ class SpillRuns:
     """Sorted runs of one epoch's writes in a private RocksDB under ``parent`` (see the module docstring);
     also the external sort of other passes that outgrow memory (a change feed's changed keys).
 
-    ``cache`` is the block cache its data blocks are read through; None gives the runs a small one of
-    their own. Index and filter blocks are held per open run file (about 2 bytes per spilled entry).
+    ``cache`` is the block cache its blocks are read through (data, index and filter blocks: the
+    one table policy, :func:`spark_state.backends.rocksdb_resources.table_options`); None gives
+    the runs a small one of their own.
     """
 
     def __init__(self, parent: str, cache: Optional[rocksdict.Cache] = None) -> None:
@@ -56,21 +66,12 @@ class SpillRuns:
         os.makedirs(self.directory)
         options = rocksdict.Options(raw_mode=True)
         options.create_if_missing(True)
-        table = rocksdict.BlockBasedOptions()
-        table.set_block_cache(cache if cache is not None else rocksdict.Cache(8 << 20))
-        table.set_bloom_filter(10, False)
-        # Index and filter blocks stay with each open file, outside the cache: most reads of a
-        # spilled epoch are of keys it never wrote (every new key of a big first batch), each asks
-        # every run's filter, and a compacted run's filter block is megabytes. Charged to a small
-        # cache they evicted each other, and every read re-read them from disk (10M keys in one
-        # batch took 300 s instead of about 100). Their memory is about 2 bytes per spilled entry.
-        table.set_cache_index_and_filter_blocks(False)
-        options.set_block_based_table_factory(table)
+        options.set_block_based_table_factory(table_options(cache if cache is not None else rocksdict.Cache(8 << 20)))
         options.set_compression_type(rocksdict.DBCompressionType.none())  # read once or twice, then deleted
         # Runs overlap (keys are hashed): let compaction merge them, and never stall an ingestion.
         options.set_level_zero_file_num_compaction_trigger(8)
-        options.set_level_zero_slowdown_writes_trigger(1 << 20)
-        options.set_level_zero_stop_writes_trigger(1 << 20)
+        options.set_level_zero_slowdown_writes_trigger(NO_STALL_L0_FILES)
+        options.set_level_zero_stop_writes_trigger(NO_STALL_L0_FILES)
         self._options = options
         self._db: Optional[rocksdict.Rdict] = rocksdict.Rdict(os.path.join(self.directory, "db"), options)
         self._ingest = rocksdict.IngestExternalFileOptions()

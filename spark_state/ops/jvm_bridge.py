@@ -35,8 +35,8 @@ from .errors import UnsupportedCheckpointError
 BRIDGE = "org.apache.spark.sql.execution.streaming.state.sparkstate.OpsBridge"
 
 #: Bytes of rows the driver JVM sorts in its heap at a time when exporting a store (beyond them it
-#: writes sorted runs to local disk and merges them); 0 takes ``OpsBridge.DefaultChunkBytes``
-#: (32 MB). Tests set it small to exercise the runs.
+#: writes sorted runs to local disk and merges them); 0 takes the driver's part of the memory budget,
+#: ``MemoryBudget.exportChunkBytes`` (32 MB of a 1 GB driver). Tests set it small to exercise the runs.
 EXPORT_CHUNK_BYTES = 0
 
 _LOG = logging.getLogger(__name__)

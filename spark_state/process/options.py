@@ -55,6 +55,21 @@ class ProcessOptions:
     max_parallelism: Optional[int] = None
     #: rows at or below the batch's watermark: "drop" or "deliver" (flagged ``ctx.is_late()``)
     late_rows: str = "drop"
+    #: the engine options the memory budget sets, resolved in each task's process; None: ``engine``
+    #: as it is (an :class:`EngineConfig` given, or a session that shows no Spark confs)
+    function_memory: Optional[memory.FunctionMemory] = None
+
+    def task_engine(self) -> EngineConfig:
+        """The engine of a task: ``engine`` with the options the budget sets taken from the
+        executor this process runs on (:class:`spark_state.memory.FunctionMemory`)."""
+        if self.function_memory is None:
+            return self.engine
+        values = self.function_memory.values()
+        fields = {"spill_threshold_bytes": values.get(memory.SPILL_THRESHOLD_OPTION),
+                  "block_cache_mb": values.get(memory.BLOCK_CACHE_OPTION),
+                  "write_buffer_mb": values.get(memory.WRITE_BUFFER_OPTION)}
+        changed = {k: v for k, v in fields.items() if v is not None and getattr(self.engine, k) != v}
+        return self.engine.replace(**changed) if changed else self.engine
 
 
 def process_options(
@@ -76,8 +91,9 @@ def process_options(
     ``keyed`` decides whether ``max_parallelism`` is resolved."""
     n = _parallelism(df, parallelism)
     max_p = _max_parallelism(n, max_parallelism) if keyed else None
-    config = _engine(session_confs(df.sparkSession, C.CONF_PREFIX), engine, storage_options,
-                     _memory_share(df.sparkSession))
+    confs = session_confs(df.sparkSession, C.CONF_PREFIX)
+    rule_conf = _rule_conf(df.sparkSession)
+    config = _engine(confs, engine, storage_options, _memory_share(rule_conf))
     return ProcessOptions(
         function_name=type(function).__name__,
         location=_location(df, function, name, state_location, state_root, config.storage_options),
@@ -86,6 +102,7 @@ def process_options(
         output_schema=_schema(output_schema),
         max_parallelism=max_p,
         late_rows=_late_rows(late_rows),
+        function_memory=_function_memory(rule_conf, confs, engine),
     )
 
 
@@ -124,20 +141,37 @@ def _schema(output_schema: Union[StructType, str]) -> StructType:
         f"output_schema must be a StructType or a DDL string such as 'word string, n bigint', got {output_schema!r}")
 
 
-def _memory_share(spark: Any) -> Optional[int]:
-    """The part of the executors' memory budget each of a keyed function's Python processes gets
-    (:func:`spark_state.memory.function_process_share`), from the session's Spark confs; None if the
-    session does not show them."""
-    keys = (memory.BUDGET_CONF, "spark.master", "spark.driver.memory", "spark.executor.memory",
-            "spark.executor.cores")
+def _rule_conf(spark: Any) -> Optional[dict[str, str]]:
+    """The session's confs of the budget's rule (:data:`spark_state.memory.RULE_CONFS`); None if
+    the session does not serve Spark confs (some Connect servers)."""
     try:
-        conf = {k: v for k in keys if (v := spark.conf.get(k, None)) is not None}
-    except Exception:  # a session that does not serve Spark confs (some Connect servers)
+        return {k: v for k in memory.RULE_CONFS if (v := spark.conf.get(k, None)) is not None}
+    except Exception:
+        return None
+
+
+def _memory_share(conf: Optional[Mapping[str, str]]) -> Optional[int]:
+    """The part of the executors' memory budget each of a keyed function's Python processes gets
+    as the driver sees it (:func:`spark_state.memory.function_process_share`): it checks the budget
+    here, and sets the definition's engine; each task sets it again from its executor's figures
+    (:meth:`ProcessOptions.task_engine`)."""
+    if conf is None:
         return None
     try:
         return memory.function_process_share(conf)
     except ValueError as exc:
         raise ProcessDefinitionError(str(exc)) from None
+
+
+def _function_memory(conf: Optional[Mapping[str, str]], confs: Mapping[str, str],
+                     engine: EngineLike) -> Optional[memory.FunctionMemory]:
+    """What a task sets from its executor's part of the budget: the options neither the session's
+    confs nor ``engine=`` set (none for an :class:`EngineConfig`, which replaces them all)."""
+    if conf is None or isinstance(engine, EngineConfig):
+        return None
+    given = {k[len(C.CONF_PREFIX):] for k in keyed_session_options(confs)} | {str(k) for k in dict(engine or {})}
+    defaulted = memory.budget_defaults(dict.fromkeys(given, ""))
+    return memory.FunctionMemory(tuple(sorted(conf.items())), defaulted) if defaulted else None
 
 
 def _engine(confs: Mapping[str, str], engine: EngineLike,

@@ -105,7 +105,8 @@ class ProcessPlan:
 
     @property
     def engine(self) -> EngineConfig:
-        return self.options.engine
+        """The engine of this process's tasks (:meth:`ProcessOptions.task_engine`)."""
+        return self.options.task_engine()
 
     @property
     def parallelism(self) -> int:

@@ -13,12 +13,14 @@ worker's fault injection, never by :class:`~spark_state.config.EngineConfig`:
     starts, so the first batch does not wait for them. ``false``: they start at the first store load.
 ``heap.maxBytes``
     ``backend=hashmap``: the executor-wide budget of heap state (a size: ``512m``, ``2g``, or
-    bytes); default half of the executor JVM's maximum heap. A store that would grow past it
-    fails its task naming this conf (``HeapBudget`` in the shim).
+    bytes); default the heap maps part of ``memory.budget`` (``MemoryBudget.heapMapsBytes`` in the
+    shim: half the executor's memory). A store that would grow past it fails its task naming this
+    conf (``MemoryBudget.HeapMaps``).
 ``rocksdb.viewLayers.maxEpochs`` / ``rocksdb.viewLayers.maxBytes``
     ``backend=rocksdb``: how many committed epochs (default 16), and how many bytes of them per
-    store (default ``64m``), the JVM layers over its exported RocksDB view before the next load
-    asks the worker for a fresh export (``RocksViews`` in the shim).
+    store (default the heap part of ``memory.budget``, ``MemoryBudget.viewLayersPerStoreBytes``),
+    the JVM layers over its exported RocksDB view before the next load asks the worker for a
+    fresh export (``RocksViews`` in the shim).
 ``testing.crashOnCommit``
     Fault injection for tests, ``<version>:<marker dir>:once|always``: a worker exits abruptly
     while committing ``<version>``. Never set it in production.

@@ -58,6 +58,7 @@ def test_the_plugin_starts_the_workers_with_the_executor_and_the_query_uses_them
     # Compactions run at the lowest CPU priority (rocksdb.compactionNice, default 19), flushes do not.
     assert result["compaction_nices"] and set(result["compaction_nices"]) == {19}, result
     assert result["flush_nices"] and set(result["flush_nices"]) == {0}, result
+    assert result["published_slots"] == 2, result  # the plugin told the executor's Python processes: local[2]
 
 
 def test_without_prestart_the_workers_start_at_the_first_store_load(tmp_path):
@@ -106,11 +107,12 @@ def test_a_batch_of_millions_of_keys_spills_on_a_small_heap_and_the_next_batch_c
     result = _run_job("big_batch_job.py", str(tmp_path), "rocksdb", str(BIG_BATCH_KEYS), timeout=900)
     _assert_big_batch_continued(result)
     assert result["spills"][0] > 0, "batch 0 was meant to spill"
-    # What the operator reports stays within the executor's memory budget (a quarter of 512 MB),
-    # not the size of the batch (about 300 MB of keys and counts).
+    # What the operator reports stays within the executor's memory budget's parts besides the heap
+    # maps (4/12 of the budget: a quarter of 512 MB), not the size of the batch (about 300 MB of keys
+    # and counts).
     assert 0 < result["memory_used_bytes"][0] < 128 * 2**20, result["memory_used_bytes"]
     # Its heap part is the stores' pending-writes peaks: each store spills past its share of the
-    # budget's first part (32 MB in all, two task slots), so the 4 stores' peaks stay within 4 x 16 MB
+    # budget's heap part (32 MB in all, two task slots), so the 4 stores' peaks stay within 4 x 16 MB
     # and a little for the last write before a spill, whatever the batch.
     heap = result["heap_bytes"][0]
     assert 0 < heap <= result["memory_used_bytes"][0] and heap < 4 * 18 * 2**20, result["heap_bytes"]

@@ -148,17 +148,65 @@ def test_the_executor_budget_and_its_parts_agree_with_the_python_side(spark):
     as_dict = {k: v for k, v in conf.getAll()}
     total = sparkstate.MemoryBudget.totalBytes()
     assert total == memory.budget_bytes(as_dict)
-    assert sparkstate.MemoryBudget.pendingShare() == total // memory.PARTS
+    for name in memory.WEIGHTS:
+        assert sparkstate.MemoryBudget.part(memory.WEIGHTS[name], total) == memory.part_bytes(name, total), name
+    assert sparkstate.MemoryBudget.heapMapsBytes() == memory.part_bytes("heapMaps", total)
+    assert sparkstate.MemoryBudget.viewLayersPerStoreBytes() == sparkstate.MemoryBudget.heapBytes()
+    assert sparkstate.MemoryBudget.exportChunkBytes() == memory.part_bytes(
+        "heap", memory.budget_bytes({**as_dict, "spark.master": "local"})) // 2
     for budget in ("256m", "1g", "3000000"):
         probe = spark._jvm.org.apache.spark.SparkConf(False).set(memory.BUDGET_CONF, budget)
         assert sparkstate.MemoryBudget.fromConf(probe) == memory.budget_bytes({memory.BUDGET_CONF: budget})
-    for master, heap in (("local[2]", "1g"), ("local-cluster[2,1,1024]", "3g")):
+    for master, heap in (("local[2]", "1g"), ("local", "3g"), ("local-cluster[2,1,4096]", "3g")):
         probe = spark._jvm.org.apache.spark.SparkConf(False).set("spark.master", master) \
             .set("spark.driver.memory", heap).set("spark.executor.memory", "2g")
         as_python = {"spark.master": master, "spark.driver.memory": heap, "spark.executor.memory": "2g"}
         assert sparkstate.MemoryBudget.fromConf(probe) == memory.budget_bytes(as_python)
+        assert sparkstate.MemoryBudget.executorMemory(probe) == memory.executor_memory(as_python) == \
+            (2 << 30 if master.startswith("local-cluster") else memory.parse_size(heap))
     bad = spark._jvm.org.apache.spark.SparkConf(False).set(memory.BUDGET_CONF, "lots")
     with pytest.raises(IllegalArgumentException, match="memory.budget must be a size"):
         sparkstate.MemoryBudget.fromConf(bad)
     with pytest.raises(ValueError, match="memory.budget must be a size"):
         memory.budget_bytes({memory.BUDGET_CONF: "lots"})
+
+
+def test_the_executor_counts_its_task_slots_and_tells_its_python_processes(spark):
+    """One rule for task slots (TaskSlots.scala): the conf's cores, local[n]'s, else the cores the
+    cluster manager gave the executor (its command line's --cores: standalone leaves the conf
+    unset); the executor's Python processes read the JVM's count and budget."""
+    from spark_state import memory
+
+    sparkstate = spark._jvm.org.apache.spark.sql.execution.streaming.state.sparkstate
+    backend = ("org.apache.spark.executor.CoarseGrainedExecutorBackend --driver-url spark://x@h:1 "
+               "--executor-id 3 --hostname h --cores 6 --app-id app-1")
+
+    def count(master, command="", processors=2, **conf):
+        probe = spark._jvm.org.apache.spark.SparkConf(False).set("spark.master", master)
+        for k, v in conf.items():
+            probe.set(k.replace("_", "."), v)
+        return sparkstate.TaskSlots.count(probe, command, processors)
+
+    assert count("spark://h:7077", backend) == 6  # standalone: the executor's own cores
+    assert count("spark://h:7077", backend, spark_executor_cores="3") == 3
+    assert count("spark://h:7077", backend, spark_task_cpus="2") == 3
+    assert count("spark://h:7077", "", 8) == 8
+    assert count("local[3]", backend) == 3 and count("local") == 1 and count("local[*]", "", 5) == 5
+    for master in ("local[3]", "local", "local[2,4]", "local-cluster[2,3,1024]"):
+        assert count(master, "", 5) == memory.task_slots({"spark.master": master}, processors=5), master
+
+    sparkstate.TaskSlots.publish()  # the plugin's call at executor start; local mode: this JVM
+
+    def figures(batches):
+        import pyarrow as pa
+
+        from spark_state import memory as m
+
+        for _ in batches:
+            pass
+        got = m.executor_figures()
+        yield pa.RecordBatch.from_pydict({"slots": [got.task_slots if got else -1],
+                                          "budget": [got.budget_bytes if got else -1]})
+
+    rows = spark.range(1, numPartitions=1).mapInArrow(figures, "slots long, budget long").collect()
+    assert [(r.slots, r.budget) for r in rows] == [(2, sparkstate.MemoryBudget.totalBytes())]

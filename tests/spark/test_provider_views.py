@@ -176,14 +176,14 @@ def test_heap_budget_is_released_exactly_as_charged(spark, tmp_path):
     once drifted below zero by an empty map's size per store started at version 0, until a small
     budget no longer bound)."""
     state = spark._jvm.org.apache.spark.sql.execution.streaming.state
-    budget = state.sparkstate.HeapBudget
+    budget = state.sparkstate.MemoryBudget
     # The count is executor-wide: stores that earlier tests of this session left loaded would be
     # unloaded by Spark's maintenance thread while this test runs. Unload them all first (and stop
     # the thread; the next StateStore.get starts it again), then wait for the count to settle.
     for query in spark.streams.active:
         query.stop()
     state.StateStore.stop()
-    before = _settled(budget.usedBytes)
+    before = _settled(budget.heapMapsUsedBytes)
     for i in range(5):
         shim = Shim(spark, str(tmp_path / f"state-{i}"), BACKENDS["hashmap"])
         shim.store(0).abort()
@@ -192,7 +192,7 @@ def test_heap_budget_is_released_exactly_as_charged(spark, tmp_path):
         shim.commit(shim.store(1), {2: None, 3: 3})
         reader.abort()
         shim.close()
-    assert budget.usedBytes() == before
+    assert budget.heapMapsUsedBytes() == before
 
 
 def test_heap_state_over_its_budget_fails_the_task_naming_the_conf(spark, tmp_path):
@@ -209,8 +209,12 @@ def test_heap_state_over_its_budget_fails_the_task_naming_the_conf(spark, tmp_pa
         store.abort()
     finally:
         shim.close()
-        # The budget is executor-wide: give the rest of the session the default back.
-        Shim(spark, str(tmp_path / "other"), BACKENDS["hashmap"]).close()
+    # The limit was this store's: another store of the executor keeps the budget's heap maps part.
+    other = Shim(spark, str(tmp_path / "other"), BACKENDS["hashmap"])
+    try:
+        assert other.commit(other.store(0), {k: k for k in range(1000)}) == 1
+    finally:
+        other.close()
 
 
 def _awkward_keys(rng: random.Random) -> list[bytes]:

@@ -60,10 +60,24 @@ def main(workdir: str, prestart: str, compaction_nice: str | None) -> None:
         with open(f"/proc/{pid}/maps") as maps:
             if "/pandas/" in maps.read():
                 with_pandas.append(pid)
+    slots = spark.range(1, numPartitions=1).mapInArrow(_published_slots, "slots long").collect()[0]["slots"]
     spark.stop()
-    print("RESULT " + json.dumps({"before": before, "after": after, "counts_ok": counts == dict(expected),
+    print("RESULT " + json.dumps({"published_slots": slots, "before": before, "after": after,
+                                  "counts_ok": counts == dict(expected),
                                   "with_pandas": with_pandas, "compaction_nices": compaction_nices,
                                   "flush_nices": flush_nices}), flush=True)
+
+
+def _published_slots(batches):
+    """The task slots the executor's JVM published to its Python processes (-1: none)."""
+    import pyarrow as pa
+
+    from spark_state import memory
+
+    for _ in batches:
+        pass
+    figures = memory.executor_figures()
+    yield pa.RecordBatch.from_pydict({"slots": [figures.task_slots if figures else -1]})
 
 
 if __name__ == "__main__":

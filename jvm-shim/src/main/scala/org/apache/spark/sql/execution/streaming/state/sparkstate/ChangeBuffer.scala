@@ -47,7 +47,7 @@ private[sparkstate] final class ChangeBuffer(
   import ChangeBuffer._
 
   /** A buffer with the executor's default spill threshold (tests drive one directly). */
-  def this(expectedWrites: Int) = this(expectedWrites, null, MemoryBudget.perStoreBytes, PythonWorker.baseDir)
+  def this(expectedWrites: Int) = this(expectedWrites, null, MemoryBudget.pendingPerStoreBytes, PythonWorker.baseDir)
 
   // Sized for the store's previous epoch (the provider remembers it), within what `limit` can hold:
   // growing a hash map of 250k entries one doubling at a time cost a large dropDuplicates task as much
@@ -424,6 +424,11 @@ private[sparkstate] object ChangeBuffer {
   val PriorAbsent = -2L
   /** [[notePrior]]: the key exists, its value has no stamp (a version without TTL). */
   val PriorExists = -3L
+  /**
+   * The most read results an epoch remembers ([[notePrior]], [[touch]]): the bound and its reason are
+   * the Python engine's (`spark_state.engine.overlay.WriteOverlay.MAX_REMEMBERED_READS`; a unit test
+   * compares them). Their bytes are also charged to the budget as they are remembered.
+   */
   val MaxRememberedReads = 1 << 21
   /**
    * Heap bytes a pending write takes besides its key and value bytes, on a 64-bit JVM with compressed

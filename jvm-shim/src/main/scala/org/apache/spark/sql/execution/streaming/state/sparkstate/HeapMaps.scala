@@ -1,15 +1,13 @@
 package org.apache.spark.sql.execution.streaming.state.sparkstate
 
 import java.util.{Arrays => JArrays}
-import java.util.concurrent.atomic.AtomicLong
-
 import org.apache.spark.unsafe.Platform
 
 /**
  * A byte-array map holding one store's state in the JVM heap (the `hashmap` backend). Not
  * thread-safe for writes: [[HeapViews]] mutates a map only while no other reader holds it.
  *
- * [[bytes]] is the estimate the executor's heap budget ([[HeapBudget]]) is charged with: both arrays
+ * [[bytes]] is the estimate the heap maps' part of the executor's budget ([[MemoryBudget.HeapMaps]]) is charged with: both arrays
  * of every entry (16-byte header, 8-byte aligned) plus the table's share per entry.
  */
 private[sparkstate] trait HeapMap {
@@ -260,70 +258,4 @@ private[sparkstate] final class SortedBytesMap extends HeapMap {
 private[sparkstate] object SortedBytesMap {
   /** A TreeMap.Entry: header, key, value, three links and a color (compressed oops). */
   val NodeBytes = 40L
-}
-
-/**
- * The executor-wide budget of heap state (every `hashmap` store of this JVM): one byte counter,
- * charged when a map grows and released when it shrinks or is dropped. A charge that would pass the
- * limit fails the task with a message naming the conf, long before the JVM would run out of memory.
- */
-private[sparkstate] object HeapBudget {
-  /** Default share of the JVM's maximum heap (`Runtime.maxMemory`). */
-  val DefaultFraction = 0.5
-  private val used = new AtomicLong()
-  @volatile private var limit: Long = -1L
-  @volatile private var configured = false
-
-  def usedBytes: Long = used.get()
-
-  def maxBytes: Long = {
-    if (limit < 0) limit = (Runtime.getRuntime.maxMemory * DefaultFraction).toLong
-    limit
-  }
-
-  /** Set from the `heap.maxBytes` conf (`None`: the default share of the heap). The last store to set it wins. */
-  def configure(max: Option[Long]): Unit = {
-    max match {
-      case Some(m) =>
-        limit = m
-        configured = true
-      case None =>
-        limit = (Runtime.getRuntime.maxMemory * DefaultFraction).toLong
-        configured = false
-    }
-  }
-
-  /** Fail if `pending` more bytes would not fit (checked before writes; charges nothing). */
-  def check(pending: Long, what: => String): Unit = {
-    if (pending > 0 && used.get() + pending > maxBytes) fail(used.get() + pending, what)
-  }
-
-  /** Charge `delta` bytes (negative: release); fails without charging if it would pass the limit. */
-  def charge(delta: Long, what: => String): Unit = {
-    if (delta <= 0) used.addAndGet(delta)
-    else {
-      val after = used.addAndGet(delta)
-      if (after > maxBytes) {
-        used.addAndGet(-delta)
-        fail(after, what)
-      }
-    }
-  }
-
-  /** Charge `delta` bytes even past the limit (for changes already durable in the worker). */
-  def force(delta: Long): Unit = if (delta != 0) used.addAndGet(delta)
-
-  def release(bytes: Long): Unit = if (bytes != 0) used.addAndGet(-bytes)
-
-  private def fail(wouldBe: Long, what: String): Nothing = {
-    val mb = (b: Long) => f"${b / 1048576.0}%.1f MB"
-    val setting = if (configured) s"${mb(maxBytes)}" else
-      s"${mb(maxBytes)}, the default: ${(DefaultFraction * 100).toInt}% of this JVM's ${mb(Runtime.getRuntime.maxMemory)} heap"
-    throw new SparkStateException(s"spark-state: the heap state of this executor would grow to ${mb(wouldBe)} " +
-      s"($what), beyond ${ProviderCore.ConfPrefix}${ViewOptions.HeapMaxBytesConf} ($setting). The hashmap " +
-      "backend keeps all state in the executor's JVM heap. Raise that conf together with the executor memory " +
-      "(spark.executor.memory; spark.driver.memory in local mode), spread the state over more executors, bound it " +
-      s"(watermarks, ${ProviderCore.ConfPrefix}ttl), or set ${ProviderCore.ConfPrefix}backend=rocksdb, " +
-      "which keeps state on local disk.")
-  }
 }

@@ -23,8 +23,9 @@ import org.apache.spark.internal.Logging
  *  - Any version the views do not hold (another commit id: a restart elsewhere, an attempt on
  *    another executor won, TTL migrated every row) is shipped once by the worker as an Arrow file.
  *
- * Memory: every map and undo is charged to the executor-wide [[HeapBudget]]; a store that would
- * pass `heap.maxBytes` fails its task with a message naming the conf instead of an OutOfMemoryError.
+ * Memory: every map and undo is charged to the heap maps' part of the executor's budget
+ * ([[MemoryBudget.HeapMaps]], this store's `heap.maxBytes` in its place when set); a store that would
+ * pass it fails its task with a message naming the conf instead of an OutOfMemoryError.
  * Durability stays with the worker (changelog, snapshots, retention in its RocksDB-backed store), so
  * checkpoints are the same as with the `rocksdb` backend and a query can switch at a restart.
  */
@@ -48,7 +49,7 @@ private[sparkstate] final class HeapViews(options: ViewOptions, describe: => Str
       // A state releases what it holds when it is freed, so the empty map is charged too: without
       // this, every store that started from version 0 drove the executor-wide count below zero.
       val empty = HeapMap(options.prefixScans, 1024)
-      HeapBudget.force(empty.bytes)
+      MemoryBudget.HeapMaps.force(empty.bytes)
       replace(new HeapState(empty, 0, ""))
     } else if (current == null || current.idOf(version) != id) {
       throw new SparkStateException(s"spark-state: the worker did not ship version $version ($id) of $describe " +
@@ -82,7 +83,7 @@ private[sparkstate] final class HeapViews(options: ViewOptions, describe: => Str
   }
 
   override def checkWrite(buffer: ChangeBuffer): Unit =
-    HeapBudget.check(buffer.memoryBytes, s"${buffer.memoryBytes} bytes of pending writes of $describe")
+    MemoryBudget.HeapMaps.check(buffer.memoryBytes, options.heapMaxBytes, s"${buffer.memoryBytes} bytes of pending writes of $describe")
 
   def memoryBytes: Long = synchronized { if (current == null) 0L else current.bytes }
 
@@ -102,15 +103,15 @@ private[sparkstate] final class HeapViews(options: ViewOptions, describe: => Str
       ArrowRows.foreach(file, withValues = true) { (k, v) =>
         map.put(k, v)
         if (map.bytes - charged > ChargeStep) {
-          HeapBudget.charge(map.bytes - charged, s"loading version $version of $describe into the heap")
+          MemoryBudget.HeapMaps.charge(map.bytes - charged, options.heapMaxBytes, s"loading version $version of $describe into the heap")
           charged = map.bytes
         }
       }
-      HeapBudget.charge(map.bytes - charged, s"loading version $version of $describe into the heap")
+      MemoryBudget.HeapMaps.charge(map.bytes - charged, options.heapMaxBytes, s"loading version $version of $describe into the heap")
       charged = map.bytes
     } catch {
       case e: Throwable =>
-        HeapBudget.release(charged)
+        MemoryBudget.HeapMaps.release(charged)
         throw e
     }
     logInfo(s"$describe: loaded version $version (${map.size} keys, ${map.bytes / 1048576} MB) into the heap " +
@@ -129,7 +130,7 @@ private[sparkstate] object HeapViews {
 
 /**
  * One map and what it can serve: `top`, and `top - 1` through the undo of the last commit applied.
- * Invariant: `charged` (initially `map.bytes`) is what this state has charged to [[HeapBudget]] --
+ * Invariant: `charged` (initially `map.bytes`) is what this state has charged to [[MemoryBudget.HeapMaps]] --
  * its creator charges the map before constructing it -- and is released exactly once, when freed.
  *
  * The undo is kept as the commit applied it: three parallel arrays (key, its hash, its value as of
@@ -201,7 +202,7 @@ private[sparkstate] final class HeapState(val map: HeapMap, initialTop: Long, in
     undoMap = null
     // The undo holds the old values (the keys are the map's own arrays) and three array slots per key.
     val newCharge = map.bytes + oldBytes + n.toLong * HashBytesMap.SlotBytes
-    HeapBudget.force(newCharge - charged)
+    MemoryBudget.HeapMaps.force(newCharge - charged)
     charged = newCharge
     undoId = topId
     topId = newId
@@ -217,7 +218,7 @@ private[sparkstate] final class HeapState(val map: HeapMap, initialTop: Long, in
         index.putHashed(undoKeys(i), undoHashes(i), undoValues(i))
         i += 1
       }
-      HeapBudget.force(index.bytes)
+      MemoryBudget.HeapMaps.force(index.bytes)
       charged += index.bytes
       undoMap = index
     }
@@ -231,7 +232,7 @@ private[sparkstate] final class HeapState(val map: HeapMap, initialTop: Long, in
   }
 
   private def free(): Unit = {
-    HeapBudget.release(charged)
+    MemoryBudget.HeapMaps.release(charged)
     charged = 0
     undoKeys = null
     undoHashes = null

@@ -6,35 +6,57 @@ import org.apache.spark.{SparkConf, SparkEnv}
 import org.apache.spark.network.util.JavaUtils
 
 /**
- * The executor's one state memory budget, and how it is split (the Python side's twin is
- * `spark_state/memory.py`, which holds the same rule and constants; a unit test compares them).
+ * The executor's one state memory budget, and how it is split: every consumer of state memory in
+ * the JVM asks this object for its part, and the executor's Python processes get theirs from it
+ * (the Python side's twin is `spark_state/memory.py`, which holds the same rule and constants; a
+ * unit test compares them).
  *
  * The budget is `spark.sql.streaming.stateStore.sparkState.memory.budget` (a size, read from the
  * executor's Spark conf once), by default [[DefaultFraction]] of the executor's memory
- * (`spark.executor.memory`; in local mode the driver, `spark.driver.memory`), at least [[MinBudget]].
- * It is split into four equal parts, named by what draws on them:
+ * ([[executorMemory]]), at least [[MinBudget]]. It is split by weight, in twelfths
+ * ([[TotalWeight]]), into named parts:
  *
- *  - [[pendingShare]]: the JVM heap that epochs' pending writes ([[ChangeBuffer]]) and the rocksdb read
- *    views' layers ([[RocksViews]]) may hold, all stores of the executor together ([[Pending]]);
- *  - [[jvmNativeShare]]: the native block cache of the JVM's RocksDB handles (read views, spill runs);
- *  - the provider's Python workers' RocksDB (block cache, memtables charged to it): a quarter, split
- *    evenly between the workers ([[workerShare]], handed to each worker in its options);
- *  - keyed functions' stores: a quarter, split between the executor's task slots (computed by the
- *    Python side, which launches those functions).
+ *  - heap maps, 8/12 ([[heapMapsBytes]]): the `hashmap` backend's state in this JVM's heap, every
+ *    store together ([[HeapMaps]]); a store's `heap.maxBytes` overrides it for that store;
+ *  - heap, 1/12 ([[heapBytes]]): the heap that epochs' pending writes ([[ChangeBuffer]]) and the
+ *    `rocksdb` read views' layers ([[RocksViews]]) hold, all stores together ([[Pending]]); of it,
+ *    one store's pending writes take at most its split between the task slots before they spill
+ *    ([[pendingPerStoreBytes]]; `memory.spillThreshold` overrides it), one store's layers at most
+ *    all of it before the next load refreshes the view ([[viewLayersPerStoreBytes]];
+ *    `rocksdb.viewLayers.maxBytes` overrides it), and an operations export in the driver half of
+ *    it as one sorted chunk ([[exportChunkBytes]]);
+ *  - JVM RocksDB cache, 1/12 ([[jvmCacheBytes]]): the native block cache of the JVM's RocksDB
+ *    handles (read views, spill runs);
+ *  - provider workers, 1/12 ([[workersBytes]]): the provider's Python workers' RocksDB (block
+ *    cache, memtables charged to it) and pending writes, split evenly between the workers
+ *    ([[workerShare]], handed to each worker in its options);
+ *  - keyed functions, 1/12 ([[functionsBytes]]): keyed functions' stores, split between the
+ *    executor's task slots ([[TaskSlots]], which publishes the count and the budget to the keyed
+ *    functions' Python processes).
  *
- * Why a quarter of the executor's memory: the rest of the heap is Spark's own (its unified memory,
- * 60% by default, and user objects), and the native parts live outside the heap, in the memory
- * Spark reserves beside it (`spark.executor.memoryOverhead`, 10% or at least 384 MB).
+ * Why these weights: the parts besides the heap maps are a quarter of the executor's memory by
+ * default. The rest of the heap is Spark's own (its unified memory, 60% by default, and user
+ * objects), and the native parts live outside the heap, in the memory Spark reserves beside it
+ * (`spark.executor.memoryOverhead`, 10% or at least 384 MB). The heap maps are half the executor's
+ * memory: the `hashmap` backend keeps whole states in the heap, by design, and an executor running
+ * it holds them where Spark's HDFS-backed provider would; an executor on the `rocksdb` backend
+ * leaves that part unused. A part is computed from the budget alone, so the budget and every part
+ * are fixed once per executor, whatever its stores' options say.
  */
 private[sparkstate] object MemoryBudget {
   val BudgetConf: String = ProviderCore.ConfPrefix + "memory.budget"
   /** The budget without [[BudgetConf]]: this share of the executor's memory. */
-  val DefaultFraction = 0.25
-  /** The smallest default budget. */
-  val MinBudget: Long = 64L * 1024 * 1024
-  /** Each of the four parts. */
-  val Parts = 4
-  /** Executor memory when neither `spark.executor.memory` nor `spark.driver.memory` is set (Spark's default). */
+  val DefaultFraction = 0.75
+  /** The smallest default budget: 16 MB for each twelfth. */
+  val MinBudget: Long = 192L * 1024 * 1024
+  /** The parts' weights, in twelfths of the budget (see the object's docstring). */
+  val HeapMapsWeight = 8
+  val HeapWeight = 1
+  val JvmCacheWeight = 1
+  val WorkersWeight = 1
+  val FunctionsWeight = 1
+  val TotalWeight: Int = HeapMapsWeight + HeapWeight + JvmCacheWeight + WorkersWeight + FunctionsWeight
+  /** Executor memory when the conf does not say (Spark's default of both confs). */
   private val DefaultExecutorMemory = "1g"
 
   /** The budget of this executor, in bytes. */
@@ -44,24 +66,60 @@ private[sparkstate] object MemoryBudget {
   def fromConf(conf: SparkConf): Long = conf.getOption(BudgetConf) match {
     case Some(raw) =>
       val n = try JavaUtils.byteStringAsBytes(raw.trim) catch { case _: NumberFormatException => -1L }
-      if (n < Parts) {
+      if (n < TotalWeight) {
         throw new IllegalArgumentException(s"$BudgetConf must be a size such as 256m or 1g, got '$raw'")
       }
       n
     case None => math.max(MinBudget, (executorMemory(conf) * DefaultFraction).toLong)
   }
 
-  /** The executor's heap as its conf says: the driver's in local mode (the executor is the driver). */
+  /**
+   * The executor's heap as its conf says: in local mode (`local`, `local[n]`) the executor is the
+   * driver, `spark.driver.memory`; else `spark.executor.memory`, which Spark also gives each
+   * executor of `local-cluster[N,c,m]` (its `m` is a worker's memory, which Spark checks the
+   * executor's fits in).
+   */
   def executorMemory(conf: SparkConf): Long = {
-    val local = conf.get("spark.master", "").startsWith("local")
+    val master = conf.get("spark.master", "")
+    val local = master == "local" || master.startsWith("local[")
     val key = if (local) "spark.driver.memory" else "spark.executor.memory"
     JavaUtils.byteStringAsBytes(conf.get(key, DefaultExecutorMemory))
   }
 
-  def pendingShare: Long = totalBytes / Parts
-  def jvmNativeShare: Long = totalBytes / Parts
-  /** One provider worker's RocksDB memory: its part split between the executor's workers. */
-  def workerShare: Long = totalBytes / Parts / PythonWorker.slots
+  /** The part of `weight` twelfths of `budget`. */
+  def part(weight: Int, budget: Long = totalBytes): Long = budget * weight / TotalWeight
+
+  def heapMapsBytes: Long = part(HeapMapsWeight)
+  def heapBytes: Long = part(HeapWeight)
+  def jvmCacheBytes: Long = part(JvmCacheWeight)
+  def workersBytes: Long = part(WorkersWeight)
+  def functionsBytes: Long = part(FunctionsWeight)
+
+  /** One provider worker's RocksDB memory: the workers' part split between the executor's workers. */
+  def workerShare: Long = workersBytes / PythonWorker.slots
+
+  /** The most one store's pending writes hold before they spill: [[heapBytes]] split between the task slots ([[TaskSlots]]). */
+  def pendingPerStoreBytes: Long = heapBytes / TaskSlots.current
+
+  /**
+   * The most one store's read-view layers hold before its next load asks the worker for a fresh
+   * export: the whole heap part. Layers live across tasks, one chain per store the executor
+   * served, and [[Pending]] bounds them all together; past that bound a commit leaves its layer
+   * out and the next load exports the version instead.
+   */
+  def viewLayersPerStoreBytes: Long = heapBytes
+
+  /**
+   * Bytes of rows an operations export ([[OpsBridge]], in the driver) sorts in the heap at a time:
+   * half the heap part of the budget the driver's memory gives (in local mode the driver is the
+   * executor, and [[totalBytes]] is that budget). The export runs beside a live session, whose
+   * stores may hold the rest of the part.
+   */
+  lazy val exportChunkBytes: Long = {
+    val conf = Option(SparkEnv.get).map(_.conf).getOrElse(new SparkConf(false))
+    val driver = conf.clone().set("spark.master", "local")
+    part(HeapWeight, fromConf(driver)) / 2
+  }
 
   /**
    * The heap bytes of pending writes and view layers, for every store of this JVM: a writer reserves
@@ -72,10 +130,10 @@ private[sparkstate] object MemoryBudget {
 
     def usedBytes: Long = used.get()
 
-    /** Reserve `bytes` if they fit in [[pendingShare]]; false (nothing reserved) if not. */
+    /** Reserve `bytes` if they fit in [[heapBytes]]; false (nothing reserved) if not. */
     def tryReserve(bytes: Long): Boolean = {
       val after = used.addAndGet(bytes)
-      if (after <= pendingShare) true
+      if (after <= heapBytes) true
       else {
         used.addAndGet(-bytes)
         false
@@ -85,6 +143,57 @@ private[sparkstate] object MemoryBudget {
     def release(bytes: Long): Unit = if (bytes != 0) used.addAndGet(-bytes)
   }
 
-  /** The most one store's pending writes hold before they spill: a fair share of [[pendingShare]] per task slot. */
-  def perStoreBytes: Long = pendingShare / PythonWorker.slots
+  /** Bytes the heap maps of this JVM hold ([[HeapMaps]]; Py4J reaches it here). */
+  def heapMapsUsedBytes: Long = HeapMaps.usedBytes
+
+  /**
+   * The heap state of every `hashmap` store of this JVM ([[HeapViews]]): one byte counter, charged
+   * when a map grows and released when it shrinks or is dropped. Each charge is checked against the
+   * charging store's limit: its `heap.maxBytes` when its options set one, else [[heapMapsBytes]];
+   * so a query's explicit limit applies to its own stores, and no store changes another's. A charge
+   * that would pass the limit fails the task with a message naming the conf, long before the JVM
+   * would run out of memory.
+   */
+  object HeapMaps {
+    private val used = new AtomicLong()
+
+    def usedBytes: Long = used.get()
+
+    /** Fail if `pending` more bytes would not fit under `limit` (checked before writes; charges nothing). */
+    def check(pending: Long, limit: Option[Long], what: => String): Unit = {
+      if (pending > 0 && used.get() + pending > limit.getOrElse(heapMapsBytes)) fail(used.get() + pending, limit, what)
+    }
+
+    /** Charge `delta` bytes (negative: release); fails without charging if it would pass `limit`. */
+    def charge(delta: Long, limit: Option[Long], what: => String): Unit = {
+      if (delta <= 0) used.addAndGet(delta)
+      else {
+        val after = used.addAndGet(delta)
+        if (after > limit.getOrElse(heapMapsBytes)) {
+          used.addAndGet(-delta)
+          fail(after, limit, what)
+        }
+      }
+    }
+
+    /** Charge `delta` bytes even past the limit (for changes already durable in the worker). */
+    def force(delta: Long): Unit = if (delta != 0) used.addAndGet(delta)
+
+    def release(bytes: Long): Unit = if (bytes != 0) used.addAndGet(-bytes)
+
+    private def fail(wouldBe: Long, limit: Option[Long], what: String): Nothing = {
+      val mb = (b: Long) => f"${b / 1048576.0}%.1f MB"
+      val setting = limit match {
+        case Some(max) => mb(max)
+        case None => s"${mb(heapMapsBytes)}, the default: $HeapMapsWeight/$TotalWeight of $BudgetConf, " +
+          s"${mb(totalBytes)}"
+      }
+      throw new SparkStateException(s"spark-state: the heap state of this executor would grow to ${mb(wouldBe)} " +
+        s"($what), beyond ${ProviderCore.ConfPrefix}${ViewOptions.HeapMaxBytesConf} ($setting). The hashmap " +
+        "backend keeps all state in the executor's JVM heap. Raise that conf together with the executor memory " +
+        "(spark.executor.memory; spark.driver.memory in local mode), spread the state over more executors, bound it " +
+        s"(watermarks, ${ProviderCore.ConfPrefix}ttl), or set ${ProviderCore.ConfPrefix}backend=rocksdb, " +
+        "which keeps state on local disk.")
+    }
+  }
 }

@@ -25,8 +25,10 @@ import org.apache.spark.sql.types.{DataType, StructType}
  *    Invariant: the file's rows are in strictly ascending unsigned-bytewise key order (the
  *    savepoint's row order), whatever order the provider iterates in (HDFS: a hash map), so
  *    the reader streams it batch by batch. The heap holds at most one chunk of rows (about
- *    `chunkBytes`, see [[DefaultChunkBytes]]): a store that fits is sorted in the heap and
- *    written; a larger one is written as sorted runs ([[SpillRuns]], in a directory beside the
+ *    `chunkBytes`, by default [[MemoryBudget.exportChunkBytes]]: 32 MB of a 1 GB driver, which
+ *    sorts in well under a second and keeps a store of several GB to a few hundred runs; Spark's
+ *    HDFS provider holds its whole store in the heap anyway): a store that fits is sorted in the
+ *    heap and written; a larger one is written as sorted runs ([[SpillRuns]], in a directory beside the
  *    output file, deleted at the end) whose ordered merge is then written.
  *  - [[importStore]] writes one store at one version with Spark's HDFS or RocksDB provider from such
  *    a file: the header (and the 8-byte TTL stamp of stamped values) is dropped and system keys
@@ -65,14 +67,6 @@ object OpsBridge {
   }
 
   /**
-   * Bytes of rows [[exportStore]] holds in the heap at a time when its caller passes 0: a store's
-   * rows beyond it go to sorted runs on local disk. Exports run in the driver (1 GB heap by
-   * default, `spark.driver.memory`); 32 MB is a few percent of that, sorts in well under a second,
-   * and keeps a store of several GB to a few hundred runs (RocksDB compacts them as they come).
-   * Spark's HDFS provider holds its whole store in the heap anyway; its RocksDB provider does not.
-   */
-  val DefaultChunkBytes: Long = 32L << 20
-  /**
    * Heap bytes a held row takes besides its key and value bytes: two array headers (and their
    * padding), its slots in the chunk's arrays and the copy sorted, and the sort's long and index.
    */
@@ -81,8 +75,8 @@ object OpsBridge {
   /**
    * Read `version` of a store with `providerClass`; write its rows to `out` in ascending unsigned key
    * order (see the class comment), holding at most about `chunkBytes` of them in the heap (0: the
-   * [[DefaultChunkBytes]]). Returns the row count and the number of sorted runs written to disk (0
-   * when the store fit in one chunk).
+   * budget's [[MemoryBudget.exportChunkBytes]]). Returns the row count and the number of sorted runs
+   * written to disk (0 when the store fit in one chunk).
    */
   def exportStore(stateRoot: String, operatorId: Long, partition: Int, storeName: String, version: Long,
                   keySchemaJson: String, valueSchemaJson: String, numColsPrefixKey: Int, providerClass: String,
@@ -95,7 +89,7 @@ object OpsBridge {
       val store = provider.getReadStore(version)
       try {
         val rows = store.iterator().map(p => (codec.encode(p.key), KeyCodec.valueBytes(p.value)))
-        writeSorted(new File(out), rows, if (chunkBytes > 0) chunkBytes else DefaultChunkBytes,
+        writeSorted(new File(out), rows, if (chunkBytes > 0) chunkBytes else MemoryBudget.exportChunkBytes,
           s"store $storeName of operator $operatorId, partition $partition, version $version")
       } finally {
         SparkLine.finishRead(store)

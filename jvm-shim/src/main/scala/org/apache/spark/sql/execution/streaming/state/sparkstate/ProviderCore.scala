@@ -52,9 +52,9 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
   private var loadWarnAfterMs: Long = ProviderCore.DefaultLoadWarnAfterMs
   /**
    * Heap bytes of one epoch's pending writes past which they spill to local disk: the conf, else the
-   * store's fair share of the executor's memory budget ([[MemoryBudget.perStoreBytes]]).
+   * store's fair share of the executor's memory budget ([[MemoryBudget.pendingPerStoreBytes]]).
    */
-  private[sparkstate] lazy val spillThreshold: Long = spillThresholdConf.getOrElse(MemoryBudget.perStoreBytes)
+  private[sparkstate] lazy val spillThreshold: Long = spillThresholdConf.getOrElse(MemoryBudget.pendingPerStoreBytes)
   /** The worker this store is pinned to (chosen lazily: the pool size needs SparkEnv). */
   private lazy val slot: Int = java.lang.Math.floorMod(storeId.partitionId, PythonWorker.slots)
 
@@ -87,14 +87,12 @@ abstract class ProviderCore extends StateStoreProvider with Logging {
         layerEpochs = conf(confs, ViewOptions.LayerEpochsConf).map(positiveInt(ViewOptions.LayerEpochsConf, _))
           .getOrElse(ViewOptions.DefaultLayerEpochs),
         layerBytes = conf(confs, ViewOptions.LayerBytesConf).map(bytes(ViewOptions.LayerBytesConf, _))
-          .getOrElse(ViewOptions.DefaultLayerBytes)),
+          .getOrElse(MemoryBudget.viewLayersPerStoreBytes),
+        heapMaxBytes = conf(confs, ViewOptions.HeapMaxBytesConf).map(bytes(ViewOptions.HeapMaxBytesConf, _))),
       describe)
     this.spillThresholdConf = conf(confs, SpillThresholdConf).map(bytes(SpillThresholdConf, _))
     this.loadWarnAfterMs = conf(confs, LoadWarnAfterConf).map(nonNegativeLong(LoadWarnAfterConf, _))
       .getOrElse(DefaultLoadWarnAfterMs)
-    if (this.views.isInstanceOf[HeapViews]) {
-      HeapBudget.configure(conf(confs, ViewOptions.HeapMaxBytesConf).map(bytes(ViewOptions.HeapMaxBytesConf, _)))
-    }
   }
 
   override def stateStoreId: StateStoreId = storeId
@@ -236,7 +234,7 @@ object ProviderCore {
   /** A load slower than this (ms) logs what it waited for ([[describeLoad]]); 0: never. */
   val LoadWarnAfterConf = "load.warnAfterMs"
   val DefaultLoadWarnAfterMs = 10000L
-  /** Per store: heap bytes of an epoch's pending writes before they spill (default: [[MemoryBudget.perStoreBytes]]). */
+  /** Per store: heap bytes of an epoch's pending writes before they spill (default: [[MemoryBudget.pendingPerStoreBytes]]). */
   val SpillThresholdConf = "memory.spillThreshold"
   /** `StreamExecution.RUN_ID_KEY`: set in the hadoopConf that providers of a running query get. */
   val RunIdConf = "sql.streaming.runId"

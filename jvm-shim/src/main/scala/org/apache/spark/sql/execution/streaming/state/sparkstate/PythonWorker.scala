@@ -39,15 +39,9 @@ private[sparkstate] object PythonWorker extends Logging {
   /** Spark conf (set when the session starts) overriding the number of workers per executor. */
   val WorkersConf = "spark.sql.streaming.stateStore.sparkState.workersPerExecutor"
 
-  /** Number of workers per executor: the conf, else the executor's task slots (at most 4). */
-  lazy val slots: Int = {
-    val conf = SparkEnv.get.conf
-    conf.getOption(WorkersConf).map(parseWorkers).getOrElse {
-      val cores = conf.getOption("spark.executor.cores").map(_.toInt)
-        .getOrElse(Runtime.getRuntime.availableProcessors())
-      math.max(1, math.min(cores, MaxDefaultWorkers))
-    }
-  }
+  /** Number of workers per executor: the conf, else the executor's task slots ([[TaskSlots]]), at most 4. */
+  lazy val slots: Int =
+    SparkEnv.get.conf.getOption(WorkersConf).map(parseWorkers).getOrElse(math.min(TaskSlots.current, MaxDefaultWorkers))
   private def parseWorkers(raw: String): Int = {
     val n = try raw.trim.toInt catch { case _: NumberFormatException => -1 }
     if (n < 1 || n > MaxConfiguredWorkers) {

@@ -10,7 +10,8 @@ import org.apache.spark.internal.Logging
  * starts (in local mode: the driver's executor), it starts the executor's Python workers in the
  * background, so that the first micro-batch of the first stateful query does not wait for them
  * (a worker's start -- a Python process importing pyarrow and rocksdict, then its Py4J handshake --
- * takes 0.5-1 s of that batch otherwise). Nothing else: no driver side, no state.
+ * takes 0.5-1 s of that batch otherwise); and it tells the executor's Python processes its task slots
+ * and memory budget ([[TaskSlots.publish]]). Nothing else: no driver side, no state.
  *
  * `spark.sql.streaming.stateStore.sparkState.prestartWorkers=false` keeps the lazy start (workers
  * start at the first store load that needs them). A failure here never fails the executor: it is
@@ -21,6 +22,10 @@ class SparkStatePlugin extends SparkPlugin {
 
   override def executorPlugin(): ExecutorPlugin = new ExecutorPlugin with Logging {
     override def init(ctx: PluginContext, extraConf: JMap[String, String]): Unit = {
+      try TaskSlots.publish() catch {
+        case e: Exception => logWarning(s"spark-state could not tell the executor's Python processes its task " +
+          s"slots (${e.getMessage}): keyed functions count them from the conf")
+      }
       val prestart = ctx.conf().get(SparkStatePlugin.PrestartConf, "true")
       SparkStatePlugin.parseBool(prestart) match {
         case Some(true) => PythonWorker.prestart()

@@ -39,8 +39,8 @@ private[sparkstate] final class SpillRuns(parent: File) {
     // Runs overlap (keys are hashed), so each lands in L0: let compaction merge them in the background,
     // and never stall an ingestion on their number.
     .setLevel0FileNumCompactionTrigger(8)
-    .setLevel0SlowdownWritesTrigger(1 << 20)
-    .setLevel0StopWritesTrigger(1 << 20)
+    .setLevel0SlowdownWritesTrigger(NoStallL0Files)
+    .setLevel0StopWritesTrigger(NoStallL0Files)
   private val db: RocksDB = {
     dir.getParentFile.mkdirs()
     RocksDB.open(options, dir.getPath)
@@ -104,6 +104,12 @@ private[sparkstate] final class SpillRuns(parent: File) {
 private[sparkstate] object SpillRuns {
   /** Bytes of an entry before its value: op, prior, prior_stamp. */
   val HeaderBytes = 10
+  /**
+   * The runs' database's L0 slowdown and stop triggers, a file count no epoch reaches, so that RocksDB
+   * never stalls an ingestion: the bound and its reason are the Python engine's
+   * (`spark_state.engine.spill.NO_STALL_L0_FILES`; a unit test compares them).
+   */
+  val NoStallL0Files: Int = 1 << 20
 
   def op(entry: Array[Byte]): Int = entry(0)
   def prior(entry: Array[Byte]): Int = entry(1)

@@ -136,13 +136,15 @@ private[sparkstate] object StoreViews {
  * @param prefixScans   the store's key encoder does prefix scans (session windows): heap views keep an ordered map
  * @param layerEpochs   rocksdb: committed epochs layered over an exported view before the next load refreshes it
  * @param layerBytes    rocksdb: bytes of layered epochs (per store) before the next load refreshes the view
+ *                      (the conf, else [[MemoryBudget.viewLayersPerStoreBytes]])
+ * @param heapMaxBytes  hashmap: the store's `heap.maxBytes`, in place of [[MemoryBudget.heapMapsBytes]] when set
  */
-private[sparkstate] final case class ViewOptions(prefixScans: Boolean, layerEpochs: Int, layerBytes: Long)
+private[sparkstate] final case class ViewOptions(prefixScans: Boolean, layerEpochs: Int, layerBytes: Long,
+                                                 heapMaxBytes: Option[Long] = None)
 
 private[sparkstate] object ViewOptions {
   val LayerEpochsConf = "rocksdb.viewLayers.maxEpochs"
   val LayerBytesConf = "rocksdb.viewLayers.maxBytes"
   val HeapMaxBytesConf = "heap.maxBytes"
   val DefaultLayerEpochs = 16
-  val DefaultLayerBytes: Long = 64L * 1024 * 1024
 }
