@@ -12,7 +12,7 @@ Workloads (``--rows-per-batch`` rows per micro-batch, keys uniform over ``--keys
   timer emits the key's count. ``keyed_process`` only (transformWithStateInPandas has no
   equivalent run here).
 
-Floors and forms for the Python per-row cost (issue 14, item 4; ``--suite speed``):
+Floors and forms for the Python per-row cost (``--suite speed``):
 
 * ``passthrough`` -- the same routed stream (key group + route columns, ``repartition``) through
   a ``mapInArrow`` that returns its input's ``k`` and ``v`` columns: no Python per row at all;
@@ -42,7 +42,7 @@ memory and a larger one), ratios within a heap; ``--record`` keeps the ratios fo
 Usage: python bench/keyed_bench.py [--rows-per-batch 50000] [--keys 25000] [--batches 4]
            [--workloads count,listmap,count_timer] [--engines process,tws]
            [--backends rocksdb,hashmap] [--heaps 1g,4g] [--json out.json] [--record]
-       python bench/keyed_bench.py --suite speed    # issue 14's shape: 200k rows/batch, 20k keys,
+       python bench/keyed_bench.py --suite speed    # the per-row cost shape: 200k rows/batch, 20k keys,
            # workloads count,listmap; engines passthrough,dictloop,process,vector; both backends
 """
 
@@ -283,7 +283,7 @@ def run_heap(heap: str, args: argparse.Namespace, input_dir: str, tmp: str) -> d
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backends", default="rocksdb", help="keyed_process engine backends (rocksdb,hashmap)")
-    ap.add_argument("--suite", choices=["speed"], help="speed: issue 14's per-row cost comparison")
+    ap.add_argument("--suite", choices=["speed"], help="speed: the per-row cost comparison")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--engines")
     ap.add_argument("--rows-per-batch", type=int, default=50_000)

@@ -14,7 +14,7 @@ provider with its default ``backend=rocksdb``, set up with ``spark_state.configu
 skipped with a message if that does not import), ``sparkstate-hashmap`` (ours with
 ``backend=hashmap``: the state in the executor's heap). Any other value is taken as a provider
 class name. Ratios are printed against Spark's RocksDB provider and against its HDFS
-(in-memory) provider, the two baselines of issue 14's targets. TTL variants of ours:
+(in-memory) provider, the two baselines of the speed goals. TTL variants of ours:
 
 * ``sparkstate-ttl`` -- TTL on for every operator (``--ttl``, default 1h: long enough that
   nothing expires mid-run, so it measures what stamping values and keeping the expiry index
