@@ -86,6 +86,10 @@ class OptionError(StateDataError):
         """The same error, naming the option as ``surface`` spells it."""
         return OptionError(self.option, self.template, surface)
 
+    def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
+        # pickled as its arguments (an exception pickles its message alone by default)
+        return OptionError, (self.option, self.template, self.surface)
+
 
 @dataclass(frozen=True)
 class ReadOptions:

@@ -36,6 +36,13 @@ def test_an_option_error_names_the_option_as_its_surface_spells_it(surface, expe
         ReadOptions("/ckpt", state="count", change_feed=True, surface=surface).check()
 
 
+def test_an_option_error_survives_pickling():
+    import pickle
+
+    error = pickle.loads(pickle.dumps(OptionError("batch", "omit {option}", SOURCE)))
+    assert (str(error), error.option, str(error.on(CLI))) == ("omit batchId", "batch", "omit --batch")
+
+
 def test_the_data_source_options_are_matched_without_case_and_typed():
     read = ReadOptions.from_source({"path": "/ckpt", "STATEVARNAME": "count", "batchid": " 3 ",
                                     "flattenCollectionTypes": "no", "allowPickle": "1", "s3.region": "eu"})
