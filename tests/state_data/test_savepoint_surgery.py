@@ -338,7 +338,8 @@ def test_an_aggregations_state_rows_are_corrected_with_the_schema_checked(spark,
     t = SavepointTransform(spark, sp, progress=False)
     with pytest.raises(StateDataError, match=r"need a 'value' column struct<.*>.*; they have struct<"):
         t.replace_spark_operator_state(0, fixed.withColumn("value", F.struct(F.lit("x").alias(count_field))))
-    with pytest.raises(UnknownStateError, match=r"no Spark operator 7 \(operators: 0 "):
+    with pytest.raises(UnknownStateError, match=r"holds no state of a Spark operator 7; Spark operators: 0 stateStoreSave "
+                                              r"\(stores default\)"):
         t.replace_spark_operator_state(7, fixed)
     t.replace_spark_operator_state(0, fixed).write(changed)
 
