@@ -88,8 +88,9 @@ def _read(args) -> Streamed:
     state is read in this process, partition store after partition store, a chunk of rows at a
     time (:func:`~spark_state.state_data.readers.by_options.local_rows`: no Spark session); a
     Spark operator's state through Spark's reader in a local session, a Spark partition's rows at
-    a time (``toLocalIterator`` without prefetching). One pass either way: with ``--limit N`` the
-    rows after the first ``N`` are counted, not printed."""
+    a time (``toLocalIterator`` without prefetching). With ``--limit N`` a function's state is read
+    in one pass (the rows after the first ``N`` counted, not printed); Spark counts an operator's
+    rows in its own job and hands over the first ``N``."""
     options = _read_options(args)  # checked before anything is read
 
     def write(out: TextIO, as_json: bool) -> None:
@@ -112,8 +113,13 @@ def _read(args) -> Streamed:
             spark.sparkContext.setLogLevel("ERROR")
         try:
             frame = read(spark, options)
-            rows = (r.asDict(recursive=True) for r in frame.toLocalIterator(prefetchPartitions=False))
-            _print(out, as_json, frame.columns, rows)
+            if args.limit:  # Spark counts in parallel and hands over the first rows only
+                total, shown = frame.count(), frame.limit(args.limit)
+                rows = (r.asDict(recursive=True) for r in shown.toLocalIterator(prefetchPartitions=False))
+                (table.write_json if as_json else table.write_text)(out, frame.columns, rows, total)
+            else:
+                rows = (r.asDict(recursive=True) for r in frame.toLocalIterator(prefetchPartitions=False))
+                _print(out, as_json, frame.columns, rows)
         finally:
             if active is None:
                 spark.stop()

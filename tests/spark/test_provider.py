@@ -5,6 +5,7 @@ RocksDB views; ``hashmap``: state in the JVM heap), and a query that switches be
 from __future__ import annotations
 
 import glob
+import json
 import os
 import re
 import struct
@@ -133,7 +134,7 @@ def test_state_data_source_reads_our_state(spark, agg_input, tmp_path, ours_prov
     assert older == state(tmp_path / "hdfs", batch_id=1) and older != ours
 
 
-def test_operator_state_reads_as_sparks_reader_from_checkpoints_and_savepoints(spark, agg_input, tmp_path):
+def test_operator_state_reads_as_sparks_reader_from_checkpoints_and_savepoints(spark, agg_input, tmp_path, capsys):
     """read_spark_operator_state of an aggregation on spark-state's provider, from its checkpoint (last and an
     earlier batch) and from a savepoint, equals Spark's own reader on the same query's HDFS checkpoint."""
     from spark_state.state_data import StateDataError, read_spark_operator_state
@@ -153,6 +154,16 @@ def test_operator_state_reads_as_sparks_reader_from_checkpoints_and_savepoints(s
         spark.read.format("statestore").option("batchId", 1).load(str(tmp_path / "hdfs")))
     with pytest.raises(StateDataError, match="omit batch"):
         read_spark_operator_state(spark, str(tmp_path / "sp"), batch=1)
+    # the command line: every row as it comes, or the first rows and Spark's count
+    from spark_state.cli import main
+
+    assert main(["read", str(tmp_path / "sp"), "--operator-id", "0", "--limit", "0", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["total"] == 40 and sorted(
+        (tuple(r["key"].values()), tuple(r["value"].values()), r["partition_id"]) for r in printed["rows"]) == reference
+    assert main(["read", str(tmp_path / "ours"), "--operator-id", "0", "--limit", "5", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["total"], len(printed["rows"])) == (40, 5)
 
 
 def _dedup_within_watermark(df):
