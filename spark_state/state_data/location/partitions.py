@@ -26,9 +26,8 @@ from ...partitioning.keygroups import compute_key_group_range_for_operator_index
 from ...process import location as L
 from ...process.plan import KEYED
 from ...storage import CheckpointStorage, open_storage
-from ..key_columns import KeyColumns
 from ..partition_jobs import PartitionJob, chunked
-from .functions import choose
+from .functions import KeyedSource, choose, keyed_locations
 from .savepoints import SavepointSource, is_savepoint, savepoint_batch
 
 __all__ = ["Partitions", "function_partitions"]
@@ -101,20 +100,17 @@ def function_partitions(path: str, function: Optional[str], batch: Optional[int]
                            entry.max_parallelism or 1, held, sp)
         return parts, entry.name, entry.kind
     ckpt = SparkCheckpoint(path, options)
-    found = find_process_locations(ckpt.storage, ckpt.query_id(), process_root, dict(process_locations or {}),
-                                   options)
-    if kind == KEYED:
-        found = [loc for loc in found if loc.kind == KEYED]
+    found = (keyed_locations(ckpt, options, process_root, process_locations) if kind == KEYED else
+             find_process_locations(ckpt.storage, ckpt.query_id(), process_root, dict(process_locations or {}),
+                                    options))
     loc = choose(found, function, ckpt, process_root, process_locations,
                  kind="keyed function" if kind == KEYED else "function")
-    storage = loc.storage()
     version = ckpt.committed_batch(batch) + 1
-    key_fields: tuple[T.StructField, ...] = ()
-    max_parallelism = loc.max_parallelism
-    if loc.kind == KEYED:
-        meta = L.read_meta(storage)
-        key_fields = tuple(KeyColumns.from_record(meta, storage.full_url(L.META_FILE)).fields)
-        max_parallelism = max_parallelism or int(meta["max_parallelism"])
+    if loc.kind == KEYED:  # its key columns and max parallelism, as every reader of keyed state sees them
+        source = KeyedSource(ckpt, loc)
+        storage, key_fields, max_parallelism = source.storage, tuple(source.key_columns.fields), source.max_parallelism
+    else:
+        storage, key_fields, max_parallelism = loc.storage(), (), loc.max_parallelism or 1
     parts = Partitions(loc.url, dict(loc.storage_options), process_layout(storage, version), version,
-                       max_parallelism or 1, key_fields)
+                       max_parallelism, key_fields)
     return parts, loc.name, loc.kind
