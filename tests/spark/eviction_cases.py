@@ -16,7 +16,7 @@ import sys
 from collections import Counter
 
 from case_model import S0, Case, at, schema_kts
-from operator_cases import session_timeout_fn
+from operator_cases import build_apply_event_timeout
 from streaming_harness import ship_module_by_value
 
 # The functions applyInPandasWithState runs live in Python workers, which cannot import this
@@ -130,21 +130,7 @@ def check_join_left_many(case, ref):
 
 
 def build_apply_timeout_many(df):
-    from pyspark.sql import functions as F
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
-    return (
-        df.withWatermark("ts", "1 minute")
-        .withColumn("tsl", F.col("ts").cast("long"))
-        .groupBy("k")
-        .applyInPandasWithState(
-            session_timeout_fn,
-            "k string, n long, total long, status string",
-            "n long, total long, newest long",
-            "update",
-            GroupStateTimeout.EventTimeTimeout,
-        )
-    )
+    return build_apply_event_timeout(df, "1 minute")
 
 
 def check_apply_timeout_many(case, ref):

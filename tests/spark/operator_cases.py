@@ -326,12 +326,13 @@ def session_timeout_fn(key, pdf_iter, state):
     yield pd.DataFrame({"k": [key[0]], "n": [n], "total": [total], "status": ["active"]})
 
 
-def build_apply_event_timeout(df):
+def build_apply_event_timeout(df, delay: str = "10 seconds"):
+    """``session_timeout_fn`` per key under a watermark of ``delay`` (event-time timeouts)."""
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     return (
-        df.withWatermark("ts", "10 seconds")
+        df.withWatermark("ts", delay)
         .withColumn("tsl", F.col("ts").cast("long"))
         .groupBy("k")
         .applyInPandasWithState(
