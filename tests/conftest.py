@@ -123,7 +123,7 @@ def s3_location(s3_endpoint: str) -> tuple[str, dict[str, str]]:
 _SHARED_MODULES = {"tests/connect/test_connect.py", "tests/soak/test_soak_short.py", "tests/ops/test_cli.py",
                    "tests/packaging/test_wheel.py", "tests/process/test_keyed_process.py", "tests/process/test_time.py",
                    "tests/process/test_no_data_batches.py", "tests/state_data/test_state_data.py",
-                   "tests/state_data/test_data_source.py"}
+                   "tests/state_data/test_data_source.py", "tests/upgrade/test_upgrade_check.py"}
 #: Tests (all their parameters) that share a module-scoped fixture.
 _SHARED_TESTS = {"tests/spark/test_provider_ttl.py::test_dedup_with_ttl_keeps_state_bounded_while_hdfs_grows"}
 #: Modules whose tests take the operator case as their first parameter and compare with its
@@ -136,7 +136,8 @@ _LONG_FIRST = [
     "tests/lines/", "tests/soak/",
     "tests/spark/test_jobs.py", "tests/reliability/test_single_writer.py", "tests/connect/",
     "tests/spark/test_operator_equivalence.py", "tests/ops/", "tests/reliability/", "tests/packaging/",
-    "tests/faults/", "tests/spark/", "tests/process/", "tests/state_data/", "tests/docs/", "tests/s3/", "examples/",
+    "tests/faults/", "tests/spark/", "tests/process/", "tests/state_data/", "tests/upgrade/", "tests/docs/", "tests/s3/",
+    "examples/",
 ]
 
 

@@ -3,7 +3,9 @@
 Commands: ``inspect``, ``savepoint``, ``restore``, ``rescale``, ``migrate``, ``move-state`` (the operations
 of :mod:`spark_state.ops`, the same functions as the Python API: :mod:`.operations`), ``get``, ``read``
 and ``erase`` (a point lookup, rows of a state, erasure of keys: :mod:`spark_state.state_data`, in
-:mod:`.state_data`), ``demo``, ``jar`` and ``server-conf`` (the confs of a Spark Connect server or other
+:mod:`.state_data`), ``upgrade-check`` (will a changed query restart on its checkpoint:
+:mod:`spark_state.upgrade`, in :mod:`.upgrade`), ``demo``, ``jar`` and ``server-conf`` (the confs of a
+Spark Connect server or other
 driver started elsewhere: :mod:`.runtime`). The arguments every command shares, the error to exit
 status mapping and the printing of results are in :mod:`.arguments`.
 
@@ -33,7 +35,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from . import operations, runtime, state_data
+from . import operations, runtime, state_data, upgrade
 
 
 def main(argv: Optional[Sequence[str]] = None, prog: str = "python -m spark_state") -> int:
@@ -58,11 +60,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         description="spark-state: operate stateful Spark Structured Streaming queries "
-                    "(inspect, savepoint, restore, rescale, migrate, move-state) and their state as data (get, read, "
-                    "erase); the demo; the JVM shim jar and "
+                    "(inspect, savepoint, restore, rescale, migrate, move-state), their state as data (get, read, "
+                    "erase) and changes to them (upgrade-check); the demo; the JVM shim jar and "
                     "the confs of a Spark driver (e.g. a Spark Connect server) started elsewhere.")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     operations.add_commands(sub)
     state_data.add_commands(sub)
+    upgrade.add_commands(sub)
     runtime.add_commands(sub)
     return parser

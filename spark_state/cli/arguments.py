@@ -12,10 +12,11 @@ needs other options). A former name stays as a hidden alias that warns on stderr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Callable, Iterator, Optional, TextIO
 
 from ..errors import SparkStateError
 
@@ -29,7 +30,8 @@ ROOT_HELP = ("root of keyed_process/checkpointed_process state kept under a stat
 
 
 def command(sub, name: str, text: str, run: Callable[[argparse.Namespace], Any]) -> argparse.ArgumentParser:
-    """A subcommand with the shared options; ``run(args)`` returns ``(result, summary)``, or a
+    """A subcommand with the shared options; ``run(args)`` returns ``(result, summary)`` (exit
+    status 0), ``(result, summary, status)`` for a command whose result is a verdict, or a
     :class:`Streamed` result that prints itself."""
     p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
     p.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
@@ -131,6 +133,28 @@ class Streamed:
         self.write = write
 
 
+@contextlib.contextmanager
+def local_spark(master: str, app_name: str) -> Iterator[Any]:
+    """The active SparkSession when called from Python with one running, else a local one with
+    spark-state's confs, no UI and quiet logs, stopped on exit."""
+    from pyspark.sql import SparkSession
+
+    from ..spark.session import configure
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        yield active
+        return
+    builder = (SparkSession.builder.master(master).appName(app_name)
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
+    spark = configure(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
 def _run(args: argparse.Namespace, fn: Callable[[argparse.Namespace], Any]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
@@ -140,9 +164,9 @@ def _run(args: argparse.Namespace, fn: Callable[[argparse.Namespace], Any]) -> i
             return 0
     except FAILURES as exc:
         return failed(exc, args.json)
-    result, summary = outcome
+    result, summary, *status = outcome  # a third item: the exit status of a result that is a verdict
     if args.json:
         print(json.dumps(result, indent=1, default=str))
     else:
         print(summary)
-    return 0
+    return status[0] if status else 0

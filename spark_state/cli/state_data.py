@@ -7,7 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any, Iterator, TextIO
 
 from . import table
-from .arguments import Streamed, command, common, deprecated_alias, process_options
+from .arguments import Streamed, command, common, deprecated_alias, local_spark, process_options
 
 if TYPE_CHECKING:
     from ..state_data.read_options import ReadOptions
@@ -100,18 +100,9 @@ def _read(args) -> Streamed:
             columns, rows = local_rows(options)
             _print(out, as_json, columns, rows)
             return
-        from pyspark.sql import SparkSession
-
-        from ..spark.session import configure
         from ..state_data.readers.by_options import read
 
-        active = SparkSession.getActiveSession()  # called from Python with a session running: use it
-        spark = active or configure(
-            SparkSession.builder.master(args.master).appName("spark-state read")
-            .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")).getOrCreate()
-        if active is None:
-            spark.sparkContext.setLogLevel("ERROR")
-        try:
+        with local_spark(args.master, "spark-state read") as spark:
             frame = read(spark, options)
             if args.limit:  # Spark counts in parallel and hands over the first rows only
                 total, shown = frame.count(), frame.limit(args.limit)
@@ -120,9 +111,6 @@ def _read(args) -> Streamed:
             else:
                 rows = (r.asDict(recursive=True) for r in frame.toLocalIterator(prefetchPartitions=False))
                 _print(out, as_json, frame.columns, rows)
-        finally:
-            if active is None:
-                spark.stop()
 
     def _print(out: TextIO, as_json: bool, columns: list[str], rows: Iterator[dict[str, Any]]) -> None:
         limited = table.Limited(rows, args.limit)
