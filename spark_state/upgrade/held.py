@@ -14,10 +14,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from ..ops import savepoint_format as F
 from ..ops.checkpoint_reader import DEFAULT_STORE, OPERATOR_METADATA, SparkCheckpoint, parse_schema_file
 from ..ops.errors import NoCommittedBatchError
 from ..ops.storage_walk import list_subdirs, walk_files
 from ..spark.logs import OffsetEntry
+from ..state_data.location.savepoints import is_savepoint
 
 __all__ = ["HeldOperator", "HeldState", "read_held_state"]
 
@@ -41,6 +43,7 @@ class HeldOperator:
 class HeldState:
     """The checkpoint side of an upgrade check."""
 
+    #: the checkpoint or savepoint checked
     location: str
     storage_options: Mapping[str, str]
     operators: Mapping[int, HeldOperator]
@@ -48,6 +51,8 @@ class HeldState:
     next_batch: int
     #: the offset log entry whose confs and times the restart plans with
     offsets: OffsetEntry
+    #: where Spark's files are: the checkpoint, or a savepoint's ``spark/`` directory
+    spark_files: str = ""
 
     @property
     def metadata_names(self) -> dict[int, str]:
@@ -63,7 +68,7 @@ class HeldState:
         """Copy into ``target_dir/state`` the files of ``state/`` that Spark's start-up checks read:
         each operator's ``_metadata`` and ``_stateSchema`` trees and its partition 0's schema files
         (no state data)."""
-        checkpoint = SparkCheckpoint(self.location, dict(self.storage_options))
+        checkpoint = SparkCheckpoint(self.spark_files or self.location, dict(self.storage_options))
         storage = checkpoint.storage
         for op in self.operators:
             paths = [*walk_files(storage, f"state/{op}/_metadata"), *walk_files(storage, f"state/{op}/_stateSchema")]
@@ -78,11 +83,14 @@ class HeldState:
 
 
 def read_held_state(location: str, storage_options: Optional[Mapping[str, str]] = None) -> HeldState:
-    """The operators, schemas, next batch and offsets of the checkpoint at ``location``.
+    """The operators, schemas, next batch and offsets of the checkpoint at ``location``, or of
+    the checkpoint restored from the savepoint at ``location`` (whose ``spark/`` directory holds
+    Spark's files of its batch; a restore runs the batch after it first).
 
-    :raises NotACheckpointError: ``location`` is not a streaming checkpoint.
+    :raises NotACheckpointError: ``location`` is neither a streaming checkpoint nor a savepoint.
     :raises NoCommittedBatchError: it has no planned batch yet (nothing to check against)."""
-    checkpoint = SparkCheckpoint(location, dict(storage_options or {}))
+    spark_files = f"{location.rstrip('/')}/{F.SPARK_DIR}" if is_savepoint(location, storage_options) else location
+    checkpoint = SparkCheckpoint(spark_files, dict(storage_options or {}))
     offsets = checkpoint.batch_ids("offsets")
     if not offsets:
         raise NoCommittedBatchError(f"{checkpoint.url} has planned no batch yet: any query may start on it")
@@ -98,8 +106,8 @@ def read_held_state(location: str, storage_options: Optional[Mapping[str, str]] 
             if storage.exists(path):
                 schemas[store] = parse_schema_file(storage.read_bytes(path), storage.full_url(path))
         operators[info.id] = HeldOperator(info.id, info.name, has_metadata, schemas, info.partitions)
-    return HeldState(location, dict(storage_options or {}), operators, next_batch,
-                     checkpoint.offset(last_planned))
+    return HeldState(location, dict(storage_options or {}), operators, next_batch, checkpoint.offset(last_planned),
+                     spark_files)
 
 
 def store_of_schema_path(path: str) -> str:

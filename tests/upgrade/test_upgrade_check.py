@@ -135,6 +135,18 @@ def test_the_check_says_what_spark_does_at_start(spark, built, name, tmp_path):
         assert failure is not None and case.spark_error in failure, f"the check said {case.spark_error}: {failure}"
 
 
+def test_a_savepoint_is_checked_as_the_checkpoint_restored_from_it(spark, built, tmp_path):
+    from spark_state import ops
+
+    base = built["key_added"]
+    ops.savepoint(str(base / "ckpt"), str(tmp_path / "sp"))
+    report = check_upgrade(spark, str(tmp_path / "sp"), _builder(base / "in", CASES["key_added"].new),
+                           output_mode="update")
+    assert report.checkpoint == str(tmp_path / "sp") and report.next_batch == 2
+    assert report.spark_error is not None and report.spark_error.condition == "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE"
+    assert [v.verdict for v in report.operators] == [MIGRATION]
+
+
 def test_a_reordered_key_starts_and_misreads_the_state(spark, built, tmp_path):
     """Why the check calls a reorder Spark accepts a migration: the restarted query reads each old
     key's user as its region, and counts the same group twice."""

@@ -1,0 +1,39 @@
+"""The upgrade check's differences in words (pure: no Spark)."""
+
+from __future__ import annotations
+
+from spark_state.upgrade.schema_changes import describe_changes, misread, same_columns, widened
+
+
+def _schema(*fields: tuple[str, str]) -> dict:
+    return {"type": "struct", "fields": [{"name": n, "type": t, "nullable": True, "metadata": {}} for n, t in fields]}
+
+
+def test_added_removed_widened_and_reordered_columns_are_named():
+    old = _schema(("user", "string"), ("n", "integer"))
+    assert describe_changes(old, _schema(("user", "string"), ("n", "integer"), ("region", "string"))) == [
+        "key column `region` (string) added"]
+    assert describe_changes(old, _schema(("user", "string"))) == ["key column `n` (int) removed"]
+    assert describe_changes(old, _schema(("user", "string"), ("n", "long"))) == [
+        "key column `n` type widened: int -> bigint"]
+    assert describe_changes(old, _schema(("user", "string"), ("n", "string"))) == [
+        "key column `n` type changed: int -> string"]
+    assert describe_changes(old, _schema(("n", "integer"), ("user", "string"), ("day", "string")))[-1] == (
+        "key columns reordered (user, n -> n, user, day)")
+
+
+def test_a_rename_is_harmless_and_a_same_type_reorder_is_a_misread():
+    old = _schema(("user", "string"), ("region", "string"))
+    assert describe_changes(old, _schema(("name", "string"), ("region", "string"))) == [
+        "key column `user` renamed to `name`"]
+    assert misread(old, _schema(("name", "string"), ("region", "string"))) == []
+    swapped = _schema(("region", "string"), ("user", "string"))
+    assert misread(old, swapped) == ["region", "user"]
+    assert "Spark compares by position and type only" in describe_changes(old, swapped)[0]
+    assert same_columns(old, _schema(("user", "string"), ("region", "string")))
+    assert not same_columns(old, swapped)
+
+
+def test_widening_follows_spark_numeric_chains_only():
+    assert widened("integer", "long") and widened("byte", "integer") and widened("float", "double")
+    assert not widened("long", "integer") and not widened("integer", "double") and not widened("string", "long")
