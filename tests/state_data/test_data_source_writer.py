@@ -20,6 +20,8 @@ from spark_state.ops import restore, savepoint
 from spark_state.process import keyed_process
 from spark_state.spark.lines import running_line
 from spark_state.state_data import read_keyed_state, read_spark_operator_state, register_data_sources
+from spark_state.state_data.location.savepoints import SavepointSource
+from spark_state.state_data.writers.keyed_state_surgery import keyed_state_records
 from streaming_harness import HDFS_PROVIDER, SPARKSTATE_PROVIDER, run_query, ship_module_by_value, write_batches
 from surgery_fns import OUTPUT, Counter
 
@@ -125,6 +127,8 @@ def test_a_keyed_state_with_ttl_is_written_with_its_ttl(spark, counter, tmp_path
     _write(doubled, path=sp, stateVarName="total", functionName="Counter", targetPath=target)
     assert {r["k"]: r["value"] for r in read_keyed_state(spark, target, "total").collect()} == {
         r["k"]: r["value"] * 2 for r in totals.collect()}
+    records = keyed_state_records(SavepointSource.open(target))
+    assert records["total"].ttl_ms == surgery_fns.TTL.ttl_ms and records["count"].ttl_ms is None
 
 
 def test_an_aggregations_store_is_written_and_restored(spark, tmp_path):
@@ -163,6 +167,7 @@ def test_an_aggregations_store_is_written_and_restored(spark, tmp_path):
     (lambda d: d, {"functionName": "Nope"}, r"Nope.*\(functionName\)"),
     (lambda d: d, {"targetPath": None}, r"give its directory \(new or empty\) with the targetPath option"),
     (lambda d: d, {"mode": "append"}, r"use mode\('overwrite'\); append is refused"),
+    (lambda d: d, {"mode": "errorifexists"}, r"ErrorIfExists"),
     (lambda d: d, {"stateVarName": "count", "storeName": "left"}, r"storeName names a store of a Spark operator"),
     (lambda d: d, {"statevarnme": "count"}, r"unknown option 'statevarnme'.*did you mean 'stateVarName'"),
 ])

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
 
 from ..read_options import SOURCE, OptionError
 from ..write_options import WriteOptions
@@ -47,7 +48,7 @@ class StagedFiles(WriterCommitMessage):
     files: dict[int, str] = field(default_factory=dict)
 
 
-def savepoint_writer(options: dict, schema: object, overwrite: bool) -> "SavepointWriter":
+def savepoint_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> "SavepointWriter":
     """The writer of the data source's ``writer(schema, overwrite)``, once the options, the mode
     and the rows' schema pass every check (see the module docstring).
 
@@ -58,7 +59,7 @@ def savepoint_writer(options: dict, schema: object, overwrite: bool) -> "Savepoi
                                    "rows (keys without a row lose it) and writes a new savepoint: use "
                                    "mode('overwrite'); append is refused", SOURCE)
     write = WriteOptions.from_source(options, NAME)
-    staged = plan_write(write, schema)  # type: ignore[arg-type]
+    staged = plan_write(write, schema)
     return SavepointWriter(write, staged, staging_url(write.target.rstrip("/"), uuid.uuid4().hex[:16]))
 
 
