@@ -190,3 +190,14 @@ def test_a_target_that_is_not_empty_is_refused(spark, counter, tmp_path):
         _write(counts, path=counter["sp"], stateVarName="count", targetPath=str(target))
     assert os.listdir(target) == ["notes.txt"]
     assert not [n for n in os.listdir(tmp_path) if ".spark-state-staging-" in n]
+
+
+def test_a_failed_task_aborts_the_write_and_leaves_nothing(spark, counter, tmp_path):
+    """A task that fails while its rows are staged: Spark aborts the write, which removes the staging."""
+    counts = spark.read.format("spark-state").option("stateVarName", "count").load(counter["sp"])
+    failing = counts.withColumn("value", F.when(F.col("k") == "k3", F.raise_error(F.lit("no k3 here")))
+                                .otherwise(F.col("value")))
+    target = str(tmp_path / "sp2")
+    with pytest.raises(Exception, match="no k3 here"):
+        _write(failing, path=counter["sp"], stateVarName="count", targetPath=target)
+    _left_nothing(target)
