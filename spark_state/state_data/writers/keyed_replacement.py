@@ -13,7 +13,7 @@ entries without the state's (:class:`~.keyed_state_surgery.BaseEntries`) and are
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql import types as T
@@ -94,14 +94,13 @@ def replacement_options(source: SavepointSource, descriptor: StateDescriptor) ->
 
 
 def replace_partition(plan: Any, source: SavepointSource, descriptor: StateDescriptor, partition: int,
-                      batches: Iterator[pa.RecordBatch], url: str, options: Mapping[str, str],
-                      chained: Optional[str] = None) -> F.FileEntry:
+                      batches: Iterator[pa.RecordBatch], url: str, options: Mapping[str, str]) -> F.FileEntry:
     """Partition ``partition`` of ``source``'s function written into the savepoint at ``url`` with
     ``descriptor``'s state given the content of ``batches`` (the partition's rows, routed; see the
-    module docstring); ``chained``: the URL of the savepoint whose files an earlier change of the
-    same function wrote (None: the source's). ``plan``: the offline plan of :class:`StateWriter`
-    (:func:`~spark_state.process.offline.plan_offline_routed`); returns the file's manifest entry."""
-    base = BaseEntries(source, (descriptor.name_bytes,), chained, dict(options))
+    module docstring), starting from the source savepoint's partition file. ``plan``: the offline
+    plan of :class:`StateWriter` (:func:`~spark_state.process.offline.plan_offline_routed`);
+    returns the file's manifest entry."""
+    base = BaseEntries(source, (descriptor.name_bytes,))
     for result in bootstrap_partition(plan, source.function, url, options, batches, base, partition):
         row = result.to_pylist()[0]
         return F.FileEntry(row["path"], row["size"], row["crc32"], row["rows"], row["keys"])
