@@ -135,13 +135,19 @@ def plan_keyed(df: DataFrame, keys: Sequence[str], key_fields: Sequence[Any], fu
     batch job)."""
     n, max_p = options.parallelism, _max_p(options)
     if event_time is None and not dataclasses.replace(phases, bootstrap=False).any:
-        plan = ProcessPlan(KEYED, function, options, tuple(key_fields), (), phases)
+        plan = plain_keyed_plan(key_fields, function, options, phases)
         kg, route = key_group_and_route(list(keys), n, max_p)
         tagged = df.withColumn(KEY_GROUP_COLUMN, kg).withColumn(ROUTE_COLUMN, route)
         return plan, repartition_routed(tagged if ticks is None else with_tick_source(tagged, ticks), n)
     side = InputSide(LEFT, tuple(df.columns), tuple(df.columns), tuple(keys), event_time)
     plan = ProcessPlan(KEYED, function, options, tuple(key_fields), (side,), phases)
     return plan, union_inputs([(side, df)], n, max_p, ticks)
+
+
+def plain_keyed_plan(key_fields: Sequence[Any], function: Any, options: ProcessOptions, phases: Phases) -> ProcessPlan:
+    """The plan of a one-input keyed function read as plain input (no sides): its rows are the
+    input columns plus the key group column (:data:`~.routing.KEY_GROUP_COLUMN`), already routed."""
+    return ProcessPlan(KEYED, function, options, tuple(key_fields), (), phases)
 
 
 def keyed_co_process(

@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame
 from ..engine.store import VersionedStore
 from ..state.regroup import owned_key_groups
 from ..storage import CheckpointStorage
-from .api import plan_broadcast, plan_co, plan_keyed
+from .api import plain_keyed_plan, plan_broadcast, plan_co, plan_keyed
 from .clock import maxima_dir
 from .event_time import EventTime
 from .keyed_loop import LoopTask, keyed_loop
@@ -42,7 +42,7 @@ from .options import ProcessOptions
 from .plan import BroadcastSpec, Phases, ProcessPlan
 from .stores import PartitionStore
 
-__all__ = ["OfflineRun", "plan_offline", "run_keyed_offline"]
+__all__ = ["OfflineRun", "plan_offline", "plan_offline_routed", "run_keyed_offline"]
 
 #: An offline run is the first batch of its location.
 _BATCH = 0
@@ -80,6 +80,14 @@ def plan_offline(df: DataFrame, keys: Sequence[str], key_fields: Sequence[Any], 
         return plan_broadcast(df, other, keys, key_fields, function, options, phases, time, None)
     return plan_keyed(df, keys, key_fields, function, options, Phases(event_time=time is not None, bootstrap=True),
                       time, None)
+
+
+def plan_offline_routed(key_fields: Sequence[Any], function: Any, options: ProcessOptions) -> ProcessPlan:
+    """The plan :func:`plan_offline` gives for one input without event time, without a DataFrame:
+    for a caller that routes the rows itself (key group ``pmod(hash(key columns), max
+    parallelism)`` in the hidden key group column, partition by Flink's operator index, as
+    :mod:`.routing` does in Spark SQL) and hands each partition's rows to :func:`run_keyed_offline`."""
+    return plain_keyed_plan(key_fields, function, options, Phases(event_time=False, bootstrap=True))
 
 
 @dataclass

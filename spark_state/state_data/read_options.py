@@ -24,8 +24,8 @@ from typing import Any, Mapping, NamedTuple, Optional
 from ..options import parse_bool
 from .errors import StateDataError
 
-__all__ = ["CLI", "PYTHON", "SOURCE", "SPELLINGS", "STORAGE_PREFIXES", "OptionError", "ReadOptions", "Spelling",
-           "spelled"]
+__all__ = ["CLI", "PYTHON", "SOURCE", "SOURCE_READ_OPTIONS", "SPELLINGS", "STORAGE_PREFIXES", "WRITE_ONLY",
+           "OptionError", "ReadOptions", "Spelling", "parse_source_options", "spelled"]
 
 #: The surfaces a read is asked through.
 PYTHON, SOURCE, CLI = "python", "data source", "command line"
@@ -53,13 +53,21 @@ SPELLINGS: dict[str, Spelling] = {
     "start_batch": Spelling("start_batch=", "changeStartBatchId", "--start-batch"),
     "end_batch": Spelling("end_batch=", "changeEndBatchId", "--end-batch"),
     "operator_state": Spelling("read_function_operator_state()", "operatorStateName", "--operator-state"),
-    "operator_id": Spelling("operator_id=", "", "--operator-id"),
-    "store_name": Spelling("store_name=", "", "--store-name"),
+    "operator_id": Spelling("operator_id=", "operatorId", "--operator-id"),
+    "store_name": Spelling("store_name=", "storeName", "--store-name"),
     "process_root": Spelling("process_root=", "processRoot", "--process-root"),
     "process_locations": Spelling("process_locations=", "", "--process-location"),
     "allow_pickle": Spelling("allow_pickle=", "allowPickle", "--allow-pickle"),
     "storage_options": Spelling("storage_options=", "s3.* / retry.* / hdfs.*", "--storage-option"),
+    # a write's (the data source's writer, :mod:`.write_options`; Python: SavepointTransform.write(target))
+    "target": Spelling("write(target)", "targetPath", ""),
 }
+#: Options the data source's writer takes and its reader does not: the reader leaves Spark's
+#: operators to Spark's ``statestore`` source, the writer writes their stores into a savepoint.
+WRITE_ONLY = ("operator_id", "store_name", "target")
+#: The options ``format("spark-state")`` reads with (ReadOptions fields).
+SOURCE_READ_OPTIONS: tuple[str, ...] = tuple(
+    n for n, s in SPELLINGS.items() if s.source and n != "storage_options" and n not in WRITE_ONLY)
 #: Data source option prefixes passed through as storage options (Spark lower-cases a source's
 #: option keys; storage options are lower case already).
 STORAGE_PREFIXES = ("s3.", "retry.", "hdfs.")
@@ -89,6 +97,37 @@ class OptionError(StateDataError):
     def __reduce__(self) -> tuple[type, tuple[str, str, str]]:
         # pickled as its arguments (an exception pickles its message alone by default)
         return OptionError, (self.option, self.template, self.surface)
+
+
+def parse_source_options(options: Mapping[str, str], source: str,
+                         accepted: tuple[str, ...]) -> tuple[dict[str, str], dict[str, str]]:
+    """The options of data source ``source`` (keys matched without case) as ``(given, storage)``:
+    the ``accepted`` fields' raw values by field name, and the storage options.
+
+    :raises StateDataError: an unknown option (the message lists the valid ones; an option of
+        Spark's ``statestore`` source that selects one of Spark's operators is named as such)."""
+    canonical = {SPELLINGS[n].source.lower(): n for n in accepted}
+    given: dict[str, str] = {}
+    storage: dict[str, str] = {}
+    for key, value in options.items():
+        low = key.lower()
+        if low.startswith(STORAGE_PREFIXES):
+            storage[low] = value
+        elif low in canonical:
+            given[canonical[low]] = value
+        elif low in _SPARK_OPERATOR_OPTIONS:
+            raise StateDataError(
+                f"option {key!r} selects one of Spark's own operators, which format('statestore') reads (Spark "
+                "4.0+; spark_state.state_data.read_spark_operator_state also reads savepoints); "
+                f"format('{source}') reads keyed functions")
+        else:
+            names = [SPELLINGS[n].source for n in accepted]
+            close = difflib.get_close_matches(low, list(canonical), n=1)
+            hint = f" (did you mean {SPELLINGS[canonical[close[0]]].source!r}?)" if close else ""
+            raise StateDataError(
+                f"unknown option {key!r} of format('{source}'){hint}; valid options: {', '.join(names)}, and "
+                f"storage options {', '.join(p + '*' for p in STORAGE_PREFIXES)}")
+    return given, storage
 
 
 @dataclass(frozen=True)
@@ -134,28 +173,7 @@ class ReadOptions:
 
         :raises OptionError: an unknown option (the message lists the valid ones), a value
             that is not a boolean or a batch id."""
-        accepted = valid or tuple(n for n in SPELLINGS if SPELLINGS[n].source and n != "storage_options")
-        canonical = {SPELLINGS[n].source.lower(): n for n in accepted}
-        given: dict[str, str] = {}
-        storage: dict[str, str] = {}
-        for key, value in options.items():
-            low = key.lower()
-            if low.startswith(STORAGE_PREFIXES):
-                storage[low] = value
-            elif low in canonical:
-                given[canonical[low]] = value
-            elif low in _SPARK_OPERATOR_OPTIONS:
-                raise StateDataError(
-                    f"option {key!r} selects one of Spark's own operators, which format('statestore') reads (Spark "
-                    "4.0+; spark_state.state_data.read_spark_operator_state also reads savepoints); "
-                    f"format('{source}') reads keyed functions")
-            else:
-                names = [SPELLINGS[n].source for n in accepted]
-                close = difflib.get_close_matches(low, list(canonical), n=1)
-                hint = f" (did you mean {SPELLINGS[canonical[close[0]]].source!r}?)" if close else ""
-                raise StateDataError(
-                    f"unknown option {key!r} of format('{source}'){hint}; valid options: {', '.join(names)}, and "
-                    f"storage options {', '.join(p + '*' for p in STORAGE_PREFIXES)}")
+        given, storage = parse_source_options(options, source, valid or SOURCE_READ_OPTIONS)
         values: dict[str, Any] = {}
         for name, raw in given.items():
             if name in ("timers", "change_feed", "flatten_collection_types", "allow_pickle"):
@@ -200,7 +218,7 @@ class ReadOptions:
                                   ("operator_id", self.operator_id is not None)) if on]
         if len(chosen) != 1:
             choices = " or ".join(self._named(n) for n in ("state", "timers", "operator_state", "operator_id")
-                                  if SPELLINGS[n].source or self.surface != SOURCE)
+                                  if n in SOURCE_READ_OPTIONS or self.surface != SOURCE)
             given = ", ".join(self._named(n) for n in chosen) or "none"
             raise self._error("state", f"a read reads one thing: give exactly one of {choices} (given: {given})")
         what = chosen[0]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ..partition_jobs import PartitionJob
-from ..read_options import SPELLINGS, STORAGE_PREFIXES, ReadOptions
+from ..read_options import SOURCE_READ_OPTIONS, SPELLINGS, STORAGE_PREFIXES, ReadOptions
 from ..readers.by_options import plan
 from ..readers.metadata import state_metadata
 
@@ -38,7 +38,7 @@ NAME = "spark-state"
 METADATA_NAME = "spark-state-metadata"
 #: The options of ``format("spark-state")``, as the data source spells them (meanings: the
 #: command line's and Python's help, :mod:`spark_state.cli`).
-OPTIONS: tuple[str, ...] = tuple(s.source for n, s in SPELLINGS.items() if s.source and n != "storage_options")
+OPTIONS: tuple[str, ...] = tuple(SPELLINGS[n].source for n in SOURCE_READ_OPTIONS)
 #: The ReadOptions fields ``format("spark-state-metadata")`` takes (and the storage options).
 METADATA_OPTIONS = ("path", "process_root")
 

@@ -1,5 +1,5 @@
 """Registering spark-state's data sources with a Spark session (the Python Data Source API,
-Spark 4.0+). Not automatic: a session that reads state with ``format("spark-state")`` or SQL
+Spark 4.0+). Not automatic: a session that reads or writes state with ``format("spark-state")`` or SQL
 calls :func:`register_data_sources` once (registering again is harmless); nothing else needs it.
 """
 
@@ -25,7 +25,8 @@ def register_data_sources(spark: SparkSession) -> None:
         raise StateDataError(
             f"Spark {line.name} has no Python Data Source API (Spark 4.0+), so format('{NAME}') cannot be "
             "registered: read state with the Python functions (spark_state.state_data.read_keyed_state, read_timers, "
-            "read_change_feed, read_function_operator_state)")
+            "read_change_feed, read_function_operator_state), and write a savepoint's state with "
+            "spark_state.state_data.SavepointTransform")
     from .sources import SparkStateDataSource, StateMetadataDataSource
 
     spark.dataSource.register(SparkStateDataSource)

@@ -12,18 +12,20 @@ from __future__ import annotations
 from typing import Any, Iterator, Optional
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWriter, InputPartition
 from pyspark.sql.types import StructType
 
 from ...ops.inspect import METADATA_FIELDS, METADATA_TYPES
 from ..partition_jobs import PartitionJob
 from .options import METADATA_NAME, NAME, metadata_from_options, plan_from_options
+from .writer import savepoint_writer
 
 __all__ = ["SparkStateDataSource", "StateMetadataDataSource"]
 
 
 class SparkStateDataSource(DataSource):
-    """``format("spark-state")``: keyed functions' state, timers, change feeds and operator state."""
+    """``format("spark-state")``: reads keyed functions' state, timers, change feeds and operator
+    state; writes a savepoint's keyed state or Spark operator store as a new savepoint (:mod:`.writer`)."""
 
     _job: Optional[PartitionJob] = None
 
@@ -41,6 +43,10 @@ class SparkStateDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _Reader(self._plan())
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """A savepoint's state replaced by the rows (:mod:`.writer`)."""
+        return savepoint_writer(dict(self.options), schema, overwrite)
 
 
 class _Reader(DataSourceReader):

@@ -111,13 +111,15 @@ def _drained(produced: Optional[Iterable[Any]]) -> Iterable[Any]:
 
 
 def bootstrap_partition(plan: ProcessPlan, name: str, savepoint_url: str, storage_options: Mapping[str, str],
-                        batches: Iterator[pa.RecordBatch],
-                        base: Optional[BaseEntries] = None) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` body of a keyed bootstrap or transform (see the module docstring)."""
-    from pyspark import TaskContext
+                        batches: Iterator[pa.RecordBatch], base: Optional[BaseEntries] = None,
+                        partition: Optional[int] = None) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body of a keyed bootstrap or transform (see the module docstring): the
+    rows of partition ``partition`` (default: the Spark task's partition, the routed job's)."""
+    if partition is None:
+        from pyspark import TaskContext
 
-    tc = TaskContext.get()
-    partition = tc.partitionId() if tc is not None else 0
+        tc = TaskContext.get()
+        partition = tc.partitionId() if tc is not None else 0
     work = tempfile.mkdtemp(prefix="spark-state-bootstrap-")
     # Local copies of state files read and the spool of the one written: beside the store, not in it.
     scratch = tempfile.mkdtemp(prefix="spark-state-bootstrap-scratch-")

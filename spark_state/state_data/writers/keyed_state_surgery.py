@@ -37,6 +37,7 @@ from ...keys.keygroup_prefix import KEY_GROUP
 from ...ops import savepoint_format as F
 from ...ops.state_files import read_record_entries, read_unlisted_entries, write_state_file
 from ...spark.logs import OffsetEntry
+from ...state.schema import StateSchema
 from ...storage import open_storage
 from ..errors import StateDataError
 from ..location.savepoints import SavepointSource
@@ -107,18 +108,27 @@ def renamed_key(key: bytes, old: bytes, new: bytes) -> bytes:
 
 
 def keyed_state_names(source: SavepointSource) -> set[str]:
-    """The keyed states a function's savepoint files record (the union of every partition's
-    schema records; a partition none of whose keys held a state has no record of it).
+    """The keyed states a function's savepoint files record (:func:`keyed_state_records`' names)."""
+    return set(keyed_state_records(source))
+
+
+def keyed_state_records(source: SavepointSource) -> dict[str, StateSchema]:
+    """The schema record of each keyed state a function's savepoint files record, by name (the
+    union of every partition's records, the first partition's record of a state kept; a partition
+    none of whose keys held a state has no record of it).
 
     Schema records are system keys, which sort last: each file is read from its end
     (:func:`~spark_state.ops.state_files.read_record_entries`)."""
     storage = open_storage(source.url, dict(source.storage_options))
-    names: set[str] = set()
+    raw_records: dict[str, bytes] = {}
     low, high = syskeys.record_range(syskeys.KEYED_SCHEMA_TAG)
     for i in range(source.entry.parallelism):
         entries = read_record_entries(storage, source.manifest, F.process_file(source.function, i))
-        names.update(syskeys.name_of_record_key(k).decode("utf-8", "replace") for k, _ in entries if low <= k < high)
-    return names
+        for key, raw in entries:
+            if low <= key < high:
+                name = syskeys.name_of_record_key(key).decode("utf-8", "replace")
+                raw_records.setdefault(name, raw)
+    return {name: StateSchema.decode(raw, name) for name, raw in raw_records.items()}
 
 
 def rewrite(spark: SparkSession, source: SavepointSource, base: BaseEntries, url: str,

@@ -24,7 +24,7 @@ joins' keyWithIndexToValue), stores of TTL-stamped values and rows of other than
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -86,24 +86,45 @@ def replace_spark_state(spark: SparkSession, url: str, options: Mapping[str, str
                         out_options: Mapping[str, str]) -> dict[int, F.FileEntry]:
     """Write every partition file of the store into the savepoint at ``out_url`` from ``rows`` and
     the source savepoint's system keys (see the module docstring); returns the files written."""
-    key_types, value_types = check_spark_rows(op, store, rows)
-    n, name, op_id = op.partitions, store.name, op.id
+    encode = SparkEntries(op, store, *check_spark_rows(op, store, rows.schema))
     source_options, target_options = dict(options), dict(out_options)
 
-    def encode(row: Any) -> tuple[int, tuple[bytes, bytes]]:
-        key, value = tuple(row[0]), tuple(row[1])
-        hash32 = spark_hash(key, key_types)
-        return spark_partition_id(hash32, n), (provider_key(hash32, unsafe_row(key, key_types)),
-                                               unsafe_row(value, value_types))
-
     def run(partition: int, items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[int, F.FileEntry]]:
-        path = F.state_file(op_id, name, partition)
-
-        def entries(work: str) -> Iterator[tuple[bytes, bytes]]:
-            kept = read_state_entries(open_storage(url, source_options), manifest, path, work)
-            return itertools.chain(((k, v) for k, v in kept if k[:1] == SYSTEM_PREFIX), items)
-
-        yield partition, write_sorted(out_url, target_options, path, entries)
+        yield partition, write_spark_partition(url, source_options, manifest, op, store, partition, items, out_url,
+                                               target_options)
 
     # the tasks' FileEntry objects, pickled back
-    return dict(each_routed_partition(rows.select("key", "value").rdd.map(encode), n, run))
+    return dict(each_routed_partition(rows.select("key", "value").rdd.map(encode), op.partitions, run))
+
+
+class SparkEntries:
+    """A row's ``key`` and ``value`` (sequences of the fields' values, in the recorded schemas'
+    order) as ``(partition, (key, value))``: the entry the store holds and the partition Spark's
+    shuffle routes the key to (picklable: it runs in the tasks)."""
+
+    def __init__(self, op: F.OperatorEntry, store: F.StoreEntry, key_types: list[str],
+                 value_types: list[str]) -> None:
+        self.partitions, self.key_types, self.value_types = op.partitions, key_types, value_types
+
+    def __call__(self, row: Any) -> tuple[int, tuple[bytes, bytes]]:
+        return self.entry(tuple(row[0]), tuple(row[1]))
+
+    def entry(self, key: tuple, value: tuple) -> tuple[int, tuple[bytes, bytes]]:
+        hash32 = spark_hash(key, self.key_types)
+        return spark_partition_id(hash32, self.partitions), (provider_key(hash32, unsafe_row(key, self.key_types)),
+                                                             unsafe_row(value, self.value_types))
+
+
+def write_spark_partition(url: str, options: Mapping[str, str], manifest: F.SavepointManifest, op: F.OperatorEntry,
+                          store: F.StoreEntry, partition: int, items: Iterable[tuple[bytes, bytes]], out_url: str,
+                          out_options: Mapping[str, str]) -> F.FileEntry:
+    """Partition ``partition``'s file of the store written into the savepoint at ``out_url``: the
+    source file's system keys (the store's records) and ``items`` (the partition's entries, in any
+    order), sorted (:func:`~.keyed_state_surgery.write_sorted`); returns its manifest entry."""
+    path = F.state_file(op.id, store.name, partition)
+
+    def entries(work: str) -> Iterator[tuple[bytes, bytes]]:
+        kept = read_state_entries(open_storage(url, dict(options)), manifest, path, work)
+        return itertools.chain(((k, v) for k, v in kept if k[:1] == SYSTEM_PREFIX), items)
+
+    return write_sorted(out_url, out_options, path, entries)

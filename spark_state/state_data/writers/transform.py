@@ -41,27 +41,15 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
 
-from ...config import EngineConfig
 from ...deprecation import renamed_arguments
 from ...ops import savepoint_format as F
 from ...ops.progress import Progress
 from ...ops.savepoint import check_empty_target
 from ...ops.savepoint_manifest import read_manifest
-from ...ops.state_files import copy_verified, read_verified, write_small_file
-from ...process.functions import KeyedProcessFunction
-from ...process.location import LocationSpec
+from ...ops.state_files import read_verified
 from ...process.offline import plan_offline
-from ...process.options import ProcessOptions
 from ...process.plan import KEYED
-from ...state import (
-    AggregatingStateDescriptor,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
-    ValueStateDescriptor,
-)
 from ...state.descriptors import StateDescriptor
 from ...storage import open_storage
 from ..errors import StateDataError, UnknownStateError
@@ -70,15 +58,12 @@ from ..location.savepoints import SavepointSource
 from ..readers.keyed_state import read_keyed_state, read_timers
 from ..readers.operator_state import read_function_operator_state
 from .bootstrap_task import RESULT_DDL, bootstrap_partition
-from .keyed_state_surgery import BaseEntries, check_tick_source, keyed_state_names, rewrite, without_source
+from .keyed_replacement import StateWriter, replacement_options, state_kind
+from .keyed_state_surgery import BaseEntries, check_tick_source, keyed_state_names, rewrite
+from .savepoint_copy import copy_unchanged
 from .operator_state_surgery import dropped_prefixes, keyspace_of, operator_mode, replace_operator_state
 from .spark_operator_surgery import check_unstamped, replace_spark_state, spark_store
 from .transform_checks import check_operator_rows, check_rows, check_spark_rows
-
-#: descriptor class -> how the state's value is written
-_KINDS = ((ValueStateDescriptor, "value"), (ListStateDescriptor, "list"), (MapStateDescriptor, "map"),
-          (ReducingStateDescriptor, "reducing"), (AggregatingStateDescriptor, "aggregating"))
-
 
 @dataclass
 class TransformResult:
@@ -94,38 +79,6 @@ class TransformResult:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-class StateWriter(KeyedProcessFunction):
-    """Writes each row's ``value`` into one state of the current key (the replacement's rows)."""
-
-    def __init__(self, descriptor: StateDescriptor, kind: str) -> None:
-        self.descriptor = descriptor
-        self.kind = kind
-
-    def open(self, ctx: Any) -> None:
-        getter = {"value": ctx.get_state, "list": ctx.get_list_state, "map": ctx.get_map_state,
-                  "reducing": ctx.get_reducing_state, "aggregating": ctx.get_aggregating_state}[self.kind]
-        self.state = getter(self.descriptor)
-
-    def process_element(self, row: Any, ctx: Any) -> None:
-        value, state, kind = row.value, self.state, self.kind
-        if kind == "value":
-            state.update(value)
-        elif kind == "list":
-            state.update(list(value or ()))
-        elif kind == "map":
-            state.clear()
-            state.put_all(dict(value or ()))
-        elif kind == "reducing":
-            state.clear()
-            if value is not None:
-                state.add(value)
-        else:
-            state.clear()
-            if value is not None:
-                state.merge_accumulator(tuple(value.values()) if isinstance(value, dict) else value)
-        return None
 
 
 @dataclass
@@ -202,10 +155,8 @@ class SavepointTransform:
         :raises KeyMismatchError: the key columns differ from the recorded ones.
         :raises StateDataError: no ``value`` column, or one of another type than the descriptor's."""
         source = self._source(function)
-        kind = next((k for cls, k in _KINDS if isinstance(descriptor, cls)), None)
-        if kind is None:
-            raise StateDataError(f"{type(descriptor).__name__} is not a keyed state descriptor")
-        check_rows(source, descriptor, kind, rows)
+        kind = state_kind(descriptor)
+        check_rows(source, descriptor, kind, rows.schema)
         self._changes.append(_Replacement(source, descriptor, kind, rows))
         self._states_of(source).add(descriptor.name)
         self._done.append(f"replace {source.function}.{descriptor.name}")
@@ -250,7 +201,7 @@ class SavepointTransform:
         sp = open_storage(self._savepoint, self._options)
         manifest = read_manifest(sp)
         op, store = spark_store(manifest, sp.url, operator_id, store_name)
-        check_spark_rows(op, store, rows)
+        check_spark_rows(op, store, rows.schema)
         check_unstamped(sp, manifest, op, store)
         if any(c.operator.id == op.id and c.store.name == store.name for c in self._spark_changes):
             raise StateDataError(f"store {store_name!r} of Spark operator {operator_id} is replaced twice in one "
@@ -327,27 +278,10 @@ class SavepointTransform:
         out_options = dict(self._options if target_storage_options is None else target_storage_options)
         out = open_storage(target, out_options)
         check_empty_target(out, target)
-        rewritten = {c.source.function for c in self._changes}
-        spark_replaced = tuple(f"{F.STATE_DIR}/{c.operator.id}/{c.store.name}/" for c in self._spark_changes)
-        removed = set(self._removed)
-        new = F.SavepointManifest(**{**manifest.__dict__, "files": [], "created_ms": int(time.time() * 1000),
-                                     "format_version": F.FORMAT_VERSION,
-                                     "process": [p for p in manifest.process if p.name not in removed]})
-        for entry in manifest.files:
-            if any(entry.path.startswith(f"{F.PROCESS_DIR}/{name}/") for name in removed):
-                continue
-            if any(entry.path.startswith(f"{F.PROCESS_DIR}/{name}/") and entry.path.endswith(".arrow")
-                   for name in rewritten):
-                continue
-            if entry.path.startswith(spark_replaced):
-                continue
-            if self._dropped_source is not None and entry.path.startswith(F.SPARK_DIR + "/"):
-                edited = without_source(entry.path, read_verified(sp, manifest, entry.path), self._dropped_source)
-                if edited is not None:
-                    new.files.append(write_small_file(out, *edited))
-                continue
-            copy_verified(sp, manifest, entry.path, out)  # a state file streams through a local copy
-            new.files.append(entry)
+        new = copy_unchanged(sp, manifest, out, rewritten={c.source.function for c in self._changes},
+                             spark_replaced=tuple(f"{F.STATE_DIR}/{c.operator.id}/{c.store.name}/"
+                                                  for c in self._spark_changes),
+                             removed=set(self._removed), dropped_source=self._dropped_source)
         replaced: dict[str, list[str]] = {}
         written: dict[str, dict[int, F.FileEntry]] = {}
         for c in self._changes:
@@ -410,12 +344,11 @@ class SavepointTransform:
     def _run(self, r: _Replacement, base: BaseEntries, url: str, options: dict[str, str]) -> dict[int, F.FileEntry]:
         """One replacement's job; returns the partition files it wrote."""
         source, name = r.source, r.source.function
-        n, max_p = source.entry.parallelism, source.max_parallelism
+        n = source.entry.parallelism
         key_columns = source.key_columns
         keys = list(key_columns.columns)
         rows = r.rows.select(*keys, "value")
-        opts = ProcessOptions(function_name=f"{name}.{r.descriptor.name}", location=LocationSpec(None, None, name),
-                              engine=_engine(), parallelism=n, output_schema=T.StructType([]), max_parallelism=max_p)
+        opts = replacement_options(source, r.descriptor)
         plan, routed = plan_offline(rows, keys, key_columns.fields, StateWriter(r.descriptor, r.kind), opts)
 
         def run(batches):
@@ -431,7 +364,3 @@ class SavepointTransform:
             bar.close()
         return found
 
-
-def _engine() -> EngineConfig:
-    """The engine of a transform task's temporary store (RocksDB: a partition may not fit in memory)."""
-    return EngineConfig(backend="rocksdb", snapshot_interval=0)

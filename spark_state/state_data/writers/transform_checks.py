@@ -22,15 +22,16 @@ from ..errors import KeyMismatchError, StateDataError
 from ..location.savepoints import SavepointSource
 
 
-def check_rows(source: SavepointSource, descriptor: StateDescriptor, kind: str, rows: DataFrame) -> None:
-    """The replacement's key columns are the recorded ones and its ``value`` fits the descriptor."""
+def check_rows(source: SavepointSource, descriptor: StateDescriptor, kind: str, schema: T.StructType) -> None:
+    """The replacement's key columns (of its rows' ``schema``) are the recorded ones and its
+    ``value`` fits the descriptor."""
     recorded = source.key_columns
-    types = {f.name: f.dataType for f in rows.schema.fields}
+    types = {f.name: f.dataType for f in schema.fields}
     given = [(c, types[c].simpleString()) for c in recorded.columns if c in types]
     if [c for c, _ in given] != list(recorded.columns) or [t for _, t in given] != list(recorded.types):
         raise KeyMismatchError(
             f"the rows for state {descriptor.name!r} of {source.function!r} need the key columns "
-            f"{recorded.describe()} (as recorded in the savepoint); they have {rows.schema.simpleString()}: "
+            f"{recorded.describe()} (as recorded in the savepoint); they have {schema.simpleString()}: "
             "rename or cast them")
     if "value" not in types:
         raise StateDataError(f"the rows for state {descriptor.name!r} need a 'value' column; they have "
@@ -89,14 +90,15 @@ def _canonical(data_type: T.DataType) -> str:
     return text.replace(" not null", "") if isinstance(text, str) else data_type.simpleString()
 
 
-def check_spark_rows(op: F.OperatorEntry, store: F.StoreEntry, rows: DataFrame) -> tuple[list[str], list[str]]:
-    """The key and value fields' Spark types, once the rows' ``key`` and ``value`` structs are
-    the store's recorded schemas (names and types; nullability aside).
+def check_spark_rows(op: F.OperatorEntry, store: F.StoreEntry,
+                     schema: T.StructType) -> tuple[list[str], list[str]]:
+    """The key and value fields' Spark types, once the ``key`` and ``value`` structs of the rows'
+    ``schema`` are the store's recorded schemas (names and types; nullability aside).
 
     Raises:
         StateDataError: naming both schemas.
     """
-    types = {f.name: f.dataType for f in rows.schema.fields}
+    types = {f.name: f.dataType for f in schema.fields}
     out = []
     for column, recorded in (("key", store.key_schema), ("value", store.value_schema)):
         expected = T.StructType.fromJson(recorded)

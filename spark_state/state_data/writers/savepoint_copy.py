@@ -1,0 +1,51 @@
+"""The part of a changed savepoint that is not changed: the source savepoint's files copied into
+the target, and the new manifest that will list them (the one copy step of
+:meth:`~.transform.SavepointTransform.write` and of the data source's writer,
+:mod:`..datasource.writer`).
+
+The target receives every file of the source's manifest except those the change rewrites:
+a rewritten function's state files (``process/<name>/*.arrow``; its other files, such as
+operator metadata, are copied), a replaced Spark store's files (``state/<op>/<store>/``), and
+every file of a removed function; Spark's files are edited when a tick source is dropped
+(:func:`~.keyed_state_surgery.without_source`). Each file is checked against the manifest's
+size and CRC-32 as it is copied. The manifest returned lists the copied files; the caller adds
+the files it writes and writes the manifest last, so that a target without one is no savepoint.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Collection, Optional
+
+from ...ops import savepoint_format as F
+from ...ops.state_files import copy_verified, read_verified, write_small_file
+from ...storage import CheckpointStorage
+from .keyed_state_surgery import without_source
+
+
+def copy_unchanged(source: CheckpointStorage, manifest: F.SavepointManifest, out: CheckpointStorage, *,
+                   rewritten: Collection[str] = (), spark_replaced: tuple[str, ...] = (),
+                   removed: Collection[str] = (), dropped_source: Optional[int] = None) -> F.SavepointManifest:
+    """Copy the files of the savepoint ``source`` (its ``manifest``) that stay as they are into
+    ``out``; returns the new manifest listing them (see the module docstring). ``rewritten``:
+    functions whose state files the caller writes; ``spark_replaced``: path prefixes
+    (``state/<op>/<store>/``) of the Spark stores it writes; ``removed``: functions dropped."""
+    new = F.SavepointManifest(**{**manifest.__dict__, "files": [], "created_ms": int(time.time() * 1000),
+                                 "format_version": F.FORMAT_VERSION,
+                                 "process": [p for p in manifest.process if p.name not in removed]})
+    for entry in manifest.files:
+        if any(entry.path.startswith(f"{F.PROCESS_DIR}/{name}/") for name in removed):
+            continue
+        if any(entry.path.startswith(f"{F.PROCESS_DIR}/{name}/") and entry.path.endswith(".arrow")
+               for name in rewritten):
+            continue
+        if spark_replaced and entry.path.startswith(spark_replaced):
+            continue
+        if dropped_source is not None and entry.path.startswith(F.SPARK_DIR + "/"):
+            edited = without_source(entry.path, read_verified(source, manifest, entry.path), dropped_source)
+            if edited is not None:
+                new.files.append(write_small_file(out, *edited))
+            continue
+        copy_verified(source, manifest, entry.path, out)  # a state file streams through a local copy
+        new.files.append(entry)
+    return new
