@@ -101,6 +101,10 @@ class PlannedQuery:
 def plan_new_query(spark: SparkSession, build: QueryBuilder, held: HeldState, output_mode: str) -> PlannedQuery:
     """Plan ``build``'s query as a restart on ``held`` would plan its first batch, and validate each
     stateful operator's schemas with Spark's own code (see the module's docstring)."""
+    if not hasattr(spark, "_jsparkSession"):
+        raise UpgradeCheckUnsupported(
+            "the upgrade check plans through the driver's JVM, which a Spark Connect client has no access to: run "
+            "`spark-state upgrade-check` (or check_upgrade in a classic session) where the checkpoint is readable")
     session = spark.newSession()
     jvm = _Jvm(session)
     metadata = jvm.cls("offset_seq_metadata").apply(held.offset_metadata_json)

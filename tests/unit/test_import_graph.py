@@ -146,7 +146,7 @@ def test_no_import_cycle_in_the_package() -> None:
 #: lists them: a room imports only rooms before it. A top-level module is a room of its own.
 ROOM_ORDER = [
     "errors", "deprecation", "constants", "options", "memory", "arrow_chunks", "version", "testing", "partitioning", "keys", "storage", "config",
-    "backends", "checkpoint", "engine", "ttl", "state", "provider", "spark", "process", "ops", "state_data", "processor", "demos",
+    "backends", "checkpoint", "engine", "ttl", "state", "provider", "spark", "process", "ops", "state_data", "upgrade", "processor", "demos",
     "cli", "__main__", "",
 ]
 
