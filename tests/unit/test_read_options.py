@@ -20,10 +20,11 @@ def _cli(*argv: str) -> argparse.Namespace:
 
 def test_every_option_has_a_spelling_on_every_surface_and_the_data_source_lists_its_own():
     fields = {f.name for f in ReadOptions.__dataclass_fields__.values()} - {"surface"}
-    assert set(SPELLINGS) == fields
+    assert set(SPELLINGS) == fields | {"target"}  # target: the data source writer's (write_options)
     assert OPTIONS[:2] == ("path", "stateVarName") and "operatorId" not in OPTIONS and "batchId" in OPTIONS
     assert [spelled("batch", s) for s in (PYTHON, SOURCE, CLI)] == ["batch=", "batchId", "--batch"]
-    assert spelled("operator_id", SOURCE) == "operator_id="  # no such option: Python's name
+    assert spelled("operator_id", SOURCE) == "operatorId"  # the writer's; the reader refuses it
+    assert spelled("process_locations", SOURCE) == "process_locations="  # no such option: Python's name
 
 
 @pytest.mark.parametrize("surface, expected", [(PYTHON, "start_batch="), (SOURCE, "changeStartBatchId"),
