@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from ..ops import savepoint_format as F
-from ..ops.checkpoint_reader import DEFAULT_STORE, OPERATOR_METADATA, SparkCheckpoint, parse_schema_file
+from ..ops.checkpoint_reader import DEFAULT_STORE, OPERATOR_METADATA, SparkCheckpoint
 from ..ops.errors import NoCommittedBatchError
 from ..ops.storage_walk import list_subdirs, walk_files
 from ..spark.logs import OffsetEntry
@@ -100,11 +100,8 @@ def read_held_state(location: str, storage_options: Optional[Mapping[str, str]] 
     operators: dict[int, HeldOperator] = {}
     for info in checkpoint.operators():
         has_metadata = storage.exists(f"state/{info.id}/{OPERATOR_METADATA}")
-        schemas = {}
-        for store in info.store_names:
-            path = info.schema_path(store)
-            if storage.exists(path):
-                schemas[store] = parse_schema_file(storage.read_bytes(path), storage.full_url(path))
+        schemas = {store: checkpoint.store_schema(info, store) for store in info.store_names
+                   if storage.exists(info.schema_path(store))}
         operators[info.id] = HeldOperator(info.id, info.name, has_metadata, schemas, info.partitions)
     return HeldState(location, dict(storage_options or {}), operators, next_batch, checkpoint.offset(last_planned),
                      spark_files)

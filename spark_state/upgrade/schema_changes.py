@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
-__all__ = ["Column", "columns", "describe_changes", "misread", "type_name", "widened"]
+__all__ = ["Column", "columns", "describe_changes", "misread", "same_columns", "schema_text", "type_name", "widened"]
 
 #: Spark's numeric types, narrow to wide: a change along one of these chains keeps every value.
 _WIDENING = (("byte", "short", "integer", "long"), ("float", "double"))
@@ -130,7 +130,3 @@ def same_columns(old: dict, new: dict) -> bool:
 def schema_text(schema: dict) -> str:
     """``(user string, n int)``: a schema as one line."""
     return "(" + ", ".join(f"{c.name} {c.type_text}" for c in columns(schema)) + ")"
-
-
-def key_names(schema: dict) -> Sequence[str]:
-    return [c.name for c in columns(schema)]

@@ -170,13 +170,16 @@ class _Jvm:
     def invoke(self, obj: Any, role: str, method: str, types: tuple = (), args: tuple = ()) -> Any:
         """``obj.method(*args)`` through the interface of ``role``: Py4J cannot call a trait's
         method on a class that is not public (the deduplication operators' base class)."""
-        type_array = self.gateway.new_array(self.jvm.java.lang.Class, len(types))
-        for i, t in enumerate(types):
-            type_array[i] = t
-        arg_array = self.gateway.new_array(self.jvm.java.lang.Object, len(args))
-        for i, a in enumerate(args):
-            arg_array[i] = a
-        return self.java_class(role).getMethod(method, type_array).invoke(obj, arg_array)
+        return self.java_class(role).getMethod(method, self.array(self.jvm.java.lang.Class, types)).invoke(
+            obj, self.array(self.jvm.java.lang.Object, args))
+
+    def array(self, element_class: Any, items: Any) -> Any:
+        """A Java array of ``element_class`` holding ``items`` (what reflection takes)."""
+        items = list(items)
+        out = self.gateway.new_array(element_class, len(items))
+        for i, item in enumerate(items):
+            out[i] = item
+        return out
 
     def output_mode(self, name: str) -> Any:
         modes = self.jvm.org.apache.spark.sql.streaming.OutputMode
@@ -233,10 +236,7 @@ class _Jvm:
             else:
                 raise UpgradeCheckUnsupported(
                     f"Spark {self.session.version}'s IncrementalExecution takes a {name} the check does not know")
-        arg_array = self.gateway.new_array(self.jvm.java.lang.Object, len(args))
-        for i, a in enumerate(args):
-            arg_array[i] = a
-        return ctor.newInstance(arg_array)
+        return ctor.newInstance(self.array(self.jvm.java.lang.Object, args))
 
     def stateful_operators(self, execution: Any) -> Iterator[Any]:
         """The state-writing operators of the execution's physical plan with their ids assigned by
