@@ -53,6 +53,8 @@ _FIXED: dict[str, Callable[[Any], bytes]] = {
     "timestamp": lambda v: struct.pack("<q", _micros(v)),
     "float": lambda v: struct.pack("<f4x", v),
     "double": lambda v: struct.pack("<d", v),
+    # NullType (a deduplication store's value ``__dummy__``): always null, so never called
+    "void": lambda v: bytes(8),
 }
 _VARIABLE = {"string": lambda v: str(v).encode("utf-8"), "binary": bytes}
 #: The Spark simple type strings this module writes.

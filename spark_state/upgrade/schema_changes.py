@@ -121,6 +121,11 @@ def describe_changes(old: dict, new: dict, what: str = "key") -> list[str]:
     return out
 
 
+def same_types(old: dict, new: dict) -> bool:
+    """Equal types by position, names and nullability aside: what Spark's start-up check accepts."""
+    return _same_type(old, new)
+
+
 def same_columns(old: dict, new: dict) -> bool:
     """Equal names and types in the same order (nullability aside)."""
     a, b = columns(old), columns(new)

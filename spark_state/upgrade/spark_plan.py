@@ -12,7 +12,10 @@ in a new session, and calls those same methods on each operator:
 * against a local copy of the checkpoint's schema and metadata files: Spark's verdict, exactly
   (its code, its error condition and message); a copy because the method may write schema files;
 * against an empty directory: the operator's new schemas, as the files Spark writes for a new
-  query, read back.
+  query, read back; there Spark's own start-up rule (``StateSchemaAndOperatorMetadataRule``) then
+  writes each operator's metadata too, so :attr:`PlannedQuery.state_files` holds exactly the
+  schema and metadata files a new checkpoint of the query starts with (what a carry-over of the
+  state writes, :mod:`.carry_over`).
 
 Nothing is executed: no source is read, no job runs. Spark 4.0 and newer: Spark 3.5 has no
 per-operator validation on the driver (its check runs in the tasks), so the check refuses that
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from pyspark.sql import DataFrame, SparkSession
@@ -96,6 +99,9 @@ class PlannedQuery:
     #: what ``writeStream.start()`` raises before any state is looked at: an operation streaming
     #: does not support in this output mode (``UnsupportedOperationChecker``); None: nothing
     unsupported: Optional[SparkRefusal] = None
+    #: the files Spark writes under ``state/`` for a new checkpoint of the query (each operator's
+    #: ``_metadata/metadata`` and schema files; no state): path relative to the checkpoint -> bytes
+    state_files: Mapping[str, bytes] = field(default_factory=dict)
 
 
 def plan_new_query(spark: SparkSession, build: QueryBuilder, held: HeldState, output_mode: str) -> PlannedQuery:
@@ -124,7 +130,8 @@ def plan_new_query(spark: SparkSession, build: QueryBuilder, held: HeldState, ou
                     jvm.validate(logical, metadata, os.path.join(held_dir, "state"), held.next_batch, output_mode)}
         operators = {}
         for op_id, refusal, (name, partitions, paths) in jvm.validate(
-                logical, metadata, os.path.join(fresh_dir, "state"), held.next_batch, output_mode):
+                logical, metadata, os.path.join(fresh_dir, "state"), held.next_batch, output_mode,
+                write_metadata=True):
             if refusal is not None:  # against nothing, only a broken plan fails
                 raise UpgradeCheckUnsupported(f"Spark cannot plan operator {op_id} of the new query: {refusal.message}")
             schemas = {}
@@ -133,7 +140,14 @@ def plan_new_query(spark: SparkSession, build: QueryBuilder, held: HeldState, ou
                 with open(local, "rb") as f:
                     schemas[store_of_schema_path(local)] = parse_schema_file(f.read(), path)
             operators[op_id] = PlannedOperator(op_id, name, partitions, schemas, refusals.get(op_id))
-    return PlannedQuery(operators, spark.version, unsupported)
+        state_files = {}
+        for folder, _, files in os.walk(fresh_dir):
+            for name in files:
+                local = os.path.join(folder, name)
+                if not name.startswith("."):  # Hadoop's local file system writes .crc files beside
+                    with open(local, "rb") as f:
+                        state_files[os.path.relpath(local, fresh_dir).replace(os.sep, "/")] = f.read()
+    return PlannedQuery(operators, spark.version, unsupported, state_files)
 
 
 class _Jvm:
@@ -238,10 +252,14 @@ class _Jvm:
                     f"Spark {self.session.version}'s IncrementalExecution takes a {name} the check does not know")
         return ctor.newInstance(self.array(self.jvm.java.lang.Object, args))
 
-    def stateful_operators(self, execution: Any) -> Iterator[Any]:
-        """The state-writing operators of the execution's physical plan with their ids assigned by
-        Spark's own rule (``StateOpIdRule``), top down."""
-        plan = execution.sparkPlan().transform(execution.StateOpIdRule().rule())
+    @staticmethod
+    def numbered_plan(execution: Any) -> Any:
+        """The execution's physical plan with the stateful operators' ids assigned by Spark's own
+        rule (``StateOpIdRule``)."""
+        return execution.sparkPlan().transform(execution.StateOpIdRule().rule())
+
+    def stateful_operators(self, plan: Any) -> Iterator[Any]:
+        """The state-writing operators of a numbered plan, top down."""
         writer = self.java_class("state_store_writer")
         stack = [plan]
         while stack:
@@ -251,16 +269,19 @@ class _Jvm:
             children = node.children()
             stack.extend(children.apply(i) for i in reversed(range(children.size())))
 
-    def validate(self, logical: Any, metadata: Any, state_dir: str, batch: int, output_mode: str
+    def validate(self, logical: Any, metadata: Any, state_dir: str, batch: int, output_mode: str, *,
+                 write_metadata: bool = False
                  ) -> Iterator[tuple[int, Optional[SparkRefusal], tuple[str, int, list[str]]]]:
         """Each operator's ``(id, Spark's refusal or None, (short name, partitions, schema files written))``
-        when validated against the schema files in ``state_dir``."""
+        when validated against the schema files in ``state_dir``; with ``write_metadata``, Spark's
+        start-up rule then writes every operator's metadata into ``state_dir`` (as a first batch does)."""
         execution = self.incremental_execution(logical, metadata, state_dir, batch, output_mode)
+        plan = self.numbered_plan(execution)
         hadoop_conf = self.session._jsparkSession.sessionState().newHadoopConf()
         types = (self.jvm.java.lang.Class.forName("org.apache.hadoop.conf.Configuration", True, self.loader),
                  self.jvm.java.lang.Long.TYPE, self.jvm.java.lang.Integer.TYPE)
         args = (hadoop_conf, batch, _STATE_SCHEMA_VERSION)
-        for node in self.stateful_operators(execution):
+        for node in self.stateful_operators(plan):
             info = self.invoke(node, "stateful_operator", "getStateInfo")
             name = self.invoke(node, "state_store_writer", "shortName")
             paths: list[str] = []
@@ -271,6 +292,8 @@ class _Jvm:
             except Exception as exc:  # noqa: BLE001 - Spark's refusal arrives as a Py4J error
                 refusal = _refusal(exc)
             yield int(info.operatorId()), refusal, (str(name), int(info.numPartitions()), paths)
+        if write_metadata:
+            plan.transform(execution.StateSchemaAndOperatorMetadataRule().rule())
 
 
 def _refusal(exc: BaseException) -> SparkRefusal:

@@ -36,12 +36,17 @@ def test_every_writable_type_reads_back():
               dt.datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=dt.timezone.utc), 1.5, 2.25, "zé", b"\x00\x01"]
     types = ["boolean", "tinyint", "smallint", "int", "date", "bigint", "timestamp", "float", "double", "string",
              "binary"]
-    assert set(types) == set(WRITABLE_TYPES)
+    assert set(types) | {"void"} == set(WRITABLE_TYPES)
     readable = [i for i, t in enumerate(types) if t != "timestamp"]  # the reader reads no timestamps
     got = UnsafeRowReader(types, readable).values(unsafe_row(values, types))
     assert list(got) == [values[i] for i in readable]
     micros = struct.unpack_from("<q", unsafe_row(values, types), 8 + 8 * 6)[0]
     assert micros == int(values[6].timestamp()) * 1_000_000 + 6
+
+
+def test_a_null_type_field_is_always_null():
+    """A deduplication store's value ``__dummy__`` (NullType, ``void``): its null bit and a zero word."""
+    assert unsafe_row([None], ["void"]) == b"\x01" + bytes(7) + bytes(8)
 
 
 def test_other_types_are_refused_by_name():

@@ -97,6 +97,23 @@ def replace_spark_state(spark: SparkSession, url: str, options: Mapping[str, str
     return dict(each_routed_partition(rows.select("key", "value").rdd.map(encode), op.partitions, run))
 
 
+def write_spark_store(op: F.OperatorEntry, store: F.StoreEntry, rows: DataFrame, out_url: str,
+                      out_options: Mapping[str, str]) -> dict[int, F.FileEntry]:
+    """Every partition file of store ``store`` of operator ``op`` written into the savepoint at
+    ``out_url`` from ``rows`` alone (``key`` and ``value`` in the entries' recorded schemas): a store
+    that no source file holds under this operator id, such as a state carried over to a new key
+    or a new operator's state bootstrapped (:mod:`spark_state.upgrade.carry_over`). Returns the
+    files written; a partition without rows gets a file without entries."""
+    encode = SparkEntries(op, store, *check_spark_rows(op, store, rows.schema))
+    target_options = dict(out_options)
+
+    def run(partition: int, items: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[int, F.FileEntry]]:
+        yield partition, write_sorted(out_url, target_options, F.state_file(op.id, store.name, partition),
+                                      lambda work: items)
+
+    return dict(each_routed_partition(rows.select("key", "value").rdd.map(encode), op.partitions, run))
+
+
 class SparkEntries:
     """A row's ``key`` and ``value`` (sequences of the fields' values, in the recorded schemas'
     order) as ``(partition, (key, value))``: the entry the store holds and the partition Spark's
