@@ -3,10 +3,10 @@
 Commands: ``inspect``, ``savepoint``, ``restore``, ``rescale``, ``migrate``, ``move-state`` (the operations
 of :mod:`spark_state.ops`, the same functions as the Python API: :mod:`.operations`), ``get``, ``read``
 and ``erase`` (a point lookup, rows of a state, erasure of keys: :mod:`spark_state.state_data`, in
-:mod:`.state_data`), ``upgrade-check`` (will a changed query restart on its checkpoint:
-:mod:`spark_state.upgrade`, in :mod:`.upgrade`), ``demo``, ``jar`` and ``server-conf`` (the confs of a
-Spark Connect server or other
-driver started elsewhere: :mod:`.runtime`). The arguments every command shares, the error to exit
+:mod:`.state_data`), ``upgrade-check`` and ``carry-over`` (will a changed query restart on its
+checkpoint, and carrying its state over: :mod:`spark_state.upgrade`, in :mod:`.upgrade`), ``demo``,
+``jar`` and ``server-conf`` (the confs of a Spark Connect server or other driver started elsewhere:
+:mod:`.runtime`). The arguments every command shares, the error to exit
 status mapping and the printing of results are in :mod:`.arguments`.
 
 Conventions (every command follows them; keep them when adding one):
@@ -61,7 +61,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         prog=prog,
         description="spark-state: operate stateful Spark Structured Streaming queries "
                     "(inspect, savepoint, restore, rescale, migrate, move-state), their state as data (get, read, "
-                    "erase) and changes to them (upgrade-check); the demo; the JVM shim jar and "
+                    "erase) and changes to them (upgrade-check, carry-over); the demo; the JVM shim jar and "
                     "the confs of a Spark driver (e.g. a Spark Connect server) started elsewhere.")
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     operations.add_commands(sub)

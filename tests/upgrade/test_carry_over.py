@@ -7,6 +7,7 @@ migration" before the carry-over and "compatible" after it."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -239,3 +240,31 @@ def test_wrong_operators_and_a_checkpoint_are_refused(spark, counted):
     with pytest.raises(StateDataError, match="need a 'key' column"):
         carry.set_state(1, spark.range(1))
     assert carry.map_operator(0, None).sources == {0: None, 1: None} and carry.dropped() == [0]
+
+
+def test_the_command_line_carries_over_what_the_python_api_does(spark, counted, tmp_path, capsys):
+    from spark_state.cli import main
+
+    module = tmp_path / "new_query.py"
+    source = f"spark.readStream.schema(SCHEMA).parquet({str(counted / 'in')!r})"
+    module.write_text(
+        "SCHEMA = 'user string, device string, day int, n int'\n"
+        f"def by_user(spark):\n    return {source}.groupBy('user').count()\n")
+    sp, target = str(counted / "sp"), str(tmp_path / "sp2")
+    base = ["carry-over", sp, target, "--query", f"{module}:by_user", "--output-mode", "update", "--no-progress"]
+    assert main([*base, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "operator 0 (stateStoreSave) from the savepoint's operator 0 (default: re-keyed)" in out
+    assert "dry run: nothing written" in out and not (tmp_path / "sp2").exists()
+    assert main(base) == 1  # the key loses `device`: a count's rows merge by a rule only the user knows
+    assert "merge=" in capsys.readouterr().err
+    assert main([*base, "--merge", "0=sum", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["operators"] == [{"operator_id": 0, "name": "stateStoreSave", "source": 0,
+                                 "stores": {"default": "re-keyed"}}] and doc["dropped"] == []
+    counts: dict = {}
+    for (user, _), (count,) in _state(spark, sp, 0):
+        counts[user] = counts.get(user, 0) + count
+    assert _state(spark, target, 0) == sorted(((u,), (c,)) for u, c in counts.items())
+    assert main(["carry-over", sp, str(tmp_path / "x"), "--query", f"{module}:by_user", "--add", "zero"]) == 1
+    assert "--add takes OP:COLUMN=SQL" in capsys.readouterr().err
