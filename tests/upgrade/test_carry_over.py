@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from spark_state.state_data.errors import StateDataError
-from spark_state.upgrade import COMPATIBLE, MIGRATION, CarryOver, check_upgrade
+from spark_state.upgrade import COMPATIBLE, MIGRATION, CarryOver, UpgradeCheckUnsupported, check_upgrade
 
 pytestmark = pytest.mark.spark
 
@@ -144,6 +144,28 @@ def _state(spark, checkpoint: str, operator_id: int) -> list:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_changed_query_continues_as_if_it_had_always_run(spark, name, tmp_path):
+    _carry_over_case(spark, name, tmp_path)
+
+
+@pytest.mark.lines
+def test_every_line_carries_a_key_change_or_says_it_cannot(spark, tmp_path):
+    if int(spark.version.split(".")[0]) < 4:
+        from streaming_harness import SPARKSTATE_PROVIDER, run_query, write_batches
+
+        from spark_state import ops
+
+        case = CASES["group_key_added"]
+        write_batches(tmp_path / "in", case.history, SCHEMA)
+        run_query(spark, case.old, provider_class=SPARKSTATE_PROVIDER, input_dir=tmp_path / "in", schema=SCHEMA,
+                  checkpoint_dir=tmp_path / "old", output_mode="update")
+        ops.savepoint(str(tmp_path / "old"), str(tmp_path / "sp"), progress=False)
+        with pytest.raises(UpgradeCheckUnsupported, match="Spark 4.0 or newer"):
+            CarryOver(spark, str(tmp_path / "sp"), _builder(tmp_path / "in", case.new), output_mode="update")
+        return
+    _carry_over_case(spark, "group_key_added", tmp_path)
+
+
+def _carry_over_case(spark, name: str, tmp_path) -> None:
     from streaming_harness import HDFS_PROVIDER, SPARKSTATE_PROVIDER, run_query, write_batches
 
     from spark_state import ops
