@@ -46,14 +46,16 @@ stream-stream joins) and TTL-stamped stores are carried only unchanged (copied).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 
 from ..ops import savepoint_format as F
 from ..ops.checkpoint_reader import SparkCheckpoint
@@ -63,14 +65,17 @@ from ..ops.savepoint import check_empty_target
 from ..ops.savepoint_manifest import read_manifest
 from ..ops.state_files import copy_verified, write_small_file, write_state_file
 from ..state_data.errors import StateDataError
-from ..state_data.location.savepoints import is_savepoint
+from ..state_data.location.savepoints import SavepointSource, is_savepoint
+from ..state_data.readers.keyed_state import read_keyed_state, read_timers
 from ..state_data.readers.spark_operator_state import read_spark_operator_state
+from ..state_data.writers.function_rekey import TIMER_COLUMNS, rekey_function
+from ..state_data.writers.keyed_state_surgery import keyed_state_names
 from ..state_data.writers.savepoint_copy import copy_unchanged
 from ..state_data.writers.spark_operator_surgery import check_unstamped, write_spark_store
 from ..state_data.writers.transform_checks import check_spark_rows
 from ..storage import open_storage
 from .held import HeldState, read_held_state
-from .key_change import KeyChange, Merge, rekeyed_rows, same_key
+from .key_change import KeyChange, Merge, rekeyed_columns, rekeyed_rows, same_key
 from .schema_changes import same_columns
 from .spark_plan import PlannedQuery, QueryBuilder, plan_new_query
 from .verdicts import UpgradeReport, judge
@@ -173,6 +178,7 @@ class CarryOver:
         self._sources = proposed_sources(self._held, self._planned)
         self._changes: dict[tuple[int, str], KeyChange] = {}
         self._given: dict[tuple[int, str], DataFrame] = {}
+        self._function_keys: dict[str, _FunctionKey] = {}
 
     @property
     def sources(self) -> dict[int, Optional[int]]:
@@ -225,6 +231,27 @@ class CarryOver:
         self._given[(operator_id, store)] = rows
         return self
 
+    def change_function_key(self, function: str, key: Sequence[str], *, add: Optional[Mapping[str, Any]] = None,
+                            rename: Optional[Mapping[str, str]] = None, types: Optional[Mapping[str, str]] = None,
+                            merge: Optional[Callable[[str, DataFrame], DataFrame]] = None) -> "CarryOver":
+        """Give keyed function ``function`` (``keyed_process`` and friends) the key columns ``key``,
+        in order, as the new query keys it: every keyed state and timer of it is re-keyed
+        (:mod:`~spark_state.state_data.writers.function_rekey`). A new column is an old one of the
+        same name (after ``rename``) or ``add``'s expression over the old key columns; ``types``
+        casts columns (``{"id": "bigint"}`` widens). When the new key drops a column, ``merge(state,
+        rows)`` gets each state's rows (new key columns and ``value``, several per key) and returns
+        one row per key; timers of the merged keys are all kept.
+
+        :raises UnknownStateError: the savepoint holds no keyed function ``function``.
+        :raises StateDataError: an empty key."""
+        source = SavepointSource.open(self._savepoint, function, self._options)  # a keyed function, or refused
+        if not key or isinstance(key, str):
+            raise StateDataError(f"change_function_key({function!r}): key is the list of the new key's columns, "
+                                 f"got {key!r}")
+        self._function_keys[source.function] = _FunctionKey(
+            source, tuple(key), KeyChange(dict(add or {}), dict(rename or {})), dict(types or {}), merge)
+        return self
+
     def steps(self) -> list[OperatorStep]:
         """What :meth:`write` will do for each operator of the new query."""
         out = []
@@ -253,6 +280,8 @@ class CarryOver:
         lines.extend(f"  {step.text()}" for step in self.steps())
         lines.extend(f"  operator {i} of the savepoint ({self._held.operators[i].name}) is dropped"
                      for i in self.dropped())
+        lines.extend(f"  keyed function {name}: key ({', '.join(fk.source.key_columns.columns)}) -> "
+                     f"({', '.join(fk.key)})" for name, fk in sorted(self._function_keys.items()))
         return "\n".join(lines)
 
     def write(self, target: str, *, target_storage_options: Optional[Mapping[str, str]] = None) -> CarryOverResult:
@@ -271,7 +300,10 @@ class CarryOver:
         try:
             new_ops = self._new_operator_entries(fresh)
             jobs = self._rekeyed(steps, manifest, new_ops, sp, fresh)  # checked before anything is written
-            new = copy_unchanged(sp, manifest, out, spark_replaced=(f"{F.STATE_DIR}/", f"{F.SPARK_DIR}/state/"))
+            function_rows = {name: fk.rows(self._spark, self._savepoint, self._options)
+                             for name, fk in self._function_keys.items()}
+            new = copy_unchanged(sp, manifest, out, rewritten=set(self._function_keys),
+                                 spark_replaced=(f"{F.STATE_DIR}/", f"{F.SPARK_DIR}/state/"))
             for path in sorted(self._planned.state_files):
                 new.files.append(write_small_file(out, f"{F.SPARK_DIR}/{path}", self._planned.state_files[path]))
             for step in steps:
@@ -289,6 +321,12 @@ class CarryOver:
                         new.files.extend(files[p] for p in sorted(files))
                     bar.update(1)
             new.operators = [new_ops[i] for i in sorted(new_ops)]
+            for name, (fields, states, timers) in sorted(function_rows.items()):
+                files = rekey_function(self._function_keys[name].source, fields, states, timers, out.url,
+                                       out_options, self._progress)
+                new.files.extend(files[p] for p in sorted(files))
+                key = {"columns": [f.name for f in fields], "types": [f.dataType.simpleString() for f in fields]}
+                new.process = [dataclasses.replace(p, key=key) if p.name == name else p for p in new.process]
             out.write_bytes(F.MANIFEST, new.to_json())
         finally:
             bar.close()
@@ -371,6 +409,43 @@ class CarryOver:
             entry = manifest.file(path)
             files.append(F.FileEntry(dest, entry.size, entry.crc32, entry.rows, entry.keys))
         return files
+
+
+@dataclass(frozen=True)
+class _FunctionKey:
+    """A keyed function's new key (:meth:`CarryOver.change_function_key`)."""
+
+    source: SavepointSource
+    key: tuple[str, ...]
+    change: KeyChange
+    types: Mapping[str, str]
+    merge: Optional[Callable[[str, DataFrame], DataFrame]]
+
+    def rows(self, spark: SparkSession, savepoint: str, options: Mapping[str, str]
+             ) -> tuple[list[T.StructField], dict[str, DataFrame], DataFrame]:
+        """The new key's fields, each keyed state's rows and the timers' rows in the new key (lazy:
+        nothing runs yet); refused before anything is written (see change_function_key)."""
+        name = self.source.function
+        old = list(self.source.key_columns.columns)
+        where = f"keyed function {name!r}"
+        states: dict[str, DataFrame] = {}
+        fields: list[T.StructField] = []
+        for state in sorted(keyed_state_names(self.source)):
+            rows = read_keyed_state(spark, savepoint, state, function=name, storage_options=options)
+            rows, dropped = rekeyed_columns(rows.select(*old, "value"), old, self.key, self.change, self.types, where)
+            if dropped:
+                if self.merge is None:
+                    raise StateDataError(
+                        f"{where}: the new key drops {', '.join(f'`{c}`' for c in dropped)}, so the rows of several "
+                        "old keys meet under one new key: give merge=function(state, rows) -> one row per key")
+                rows = self.merge(state, rows)
+            states[state] = rows
+            fields = [rows.schema[c] for c in self.key]
+        timers = read_timers(spark, savepoint, function=name, storage_options=options)
+        timers, _ = rekeyed_columns(timers.select(*old, *TIMER_COLUMNS), old, self.key, self.change, self.types,
+                                    where)
+        fields = fields or [timers.schema[c] for c in self.key]
+        return fields, states, timers.dropDuplicates()
 
 
 def _listed(ops: Mapping[int, str]) -> str:

@@ -32,7 +32,7 @@ is no key change) and takes the new schema's names.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -41,7 +41,7 @@ from pyspark.sql import types as T
 from ..state_data.errors import StateDataError
 from .schema_changes import misread, same_types
 
-__all__ = ["KeyChange", "MERGE_RULES", "Merge", "rekeyed_rows", "same_key"]
+__all__ = ["KeyChange", "MERGE_RULES", "Merge", "rekeyed_columns", "rekeyed_rows", "same_key"]
 
 #: A merge rule (see the module docstring).
 Merge = Union[str, Mapping[str, str], Callable[[DataFrame], DataFrame]]
@@ -91,13 +91,47 @@ def rekeyed_rows(rows: DataFrame, old_key: dict, new_key: dict, new_value: dict,
             column without a merge rule.
     """
     old_names = [f["name"] for f in old_key["fields"]]
+    new_fields = T.StructType.fromJson(new_key).fields
+    names, dropped = _resolved(old_names, [f.name for f in new_fields], change, where)
+    flat = rows.select(*[F.col("key").getField(o).alias(n) for o, n in zip(old_names, names)], F.col("value"))
+    key = F.struct(*[_key_column(f.name, change).cast(f.dataType).alias(f.name) for f in new_fields])
+    out = flat.select(key.alias("key"), _renamed_value(rows, new_value, where).alias("value"))
+    merge = change.merge
+    if merge is None and dropped:
+        merge = _default_merge(operator, new_value)
+        if merge is None:
+            raise StateDataError(
+                f"{where}: the new key drops {', '.join(f'`{n}`' for n in dropped)}, so old rows merge into one "
+                "key: say how with merge= ('sum' for counts and sums, 'min', 'max', 'first', a dict of those by "
+                "value column, or a function of the rows)")
+    return out if merge is None else _merged(out, merge, new_value, where)
+
+
+def rekeyed_columns(rows: DataFrame, old_names: Sequence[str], new_names: Sequence[str], change: KeyChange,
+                    types: Mapping[str, str], where: str) -> tuple[DataFrame, list[str]]:
+    """``rows`` of a keyed function's state (its old key columns first, then the others) with the
+    new key's columns instead of the old ones, in ``new_names``' order, each cast to ``types`` where
+    given, the other columns after them; and the old key columns the new key drops (the caller
+    merges the rows that then share a key)."""
+    names, dropped = _resolved(list(old_names), list(new_names), change, where)
+    stray = sorted(set(types) - set(new_names))
+    if stray:
+        raise StateDataError(f"{where}: types names {', '.join(stray)}, which the new key does not have")
+    others = [c for c in rows.columns if c not in old_names]
+    flat = rows.select(*[F.col(o).alias(n) for o, n in zip(old_names, names)], *others)
+    key = [(_key_column(n, change).cast(types[n]) if n in types else _key_column(n, change)).alias(n)
+           for n in new_names]
+    return flat.select(*key, *others), dropped
+
+
+def _resolved(old_names: list[str], new_names: list[str], change: KeyChange, where: str) -> tuple[list[str], list[str]]:
+    """The old key columns' names after ``rename``, and those the new key drops; refused: a rename or
+    an add of a column neither key has, a new column that is neither old nor added."""
     unknown = sorted(set(change.rename) - set(old_names))
     if unknown:
         raise StateDataError(f"{where}: rename names {', '.join(unknown)}, which the old key "
                              f"({', '.join(old_names)}) does not have")
     names = [change.rename.get(n, n) for n in old_names]
-    new_fields = T.StructType.fromJson(new_key).fields
-    new_names = [f.name for f in new_fields]
     stray = sorted(set(change.add) - set(new_names))
     if stray:
         raise StateDataError(f"{where}: add names {', '.join(stray)}, which the new key ({', '.join(new_names)}) "
@@ -108,20 +142,12 @@ def rekeyed_rows(rows: DataFrame, old_key: dict, new_key: dict, new_value: dict,
             f"{where}: the new key column(s) {', '.join(f'`{n}`' for n in missing)} are not in the old key "
             f"({', '.join(old_names)}): give their values, e.g. add={{{missing[0]!r}: <expression over the old key>}}, "
             "or say which old column they are (rename={'old': 'new'})")
-    flat = rows.select(*[F.col("key").getField(o).alias(n) for o, n in zip(old_names, names)], F.col("value"))
-    key = F.struct(*[(_column(change.add[f.name]) if f.name in change.add else F.col(f.name))
-                     .cast(f.dataType).alias(f.name) for f in new_fields])
-    out = flat.select(key.alias("key"), _renamed_value(rows, new_value, where).alias("value"))
-    dropped = [n for n in names if n not in new_names]
-    merge = change.merge
-    if merge is None and dropped:
-        merge = _default_merge(operator, new_value)
-        if merge is None:
-            raise StateDataError(
-                f"{where}: the new key drops {', '.join(f'`{n}`' for n in dropped)}, so old rows merge into one "
-                "key: say how with merge= ('sum' for counts and sums, 'min', 'max', 'first', a dict of those by "
-                "value column, or a function of the rows)")
-    return out if merge is None else _merged(out, merge, new_value, where)
+    return names, [n for n in names if n not in new_names]
+
+
+def _key_column(name: str, change: KeyChange) -> Column:
+    """New key column ``name``: its ``add`` expression, else the (renamed) old column."""
+    return _column(change.add[name]) if name in change.add else F.col(name)
 
 
 def _column(value: Any) -> Column:

@@ -290,3 +290,108 @@ def test_the_command_line_carries_over_what_the_python_api_does(spark, counted, 
     assert _state(spark, target, 0) == sorted(((u,), (c,)) for u, c in counts.items())
     assert main(["carry-over", sp, str(tmp_path / "x"), "--query", f"{module}:by_user", "--add", "zero"]) == 1
     assert "--add takes OP:COLUMN=SQL" in capsys.readouterr().err
+
+
+def test_a_keyed_functions_key_gains_a_column_with_its_states_and_timers(spark, tmp_path):
+    """``keyed_process`` keyed by ``user``, then by ``(user, region)`` with the region a lookup of the
+    user: its count, list and timers carried over equal those of the new query run over everything."""
+    import carry_fns
+    from streaming_harness import HDFS_PROVIDER, SPARKSTATE_PROVIDER, run_query, ship_module_by_value, write_batches
+
+    from spark_state import ops
+    from spark_state.process import keyed_process
+    from spark_state.state_data import read_keyed_state, read_timers
+
+    ship_module_by_value(carry_fns)
+
+    def old(df):
+        return keyed_process(df, "user", carry_fns.RunningCount(), "user string, n bigint", parallelism=3,
+                             name="RunningCount")
+
+    def new(df):
+        return keyed_process(_with_region(df), ["user", "region"], carry_fns.RunningCount(),
+                             "user string, region string, n bigint", parallelism=3, name="RunningCount")
+
+    history = [[_user_device(i) for i in range(4)], [_user_device(i) for i in range(1, 5)]]
+    later = [[_user_device(0), _user_device(9)], [_user_device(1), _user_device(9), _user_device(4)]]
+    in_dir = tmp_path / "in"
+    write_batches(in_dir, history, SCHEMA)
+    run_query(spark, old, provider_class=SPARKSTATE_PROVIDER, input_dir=in_dir, schema=SCHEMA,
+              checkpoint_dir=tmp_path / "old", output_mode="append")
+    ops.savepoint(str(tmp_path / "old"), str(tmp_path / "sp"), progress=False)
+
+    carry = CarryOver(spark, str(tmp_path / "sp"), _builder(in_dir, new), progress=False)
+    carry.change_function_key("RunningCount", ["user", "region"], add={"region": REGION})
+    assert "keyed function RunningCount: key (user) -> (user, region)" in carry.summary()
+    carry.write(str(tmp_path / "sp2"))
+    ops.restore(str(tmp_path / "sp2"), str(tmp_path / "new"), progress=False)
+    write_batches(in_dir, later, SCHEMA, start=len(history))
+    continued = run_query(spark, new, provider_class=SPARKSTATE_PROVIDER, input_dir=in_dir, schema=SCHEMA,
+                          checkpoint_dir=tmp_path / "new", output_mode="append")
+    model = run_query(spark, new, provider_class=HDFS_PROVIDER, input_dir=in_dir, schema=SCHEMA,
+                      checkpoint_dir=tmp_path / "model", output_mode="append")
+    assert continued.batch_ids == [2, 3]
+    assert continued.batches == {b: model.batches[b] for b in (2, 3)}
+
+    def held(checkpoint):
+        count = read_keyed_state(spark, str(checkpoint), "count").select("user", "region", "value").collect()
+        seen = read_keyed_state(spark, str(checkpoint), "seen").select("user", "region", "value").collect()
+        timers = read_timers(spark, str(checkpoint)).select("user", "region", "domain", "expiration_timestamp_ms")
+        return (sorted(map(tuple, count)), sorted((r.user, r.region, sorted(r.value)) for r in seen),
+                sorted(map(tuple, timers.collect())))
+
+    counts, _, timers = held(tmp_path / "new")
+    assert (counts, _, timers) == held(tmp_path / "model")
+    assert len(timers) == sum(n for *_, n in counts) == 13  # a timer per row of the 13 rows
+
+
+def test_a_keyed_functions_key_loses_a_column_and_the_users_merge_joins_the_rows(spark, tmp_path):
+    """``(user, device)`` -> ``user``: the count's rows summed, the lists joined, by the user's merge;
+    without a merge the carry-over says so before writing anything."""
+    import carry_fns
+    from streaming_harness import HDFS_PROVIDER, SPARKSTATE_PROVIDER, run_query, ship_module_by_value, write_batches
+
+    from spark_state import ops
+    from spark_state.process import keyed_process
+    from spark_state.state_data import read_keyed_state
+
+    ship_module_by_value(carry_fns)
+
+    def old(df):
+        return keyed_process(df, ["user", "device"], carry_fns.RunningCount(), "user string, device string, n bigint",
+                             parallelism=3, name="RunningCount")
+
+    def new(df):
+        return keyed_process(df, "user", carry_fns.RunningCount(), "user string, n bigint", parallelism=3,
+                             name="RunningCount")
+
+    def merge(state, rows):
+        if state == "count":
+            return rows.groupBy("user").agg(F.sum("value").alias("value"))
+        return rows.groupBy("user").agg(F.flatten(F.collect_list("value")).alias("value"))
+
+    in_dir = tmp_path / "in"
+    write_batches(in_dir, [[_user_device(0), _user_device(0, "d5"), _user_device(1)], [_user_device(1, "d6")]],
+                  SCHEMA)
+    run_query(spark, old, provider_class=SPARKSTATE_PROVIDER, input_dir=in_dir, schema=SCHEMA,
+              checkpoint_dir=tmp_path / "old", output_mode="append")
+    ops.savepoint(str(tmp_path / "old"), str(tmp_path / "sp"), progress=False)
+    carry = CarryOver(spark, str(tmp_path / "sp"), _builder(in_dir, new), progress=False)
+    with pytest.raises(StateDataError, match="the new key drops `device`.*give merge="):
+        carry.change_function_key("RunningCount", ["user"]).write(str(tmp_path / "refused"))
+    assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())
+    carry.change_function_key("RunningCount", ["user"], merge=merge).write(str(tmp_path / "sp2"))
+    ops.restore(str(tmp_path / "sp2"), str(tmp_path / "new"), progress=False)
+    write_batches(in_dir, [[_user_device(0, "d7"), _user_device(2)]], SCHEMA, start=2)
+    continued = run_query(spark, new, provider_class=SPARKSTATE_PROVIDER, input_dir=in_dir, schema=SCHEMA,
+                          checkpoint_dir=tmp_path / "new", output_mode="append")
+    model = run_query(spark, new, provider_class=HDFS_PROVIDER, input_dir=in_dir, schema=SCHEMA,
+                      checkpoint_dir=tmp_path / "model", output_mode="append")
+    assert continued.batches == {2: model.batches[2]} == {2: [("u0", 3), ("u2", 1)]}
+
+    def held(checkpoint):
+        count = read_keyed_state(spark, str(checkpoint), "count").select("user", "value").collect()
+        seen = read_keyed_state(spark, str(checkpoint), "seen").select("user", "value").collect()
+        return sorted(map(tuple, count)), sorted((r.user, sorted(r.value)) for r in seen)
+
+    assert held(tmp_path / "new") == held(tmp_path / "model")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Iterator, Mapping
 
 import pyarrow as pa
+from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from ...config import EngineConfig
@@ -33,7 +34,8 @@ from ...state import (
 from ...state.descriptors import StateDescriptor
 from ..errors import StateDataError
 from ..location.savepoints import SavepointSource
-from .bootstrap_task import bootstrap_partition
+from ...ops.progress import Progress
+from .bootstrap_task import RESULT_DDL, bootstrap_partition
 from .keyed_state_surgery import BaseEntries
 
 #: descriptor class -> how the state's value is written
@@ -84,13 +86,41 @@ class StateWriter(KeyedProcessFunction):
 
 
 def replacement_options(source: SavepointSource, descriptor: StateDescriptor) -> ProcessOptions:
-    """The options of the offline run that replaces ``descriptor``'s state of ``source``'s function:
+    """The options of the offline run that replaces ``descriptor``'s state of ``source``'s function."""
+    return offline_options(source, descriptor.name)
+
+
+def offline_options(source: SavepointSource, label: str) -> ProcessOptions:
+    """The options of an offline run that writes part (``label``) of ``source``'s function's state:
     its layout (parallelism, max parallelism) and a RocksDB store (a partition may not fit in memory)."""
     name = source.function
-    return ProcessOptions(function_name=f"{name}.{descriptor.name}", location=LocationSpec(None, None, name),
+    return ProcessOptions(function_name=f"{name}.{label}", location=LocationSpec(None, None, name),
                           engine=EngineConfig(backend="rocksdb", snapshot_interval=0),
                           parallelism=source.entry.parallelism, output_schema=T.StructType([]),
                           max_parallelism=source.max_parallelism)
+
+
+def write_routed(plan: Any, routed: DataFrame, source: SavepointSource, base: BaseEntries, url: str,
+                 options: Mapping[str, str], label: str, progress: bool) -> dict[int, F.FileEntry]:
+    """Every partition file of ``source``'s function written into the savepoint at ``url`` by one
+    Spark job: partition ``p`` of ``routed`` (rows routed for ``plan`` by
+    :func:`~spark_state.process.offline.plan_offline`) runs through the plan's function, starting
+    from ``base``'s entries of ``p`` (:func:`~.bootstrap_task.bootstrap_partition`); returns the
+    files written, by partition."""
+    name = source.function
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return bootstrap_partition(plan, name, url, options, batches, base)
+
+    bar = Progress(label, unit="partitions", total=source.entry.parallelism, enabled=progress)
+    found: dict[int, F.FileEntry] = {}
+    try:
+        for row in routed.mapInArrow(run, RESULT_DDL).toLocalIterator():
+            found[row.partition] = F.file_entry_of_row(row)
+            bar.update(1)
+    finally:
+        bar.close()
+    return found
 
 
 def replace_partition(plan: Any, source: SavepointSource, descriptor: StateDescriptor, partition: int,

@@ -44,7 +44,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ...deprecation import renamed_arguments
 from ...ops import savepoint_format as F
-from ...ops.progress import Progress
 from ...ops.savepoint import check_empty_target
 from ...ops.savepoint_manifest import read_manifest
 from ...ops.state_files import read_verified
@@ -57,8 +56,7 @@ from ..location.functions import choose_function
 from ..location.savepoints import SavepointSource
 from ..readers.keyed_state import read_keyed_state, read_timers
 from ..readers.operator_state import read_function_operator_state
-from .bootstrap_task import RESULT_DDL, bootstrap_partition
-from .keyed_replacement import StateWriter, replacement_options, state_kind
+from .keyed_replacement import StateWriter, replacement_options, state_kind, write_routed
 from .keyed_state_surgery import BaseEntries, check_tick_source, keyed_state_names, rewrite
 from .savepoint_copy import copy_unchanged
 from .operator_state_surgery import dropped_prefixes, keyspace_of, operator_mode, replace_operator_state
@@ -343,24 +341,10 @@ class SavepointTransform:
 
     def _run(self, r: _Replacement, base: BaseEntries, url: str, options: dict[str, str]) -> dict[int, F.FileEntry]:
         """One replacement's job; returns the partition files it wrote."""
-        source, name = r.source, r.source.function
-        n = source.entry.parallelism
-        key_columns = source.key_columns
-        keys = list(key_columns.columns)
+        source = r.source
+        keys = list(source.key_columns.columns)
         rows = r.rows.select(*keys, "value")
         opts = replacement_options(source, r.descriptor)
-        plan, routed = plan_offline(rows, keys, key_columns.fields, StateWriter(r.descriptor, r.kind), opts)
-
-        def run(batches):
-            return bootstrap_partition(plan, name, url, options, batches, base)
-
-        bar = Progress(f"transform of {name}.{r.descriptor.name}", unit="partitions", total=n, enabled=self._progress)
-        found: dict[int, F.FileEntry] = {}
-        try:
-            for row in routed.mapInArrow(run, RESULT_DDL).toLocalIterator():
-                found[row.partition] = F.file_entry_of_row(row)
-                bar.update(1)
-        finally:
-            bar.close()
-        return found
-
+        plan, routed = plan_offline(rows, keys, source.key_columns.fields, StateWriter(r.descriptor, r.kind), opts)
+        return write_routed(plan, routed, source, base, url, options,
+                            f"transform of {source.function}.{r.descriptor.name}", self._progress)
