@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Union
+
 from .arguments import command, local_spark, storage_options
 
 
@@ -49,10 +51,15 @@ def add_carry_over(sub) -> None:
                    help="new operator NEW takes the state of the savepoint's operator OLD (OLD 'none': it starts "
                         "empty); default: the operator of the same kind and key, else of the same kind at the same id")
     p.add_argument("--add", action="append", default=[], metavar="OP:COLUMN=SQL",
-                   help="new key column COLUMN of operator OP, as a SQL expression over the old key's columns and "
-                        "`value` (e.g. 0:region=\"element_at(map('u1','eu'), user)\")")
+                   help="new key column COLUMN of operator OP (an id, or a keyed function's name), as a SQL "
+                        "expression over the old key's columns (and `value`, for an operator), e.g. "
+                        "0:region=\"element_at(map('u1','eu'), user)\"")
     p.add_argument("--rename", action="append", default=[], metavar="OP:OLD=NEW",
-                   help="old key column OLD of operator OP is the new key's column NEW")
+                   help="old key column OLD of operator OP (an id, or a keyed function's name) is the new key's "
+                        "column NEW")
+    p.add_argument("--function-key", action="append", default=[], metavar="NAME=COLUMN,...",
+                   help="keyed function NAME is keyed by these columns in the new query: its states and timers are "
+                        "re-keyed (a key that loses a column needs the Python API's merge function)")
     p.add_argument("--merge", action="append", default=[], metavar="OP=RULE",
                    help="how rows of operator OP that come to share a key merge: sum, min, max or first, for every "
                         "value column, or COLUMN:RULE,... (needed when an aggregation's key loses a column)")
@@ -65,12 +72,22 @@ def _carry_over(args):
 
     builder = load_query_builder(args.query)
     changes: dict[int, dict] = {}
-    for spec in args.add:
-        op, column, expression = _op_pair(spec, "--add", "OP:COLUMN=SQL")
-        changes.setdefault(op, {}).setdefault("add", {})[column] = expression
-    for spec in args.rename:
-        op, old, new = _op_pair(spec, "--rename", "OP:OLD=NEW")
-        changes.setdefault(op, {}).setdefault("rename", {})[old] = new
+    functions: dict[str, dict] = {}
+    for spec in args.function_key:
+        name, eq, columns = spec.partition("=")
+        if not eq or not name or not columns.strip():
+            raise ValueError(f"--function-key takes NAME=COLUMN,..., got {spec!r}")
+        functions.setdefault(name, {})["key"] = [c.strip() for c in columns.split(",")]
+    for flag, form, what, specs in (("--add", "OP:COLUMN=SQL", "add", args.add),
+                                    ("--rename", "OP:OLD=NEW", "rename", args.rename)):
+        for spec in specs:
+            op, name, text = _op_pair(spec, flag, form)
+            target = changes.setdefault(op, {}) if isinstance(op, int) else functions.setdefault(op, {})
+            target.setdefault(what, {})[name] = text
+    for name, change in functions.items():
+        if "key" not in change:
+            raise ValueError(f"--add/--rename name keyed function {name!r}: give its new key with --function-key "
+                             f"{name}=COLUMN,...")
     for spec in args.merge:
         op, _, rule = spec.partition("=")
         changes.setdefault(_op_id(op, "--merge", spec), {})["merge"] = _merge_rule(rule)
@@ -83,6 +100,8 @@ def _carry_over(args):
                                None if old.strip().lower() == "none" else _op_id(old, "--map", spec))
         for op, change in sorted(changes.items()):
             carry.change_key(op, **change)
+        for name, change in sorted(functions.items()):
+            carry.change_function_key(name, **change)
         steps = [s.text() for s in carry.steps()]
         if args.dry_run:
             return ({"check": carry.report.to_dict(), "operators": steps, "dropped": carry.dropped()},
@@ -98,13 +117,13 @@ def _op_id(text: str, flag: str, spec: str) -> int:
         raise ValueError(f"{flag} {spec!r}: {text!r} is no operator id (a number)") from None
 
 
-def _op_pair(spec: str, flag: str, form: str) -> tuple[int, str, str]:
-    """``OP:NAME=TEXT`` as ``(OP, NAME, TEXT)``."""
+def _op_pair(spec: str, flag: str, form: str) -> tuple[Union[int, str], str, str]:
+    """``OP:NAME=TEXT`` as ``(OP, NAME, TEXT)``: OP an operator id, or (not a number) a keyed function's name."""
     op, _, rest = spec.partition(":")
     name, eq, text = rest.partition("=")
-    if not eq or not name:
+    if not eq or not name or not op:
         raise ValueError(f"{flag} takes {form}, got {spec!r}")
-    return _op_id(op, flag, spec), name.strip(), text
+    return (int(op) if op.strip().isdigit() else op), name.strip(), text
 
 
 def _merge_rule(rule: str):

@@ -323,7 +323,20 @@ def test_a_keyed_functions_key_gains_a_column_with_its_states_and_timers(spark, 
     carry = CarryOver(spark, str(tmp_path / "sp"), _builder(in_dir, new), progress=False)
     carry.change_function_key("RunningCount", ["user", "region"], add={"region": REGION})
     assert "keyed function RunningCount: key (user) -> (user, region)" in carry.summary()
-    carry.write(str(tmp_path / "sp2"))
+    # the same carry-over from the command line, which writes it
+    from spark_state.cli import main
+
+    module = tmp_path / "new_query.py"
+    module.write_text(
+        "import carry_fns\nfrom spark_state.process import keyed_process\n"
+        f"SCHEMA = 'user string, device string, day int, n int'\nREGION = {REGION!r}\n"
+        "def build(spark):\n"
+        f"    df = spark.readStream.schema(SCHEMA).option('maxFilesPerTrigger', 1).parquet({str(in_dir)!r})\n"
+        "    return keyed_process(df.selectExpr('*', f'{REGION} AS region'), ['user', 'region'], "
+        "carry_fns.RunningCount(), 'user string, region string, n bigint', parallelism=3, name='RunningCount')\n")
+    assert main(["carry-over", str(tmp_path / "sp"), str(tmp_path / "sp2"), "--query", f"{module}:build",
+                 "--function-key", "RunningCount=user,region", "--add", f"RunningCount:region={REGION}",
+                 "--no-progress"]) == 0
     ops.restore(str(tmp_path / "sp2"), str(tmp_path / "new"), progress=False)
     write_batches(in_dir, later, SCHEMA, start=len(history))
     continued = run_query(spark, new, provider_class=SPARKSTATE_PROVIDER, input_dir=in_dir, schema=SCHEMA,
