@@ -47,6 +47,7 @@ from .keycodec import check_key_fields
 from .observation import OBSERVATION_COLUMN, observed
 from .options import EngineLike, ProcessOptions, process_options
 from .plan import KEYED, OPERATOR, BroadcastSpec, Phases, ProcessPlan
+from .recording import record
 from .routing import HIDDEN_COLUMNS, KEY_GROUP_COLUMN, ROUTE_COLUMN, key_group_and_route, repartition_routed
 from .runner import run_keyed, run_operator
 from .ticks import tick_stream, with_tick_source
@@ -311,6 +312,7 @@ def checkpointed_process(
         return run_operator(plan, batches)
 
     _check_output(plan)
+    record(plan)
     ticks = tick_stream(df, options.location.name, timers=False)
     out = with_tick_source(df, ticks).repartition(options.parallelism).mapInArrow(operator, plan.task_schema)
     return observed(out, options.location.name, {})
@@ -323,6 +325,7 @@ def _keyed(routed: DataFrame, plan: ProcessPlan) -> DataFrame:
         return run_keyed(plan, batches)
 
     _check_output(plan)
+    record(plan)
     return observed(routed.mapInArrow(keyed, plan.task_schema), plan.location.name, plan.event_delays)
 
 

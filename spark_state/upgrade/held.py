@@ -1,6 +1,7 @@
 """What a checkpoint holds that a restarted query is checked against: its stateful operators
 (Spark's operator metadata, where the checkpoint has it), each store's key and value schema, the
-batch the restart runs first and the confs the restart takes from the offset log.
+batch the restart runs first, the confs the restart takes from the offset log, and its keyed and
+checkpointed functions (kind, key columns, max parallelism).
 
 A local copy of the small files Spark's start-up checks read (:meth:`HeldState.copy_check_files`)
 lets Spark's own code run those checks without touching the checkpoint: they may write schema
@@ -17,11 +18,15 @@ from typing import Mapping, Optional
 from ..ops import savepoint_format as F
 from ..ops.checkpoint_reader import DEFAULT_STORE, OPERATOR_METADATA, SparkCheckpoint
 from ..ops.errors import NoCommittedBatchError
+from ..ops.process_locations import find_process_locations
+from ..ops.savepoint_manifest import read_manifest
+from ..process.location import read_meta
+from ..storage import open_storage
 from ..ops.storage_walk import list_subdirs, walk_files
 from ..spark.logs import OffsetEntry
 from ..state_data.location.savepoints import is_savepoint
 
-__all__ = ["HeldOperator", "HeldState", "read_held_state"]
+__all__ = ["HeldFunction", "HeldOperator", "HeldState", "read_held_state"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,19 @@ class HeldOperator:
 
 
 @dataclass(frozen=True)
+class HeldFunction:
+    """One keyed or checkpointed function of the query (``keyed_process`` and friends), as its state
+    location (or the savepoint's manifest) records it."""
+
+    name: str
+    #: ``keyed`` or ``operator`` (:data:`spark_state.process.plan.KEYED`, ``OPERATOR``)
+    kind: str
+    #: the key columns, ``{"columns": [...], "types": [Spark simple strings]}``; None: not keyed or unrecorded
+    key: Optional[dict]
+    max_parallelism: Optional[int]
+
+
+@dataclass(frozen=True)
 class HeldState:
     """The checkpoint side of an upgrade check."""
 
@@ -53,6 +71,8 @@ class HeldState:
     offsets: OffsetEntry
     #: where Spark's files are: the checkpoint, or a savepoint's ``spark/`` directory
     spark_files: str = ""
+    #: the query's keyed and checkpointed functions, by name
+    functions: Mapping[str, HeldFunction] = field(default_factory=dict)
 
     @property
     def metadata_names(self) -> dict[int, str]:
@@ -89,7 +109,8 @@ def read_held_state(location: str, storage_options: Optional[Mapping[str, str]] 
 
     :raises NotACheckpointError: ``location`` is neither a streaming checkpoint nor a savepoint.
     :raises NoCommittedBatchError: it has no planned batch yet (nothing to check against)."""
-    spark_files = f"{location.rstrip('/')}/{F.SPARK_DIR}" if is_savepoint(location, storage_options) else location
+    savepoint = is_savepoint(location, storage_options)
+    spark_files = f"{location.rstrip('/')}/{F.SPARK_DIR}" if savepoint else location
     checkpoint = SparkCheckpoint(spark_files, dict(storage_options or {}))
     offsets = checkpoint.batch_ids("offsets")
     if not offsets:
@@ -103,8 +124,26 @@ def read_held_state(location: str, storage_options: Optional[Mapping[str, str]] 
         schemas = {store: checkpoint.store_schema(info, store) for store in info.store_names
                    if storage.exists(info.schema_path(store))}
         operators[info.id] = HeldOperator(info.id, info.name, has_metadata, schemas, info.partitions)
+    functions = (_savepoint_functions(location, storage_options) if savepoint
+                 else _checkpoint_functions(checkpoint, storage_options))
     return HeldState(location, dict(storage_options or {}), operators, next_batch, checkpoint.offset(last_planned),
-                     spark_files)
+                     spark_files, functions)
+
+
+def _savepoint_functions(location: str, storage_options: Optional[Mapping[str, str]]) -> dict[str, HeldFunction]:
+    manifest = read_manifest(open_storage(location, dict(storage_options or {})))
+    return {p.name: HeldFunction(p.name, p.kind, p.key, p.max_parallelism) for p in manifest.process}
+
+
+def _checkpoint_functions(checkpoint: SparkCheckpoint,
+                          storage_options: Optional[Mapping[str, str]]) -> dict[str, HeldFunction]:
+    """The functions whose state locations the operations tools' rules find for the checkpoint
+    (beside it, or under the former default root); a location given explicitly is not found."""
+    out = {}
+    for loc in find_process_locations(checkpoint.storage, checkpoint.query_id(), None, {}, dict(storage_options or {})):
+        meta = read_meta(loc.storage())
+        out[loc.name] = HeldFunction(loc.name, loc.kind, meta.get("key"), meta.get("max_parallelism"))
+    return out
 
 
 def store_of_schema_path(path: str) -> str:

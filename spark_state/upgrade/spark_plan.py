@@ -36,9 +36,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ..errors import SparkStateError
 from ..ops.checkpoint_reader import parse_schema_file
+from ..process.recording import recorded_plans
 from .held import HeldState, store_of_schema_path
 
-__all__ = ["PlannedOperator", "PlannedQuery", "SparkRefusal", "UpgradeCheckUnsupported", "plan_new_query"]
+__all__ = ["PlannedFunction", "PlannedOperator", "PlannedQuery", "SparkRefusal", "UpgradeCheckUnsupported",
+           "plan_new_query"]
 
 #: Spark's classes the check uses, by role: the candidates' names, newest line first.
 _CLASSES = {
@@ -93,6 +95,17 @@ class PlannedOperator:
 
 
 @dataclass(frozen=True)
+class PlannedFunction:
+    """One keyed or checkpointed function of the new query, as its builder plans it."""
+
+    name: str
+    kind: str
+    #: ``{"columns": [...], "types": [...]}`` (keyed), None otherwise
+    key: Optional[dict]
+    max_parallelism: Optional[int]
+
+
+@dataclass(frozen=True)
 class PlannedQuery:
     operators: Mapping[int, PlannedOperator]
     spark_version: str
@@ -102,6 +115,10 @@ class PlannedQuery:
     #: the files Spark writes under ``state/`` for a new checkpoint of the query (each operator's
     #: ``_metadata/metadata`` and schema files; no state): path relative to the checkpoint -> bytes
     state_files: Mapping[str, bytes] = field(default_factory=dict)
+    #: the new query's keyed and checkpointed functions, by name (:mod:`spark_state.process.recording`)
+    functions: Mapping[str, PlannedFunction] = field(default_factory=dict)
+    #: the number of sources Spark gives the new query (None: not counted)
+    source_count: Optional[int] = None
 
 
 def plan_new_query(spark: SparkSession, build: QueryBuilder, held: HeldState, output_mode: str) -> PlannedQuery:
@@ -115,13 +132,17 @@ def plan_new_query(spark: SparkSession, build: QueryBuilder, held: HeldState, ou
     jvm = _Jvm(session)
     metadata = jvm.cls("offset_seq_metadata").apply(held.offset_metadata_json)
     jvm.cls("offset_seq_metadata").setSessionConf(metadata, session._jsparkSession.sessionState().conf())
-    frame = build(session)
+    with recorded_plans() as plans:
+        frame = build(session)
+    functions = {p.location.name: PlannedFunction(p.location.name, p.kind, p.key_record, p.max_parallelism)
+                 for p in plans}
     if not isinstance(frame, DataFrame) or not frame.isStreaming:
         raise UpgradeCheckUnsupported(
             "the query builder must return the new query's streaming DataFrame (what is passed to writeStream), "
             f"got {type(frame).__name__}{'' if not isinstance(frame, DataFrame) else ' (not streaming)'}")
     logical = frame._jdf.queryExecution().analyzed()
     unsupported = jvm.unsupported_operations(logical, output_mode)
+    sources = jvm.source_count(logical)
     with tempfile.TemporaryDirectory(prefix="spark-state-upgrade-") as scratch:
         held_dir, fresh_dir = os.path.join(scratch, "held"), os.path.join(scratch, "fresh")
         held.copy_check_files(held_dir)
@@ -147,7 +168,7 @@ def plan_new_query(spark: SparkSession, build: QueryBuilder, held: HeldState, ou
                 if not name.startswith("."):  # Hadoop's local file system writes .crc files beside
                     with open(local, "rb") as f:
                         state_files[os.path.relpath(local, fresh_dir).replace(os.sep, "/")] = f.read()
-    return PlannedQuery(operators, spark.version, unsupported, state_files)
+    return PlannedQuery(operators, spark.version, unsupported, state_files, functions, sources)
 
 
 class _Jvm:
@@ -207,6 +228,19 @@ class _Jvm:
         except Exception as exc:  # noqa: BLE001 - Spark's AnalysisException arrives as a Py4J error
             return _refusal(exc)
         return None
+
+    def source_count(self, logical: Any) -> int:
+        """The sources a streaming query of ``logical`` has: its distinct streaming relations, as
+        Spark's micro-batch execution maps each equal relation to one source."""
+        found = self.jvm.java.util.HashSet()
+        stack = [logical]
+        while stack:
+            node = stack.pop()
+            if node.getClass().getSimpleName() in ("StreamingRelation", "StreamingRelationV2"):
+                found.add(node)
+            children = node.children()
+            stack.extend(children.apply(i) for i in range(children.size()))
+        return int(found.size())
 
     def incremental_execution(self, logical: Any, metadata: Any, state_dir: str, batch: int, output_mode: str) -> Any:
         """A first batch's ``IncrementalExecution`` of ``logical`` with its state in ``state_dir``.

@@ -19,7 +19,15 @@ each case for real and compares):
 
 Rule 1 is checked before rule 2, so the query's error is the first rule's when both fail; before
 either, ``writeStream.start()`` refuses an operation streaming does not support in the output mode
-(``UnsupportedOperationChecker``: the report's error, whatever the operators' verdicts).
+(``UnsupportedOperationChecker``: the report's error, whatever the operators' verdicts), and the
+first batch refuses a query with another number of sources than the offset log records (every
+keyed or checkpointed function adds one, its tick source).
+
+Keyed and checkpointed functions (``keyed_process`` and friends) are paired by name, and judged by
+the rules their runtime applies when the first batch opens their state location
+(:func:`spark_state.process.location.verify_location`): the same kind and max parallelism, and key
+columns of the same types in the same order (names aside: a key whose same-typed columns come in
+another order starts, and reads each key wrong).
 """
 
 from __future__ import annotations
@@ -27,22 +35,33 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from .held import HeldOperator, HeldState
-from .schema_changes import describe_changes, misread, same_columns, schema_text
-from .spark_plan import PlannedOperator, PlannedQuery, SparkRefusal
+from pyspark.sql import types as T
 
-__all__ = ["COMPATIBLE", "INCOMPATIBLE", "MIGRATION", "OperatorVerdict", "UpgradeReport", "judge"]
+from ..state_data.key_columns import KeyColumns
+from .held import HeldFunction, HeldOperator, HeldState
+from .schema_changes import describe_changes, misread, same_columns, schema_text
+from .spark_plan import PlannedFunction, PlannedOperator, PlannedQuery, SparkRefusal
+
+__all__ = ["COMPATIBLE", "INCOMPATIBLE", "MIGRATION", "FunctionVerdict", "OperatorVerdict", "UpgradeReport",
+           "judge"]
 
 COMPATIBLE, MIGRATION, INCOMPATIBLE = "compatible", "needs migration", "incompatible"
 
 #: Spark's error condition of rule 1.
 OPERATOR_MISMATCH = "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA"
+#: What Spark raises when the sources' number changed (an assertion, without an error condition).
+SOURCES_CHANGED = "java.lang.AssertionError"
 
 #: The migrations the check names.
 KEY_CHANGE = "key change: take a savepoint, carry the state to the new key, restore"
 MOVED = "moved operator: carry this operator's state to the new operator it corresponds to"
 ADDED = "new operator: it starts empty, or is bootstrapped from history"
 REMOVED = "removed operator: drop its state"
+FUNCTION_KEY_CHANGE = ("key change: take a savepoint, carry the function's state to the new key "
+                       "(carry-over --function-key), restore")
+NEW_FUNCTION = "new function: its state starts empty, and its tick source is a source the offset log does not have"
+REMOVED_FUNCTION = ("removed function: drop its state and its tick source from a savepoint "
+                    "(SavepointTransform.remove_function(name, tick_source=...))")
 
 
 @dataclass(frozen=True)
@@ -69,6 +88,25 @@ class OperatorVerdict:
 
 
 @dataclass(frozen=True)
+class FunctionVerdict:
+    """The verdict on one keyed or checkpointed function, by name."""
+
+    name: str
+    #: its kind in the checkpoint and in the new query (None: none)
+    held: Optional[str]
+    planned: Optional[str]
+    verdict: str
+    reasons: tuple[str, ...] = ()
+    migration: Optional[str] = None
+    #: what its first batch raises on the state as it is (None: it runs)
+    error: Optional[str] = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"function": self.name, "held": self.held, "planned": self.planned, "verdict": self.verdict,
+                "reasons": list(self.reasons), "migration": self.migration, "error": self.error}
+
+
+@dataclass(frozen=True)
 class UpgradeReport:
     """The whole check: one verdict per operator id, and the error Spark raises at start."""
 
@@ -79,11 +117,13 @@ class UpgradeReport:
     #: what Spark raises when the new query starts on the checkpoint as it is (None: it starts)
     spark_error: Optional[SparkRefusal] = None
     notes: tuple[str, ...] = field(default=())
+    functions: tuple[FunctionVerdict, ...] = ()
 
     @property
     def compatible(self) -> bool:
-        """Every operator compatible as is: the new query may start on the checkpoint."""
-        return all(v.verdict == COMPATIBLE for v in self.operators)
+        """Every operator and function compatible as is: the new query may start on the checkpoint."""
+        return all(v.verdict == COMPATIBLE for v in self.operators) and \
+            all(f.verdict == COMPATIBLE for f in self.functions)
 
     @property
     def spark_starts(self) -> bool:
@@ -99,7 +139,8 @@ class UpgradeReport:
                 "compatible": self.compatible, "spark_starts": self.spark_starts,
                 "spark_error": None if self.spark_error is None else self.spark_error.condition,
                 "spark_message": None if self.spark_error is None else self.spark_error.message,
-                "operators": [v.to_dict() for v in self.operators], "notes": list(self.notes)}
+                "operators": [v.to_dict() for v in self.operators],
+                "functions": [v.to_dict() for v in self.functions], "notes": list(self.notes)}
 
     def summary(self) -> str:
         lines = [f"upgrade check of {self.checkpoint} (the restart runs batch {self.next_batch}, "
@@ -111,6 +152,13 @@ class UpgradeReport:
             lines.extend(f"    - {r}" for r in v.reasons)
             if v.migration:
                 lines.append(f"    migration: {v.migration}")
+        for f in self.functions:
+            lines.append(f"  function {f.name}: {f.held or 'nothing'} -> {f.planned or 'nothing'}: {f.verdict}")
+            lines.extend(f"    - {r}" for r in f.reasons)
+            if f.migration:
+                lines.append(f"    migration: {f.migration}")
+            if f.error:
+                lines.append(f"    its first batch fails: {f.error}")
         lines.extend(f"  note: {n}" for n in self.notes)
         if self.spark_error is not None:
             lines.append(f"Spark refuses to start it: [{self.spark_error.condition}] {self.spark_error.first_line}")
@@ -135,8 +183,13 @@ def judge(held: HeldState, planned: PlannedQuery) -> UpgradeReport:
         id_refusal = SparkRefusal(OPERATOR_MISMATCH, _mismatch_message(names, planned)) if op_id in mismatched else None
         verdicts.append(_verdict(op_id, old, new, held, planned, id_refusal))
     spark_error: Optional[SparkRefusal]
+    held_sources, new_sources = len(held.offsets.source_lines), planned.source_count
     if planned.unsupported is not None:
         spark_error = planned.unsupported
+    elif new_sources is not None and held_sources != new_sources:
+        spark_error = SparkRefusal(SOURCES_CHANGED, (
+            f"There are [{held_sources}] sources in the checkpoint offsets and now there are [{new_sources}] sources "
+            "requested by the query. Cannot continue."))
     elif mismatched:
         spark_error = SparkRefusal(OPERATOR_MISMATCH, _mismatch_message(names, planned))
     else:
@@ -144,7 +197,49 @@ def judge(held: HeldState, planned: PlannedQuery) -> UpgradeReport:
     notes: tuple[str, ...] = ()
     if not names and held.operators:
         notes = ("the checkpoint has no operator metadata (written by Spark 3.5): Spark matches operators by id only",)
-    return UpgradeReport(held.location, held.next_batch, planned.spark_version, tuple(verdicts), spark_error, notes)
+    functions = tuple(_function_verdict(name, held.functions.get(name), planned.functions.get(name))
+                      for name in sorted(set(held.functions) | set(planned.functions)))
+    return UpgradeReport(held.location, held.next_batch, planned.spark_version, tuple(verdicts), spark_error, notes,
+                         functions)
+
+
+def _function_verdict(name: str, old: Optional[HeldFunction], new: Optional[PlannedFunction]) -> FunctionVerdict:
+    """The runtime's rules of the module docstring, on one function."""
+    if old is None:
+        assert new is not None
+        return FunctionVerdict(name, None, new.kind, MIGRATION, (f"the new query adds function {name}",),
+                               NEW_FUNCTION)
+    if new is None:
+        return FunctionVerdict(name, old.kind, None, MIGRATION,
+                               (f"the new query has no function {name}: its state would not be read",),
+                               REMOVED_FUNCTION)
+    if old.kind != new.kind:
+        return FunctionVerdict(name, old.kind, new.kind, INCOMPATIBLE, (f"a {old.kind} function is now {new.kind}",),
+                               error=f"its state location holds state of a {old.kind!r} operator")
+    if old.max_parallelism is not None and new.max_parallelism is not None and \
+            old.max_parallelism != new.max_parallelism:
+        return FunctionVerdict(name, old.kind, new.kind, INCOMPATIBLE, (
+            f"max_parallelism {old.max_parallelism} -> {new.max_parallelism}: the number of key groups is fixed for "
+            f"the life of the state (pass max_parallelism={old.max_parallelism})",),
+            error="MaxParallelismMismatchError")
+    if old.key is None or new.key is None:
+        return FunctionVerdict(name, old.kind, new.kind, COMPATIBLE)
+    old_key, new_key = _key_schema(old.key), _key_schema(new.key)
+    reasons = tuple(describe_changes(old_key, new_key, "key"))
+    if not reasons:
+        return FunctionVerdict(name, old.kind, new.kind, COMPATIBLE)
+    reasons += (f"key {schema_text(old_key)} -> {schema_text(new_key)}",)
+    if list(old.key["types"]) != list(new.key["types"]):
+        return FunctionVerdict(name, old.kind, new.kind, MIGRATION, reasons, FUNCTION_KEY_CHANGE,
+                               "StateLocationError: its state is keyed by columns of other types")
+    if misread(old_key, new_key):
+        return FunctionVerdict(name, old.kind, new.kind, MIGRATION, reasons, FUNCTION_KEY_CHANGE)
+    return FunctionVerdict(name, old.kind, new.kind, COMPATIBLE, reasons)
+
+
+def _key_schema(key: dict) -> dict:
+    """A recorded key (columns, simple types) as a StructType JSON, the form :mod:`.schema_changes` compares."""
+    return T.StructType(KeyColumns(tuple(key["columns"]), tuple(key["types"])).fields).jsonValue()
 
 
 def _verdict(op_id: int, old: Optional[HeldOperator], new: Optional[PlannedOperator], held: HeldState,

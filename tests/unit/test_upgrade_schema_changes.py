@@ -37,3 +37,26 @@ def test_a_rename_is_harmless_and_a_same_type_reorder_is_a_misread():
 def test_widening_follows_spark_numeric_chains_only():
     assert widened("integer", "long") and widened("byte", "integer") and widened("float", "double")
     assert not widened("long", "integer") and not widened("integer", "double") and not widened("string", "long")
+
+
+def test_a_functions_verdict_follows_its_runtimes_rules():
+    from spark_state.upgrade.held import HeldFunction
+    from spark_state.upgrade.spark_plan import PlannedFunction
+    from spark_state.upgrade.verdicts import COMPATIBLE, INCOMPATIBLE, MIGRATION, _function_verdict
+
+    key = {"columns": ["user", "n"], "types": ["string", "int"]}
+    held = HeldFunction("F", "keyed", key, 128)
+
+    def planned(key=key, kind="keyed", max_parallelism=128):
+        return PlannedFunction("F", kind, key, max_parallelism)
+
+    assert _function_verdict("F", held, planned()).verdict == COMPATIBLE
+    renamed = _function_verdict("F", held, planned({"columns": ["name", "n"], "types": ["string", "int"]}))
+    assert renamed.verdict == COMPATIBLE and any("renamed to `name`" in r for r in renamed.reasons)
+    widened = _function_verdict("F", held, planned({"columns": ["user", "n"], "types": ["string", "bigint"]}))
+    assert widened.verdict == MIGRATION and widened.error and any("widened" in r for r in widened.reasons)
+    moved = _function_verdict("F", held, planned(max_parallelism=256))
+    assert moved.verdict == INCOMPATIBLE and "pass max_parallelism=128" in moved.reasons[0]
+    assert _function_verdict("F", held, planned(None, kind="operator")).verdict == INCOMPATIBLE
+    assert _function_verdict("F", None, planned()).migration.startswith("new function")
+    assert _function_verdict("F", held, None).migration.startswith("removed function")

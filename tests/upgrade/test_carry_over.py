@@ -321,6 +321,8 @@ def test_a_keyed_functions_key_gains_a_column_with_its_states_and_timers(spark, 
     ops.savepoint(str(tmp_path / "old"), str(tmp_path / "sp"), progress=False)
 
     carry = CarryOver(spark, str(tmp_path / "sp"), _builder(in_dir, new), progress=False)
+    assert [(f.name, f.verdict, f.migration.split(":")[0]) for f in carry.report.functions] == [
+        ("RunningCount", MIGRATION, "key change")]
     carry.change_function_key("RunningCount", ["user", "region"], add={"region": REGION})
     assert "keyed function RunningCount: key (user) -> (user, region)" in carry.summary()
     # the same carry-over from the command line, which writes it
@@ -337,6 +339,8 @@ def test_a_keyed_functions_key_gains_a_column_with_its_states_and_timers(spark, 
     assert main(["carry-over", str(tmp_path / "sp"), str(tmp_path / "sp2"), "--query", f"{module}:build",
                  "--function-key", "RunningCount=user,region", "--add", f"RunningCount:region={REGION}",
                  "--no-progress"]) == 0
+    after = check_upgrade(spark, str(tmp_path / "sp2"), _builder(in_dir, new))
+    assert [(f.name, f.verdict) for f in after.functions] == [("RunningCount", COMPATIBLE)] and after.exit_status == 0
     ops.restore(str(tmp_path / "sp2"), str(tmp_path / "new"), progress=False)
     write_batches(in_dir, later, SCHEMA, start=len(history))
     continued = run_query(spark, new, provider_class=SPARKSTATE_PROVIDER, input_dir=in_dir, schema=SCHEMA,
