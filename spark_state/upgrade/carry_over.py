@@ -1,5 +1,6 @@
 """Carry a savepoint's state over to a changed query: key changes and moved, added or removed
-stateful operators (Spark's operators: aggregations, deduplication, ...).
+stateful operators (Spark's operators: aggregations, deduplication, ...), and keyed functions'
+new keys.
 
 ::
 
@@ -37,8 +38,11 @@ The savepoint's operators no new operator takes are dropped. Spark's files of th
 the offset and commit logs, the sources' logs and ``metadata`` are the old ones (the restart
 continues the stream after the savepoint's batch); everything under ``spark/state/`` is replaced
 by what Spark writes for the new query (so its start-up checks of operator ids and schemas pass);
-keyed functions' state is copied unchanged. The manifest, written last, records the new operators
-and schemas. ``spark-state upgrade-check`` on the written savepoint then says "compatible".
+keyed functions' state is copied unchanged, but for a function given a new key
+(:meth:`CarryOver.change_function_key`): its states and timers are re-keyed
+(:mod:`spark_state.state_data.writers.function_rekey`) and its new key recorded. The manifest,
+written last, records the new operators, schemas and keys. ``spark-state upgrade-check`` on the
+written savepoint then says "compatible".
 
 Spark 4.0 and newer (the planner the check uses); stores with a prefix key (session windows,
 stream-stream joins) and TTL-stamped stores are carried only unchanged (copied).
