@@ -177,7 +177,7 @@ class CarryOver:
         self._progress = progress
         self._held = read_held_state(savepoint, self._options)
         self._planned = plan_new_query(spark, query, self._held, output_mode)
-        #: Spark's files of the new query's ``state/`` tree, read like a checkpoint's
+        #: the upgrade check of the savepoint against the new query (what check_upgrade gives)
         self.report: UpgradeReport = judge(self._held, self._planned)
         self._sources = proposed_sources(self._held, self._planned)
         self._changes: dict[tuple[int, str], KeyChange] = {}
@@ -406,6 +406,10 @@ class CarryOver:
                 store: str) -> list[F.FileEntry]:
         """The source operator's files of ``store`` copied under the new operator's id."""
         assert source is not None
+        held = next(o for o in manifest.operators if o.id == source)
+        if held.partitions != op.partitions:  # the new query plans with the offset log's count: a damaged savepoint
+            raise StateDataError(f"operator {source} of the savepoint has {held.partitions} partitions and the new "
+                                 f"query's operator {op.id} {op.partitions}: restore the savepoint at its count first")
         files = []
         for p in range(op.partitions):
             path, dest = F.state_file(source, store, p), F.state_file(op.id, store, p)

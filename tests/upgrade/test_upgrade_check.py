@@ -202,8 +202,8 @@ def _counted(df, key, name="RunningCount"):
     from spark_state.process import keyed_process
 
     columns = [key] if isinstance(key, str) else list(key)
-    return keyed_process(df, columns, carry_fns.RunningCount(), ", ".join(f"{c} string" for c in columns) + ", n bigint",
-                         parallelism=2, name=name)
+    output = ", ".join(f"{c} string" for c in columns) + ", n bigint"
+    return keyed_process(df, columns, carry_fns.RunningCount(), output, parallelism=2, name=name)
 
 
 FUNCTION_CASES = {
