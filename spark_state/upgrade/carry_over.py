@@ -65,8 +65,6 @@ from ..ops import savepoint_format as F
 from ..ops.checkpoint_reader import SparkCheckpoint
 from ..ops.progress import Progress
 from ..ops.restore import restore
-from ..ops.savepoint import check_empty_target
-from ..ops.savepoint_manifest import read_manifest
 from ..ops.state_files import copy_verified, write_small_file, write_state_file
 from ..state_data.errors import StateDataError
 from ..state_data.location.savepoints import SavepointSource, is_savepoint
@@ -74,10 +72,9 @@ from ..state_data.readers.keyed_state import read_keyed_state, read_timers
 from ..state_data.readers.spark_operator_state import read_spark_operator_state
 from ..state_data.writers.function_rekey import TIMER_COLUMNS, rekey_function
 from ..state_data.writers.keyed_state_surgery import keyed_state_names
-from ..state_data.writers.savepoint_copy import copy_unchanged
+from ..state_data.writers.savepoint_copy import copy_unchanged, source_and_target
 from ..state_data.writers.spark_operator_surgery import check_unstamped, write_spark_store
 from ..state_data.writers.transform_checks import check_spark_rows
-from ..storage import open_storage
 from .held import HeldState, read_held_state
 from .key_change import KeyChange, Merge, rekeyed_columns, rekeyed_rows, same_key
 from .schema_changes import same_columns
@@ -293,11 +290,8 @@ class CarryOver:
         manifest last. Every re-keyed store is checked (its rows' schema, TTL stamps) before
         anything is written."""
         started = time.perf_counter()
-        sp = open_storage(self._savepoint, self._options)
-        manifest = read_manifest(sp)
-        out_options = dict(self._options if target_storage_options is None else target_storage_options)
-        out = open_storage(target, out_options)
-        check_empty_target(out, target)
+        sp, manifest, out, out_options = source_and_target(self._savepoint, self._options, target,
+                                                           target_storage_options)
         steps = self.steps()
         fresh = tempfile.mkdtemp(prefix="spark-state-carry-over-")
         bar = Progress("carry-over", unit="stores", total=sum(len(s.stores) for s in steps), enabled=self._progress)

@@ -10,17 +10,34 @@ every file of a removed function; Spark's files are edited when a tick source is
 (:func:`~.keyed_state_surgery.without_source`). Each file is checked against the manifest's
 size and CRC-32 as it is copied. The manifest returned lists the copied files; the caller adds
 the files it writes and writes the manifest last, so that a target without one is no savepoint.
+:func:`source_and_target` opens both sides for such a change.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Collection, Optional
+from typing import Collection, Mapping, Optional
 
 from ...ops import savepoint_format as F
+from ...ops.savepoint import check_empty_target
+from ...ops.savepoint_manifest import read_manifest
 from ...ops.state_files import copy_verified, read_verified, write_small_file
-from ...storage import CheckpointStorage
+from ...storage import CheckpointStorage, open_storage
 from .keyed_state_surgery import without_source
+
+
+def source_and_target(savepoint: str, options: Mapping[str, str], target: str,
+                      target_options: Optional[Mapping[str, str]]
+                      ) -> tuple[CheckpointStorage, F.SavepointManifest, CheckpointStorage, dict[str, str]]:
+    """The savepoint a change reads (with its manifest) and the new one it writes, refused unless
+    new or empty (:func:`~spark_state.ops.savepoint.check_empty_target`), with the options the
+    target is written with: ``target_options`` when given, else the source's."""
+    source = open_storage(savepoint, dict(options))
+    manifest = read_manifest(source)
+    out_options = dict(options if target_options is None else target_options)
+    out = open_storage(target, out_options)
+    check_empty_target(out, target)
+    return source, manifest, out, out_options
 
 
 def copy_unchanged(source: CheckpointStorage, manifest: F.SavepointManifest, out: CheckpointStorage, *,

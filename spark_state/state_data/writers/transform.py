@@ -44,7 +44,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ...deprecation import renamed_arguments
 from ...ops import savepoint_format as F
-from ...ops.savepoint import check_empty_target
 from ...ops.savepoint_manifest import read_manifest
 from ...ops.state_files import read_verified
 from ...process.offline import plan_offline
@@ -58,7 +57,7 @@ from ..readers.keyed_state import read_keyed_state, read_timers
 from ..readers.operator_state import read_function_operator_state
 from .keyed_replacement import StateWriter, replacement_options, state_kind, write_routed
 from .keyed_state_surgery import BaseEntries, check_tick_source, keyed_state_names, rewrite
-from .savepoint_copy import copy_unchanged
+from .savepoint_copy import copy_unchanged, source_and_target
 from .operator_state_surgery import dropped_prefixes, keyspace_of, operator_mode, replace_operator_state
 from .spark_operator_surgery import check_unstamped, replace_spark_state, spark_store
 from .transform_checks import check_operator_rows, check_rows, check_spark_rows
@@ -271,11 +270,8 @@ class SavepointTransform:
         The constructor's ``storage_options`` apply to ``target`` too; ``target_storage_options``,
         when given, replace them for ``target`` alone."""
         started = time.perf_counter()
-        sp = open_storage(self._savepoint, self._options)
-        manifest = read_manifest(sp)
-        out_options = dict(self._options if target_storage_options is None else target_storage_options)
-        out = open_storage(target, out_options)
-        check_empty_target(out, target)
+        sp, manifest, out, out_options = source_and_target(self._savepoint, self._options, target,
+                                                           target_storage_options)
         new = copy_unchanged(sp, manifest, out, rewritten={c.source.function for c in self._changes},
                              spark_replaced=tuple(f"{F.STATE_DIR}/{c.operator.id}/{c.store.name}/"
                                                   for c in self._spark_changes),
