@@ -53,10 +53,10 @@ OPERATOR_MISMATCH = "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA"
 SOURCES_CHANGED = "java.lang.AssertionError"
 
 #: The migrations the check names.
-KEY_CHANGE = "key change: take a savepoint, carry the state to the new key, restore"
-MOVED = "moved operator: carry this operator's state to the new operator it corresponds to"
-ADDED = "new operator: it starts empty, or is bootstrapped from history"
-REMOVED = "removed operator: drop its state"
+KEY_CHANGE = "key change: take a savepoint, carry it over to the new key (spark-state carry-over), restore"
+MOVED = "moved operator: its state goes to the new operator it corresponds to (spark-state carry-over)"
+ADDED = "new operator: it starts empty, or is bootstrapped from history (spark-state carry-over, set_state)"
+REMOVED = "removed operator: its state is dropped (spark-state carry-over)"
 FUNCTION_KEY_CHANGE = ("key change: take a savepoint, carry the function's state to the new key "
                        "(carry-over --function-key), restore")
 NEW_FUNCTION = "new function: its state starts empty, and its tick source is a source the offset log does not have"
