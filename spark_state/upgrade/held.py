@@ -21,10 +21,13 @@ from ..ops.errors import NoCommittedBatchError
 from ..ops.process_locations import find_process_locations
 from ..ops.savepoint_manifest import read_manifest
 from ..process.location import read_meta
+from ..process.plan import KEYED
+from ..state.schema import StateSchema
+from ..state_data.writers.keyed_state_surgery import keyed_state_records
 from ..storage import open_storage
 from ..ops.storage_walk import list_subdirs, walk_files
 from ..spark.logs import OffsetEntry
-from ..state_data.location.savepoints import is_savepoint
+from ..state_data.location.savepoints import SavepointSource, is_savepoint
 
 __all__ = ["HeldFunction", "HeldOperator", "HeldState", "read_held_state"]
 
@@ -55,6 +58,8 @@ class HeldFunction:
     #: the key columns, ``{"columns": [...], "types": [Spark simple strings]}``; None: not keyed or unrecorded
     key: Optional[dict]
     max_parallelism: Optional[int]
+    #: its keyed states' schema records, by name (a savepoint's; None: not read)
+    states: Optional[Mapping[str, StateSchema]] = None
 
 
 @dataclass(frozen=True)
@@ -132,13 +137,20 @@ def read_held_state(location: str, storage_options: Optional[Mapping[str, str]] 
 
 def _savepoint_functions(location: str, storage_options: Optional[Mapping[str, str]]) -> dict[str, HeldFunction]:
     manifest = read_manifest(open_storage(location, dict(storage_options or {})))
-    return {p.name: HeldFunction(p.name, p.kind, p.key, p.max_parallelism) for p in manifest.process}
+    out = {}
+    for p in manifest.process:
+        states = None
+        if p.kind == KEYED and p.key is not None:  # records sort last in each file: read from its end
+            states = keyed_state_records(SavepointSource.open(location, p.name, dict(storage_options or {})))
+        out[p.name] = HeldFunction(p.name, p.kind, p.key, p.max_parallelism, states)
+    return out
 
 
 def _checkpoint_functions(checkpoint: SparkCheckpoint,
                           storage_options: Optional[Mapping[str, str]]) -> dict[str, HeldFunction]:
     """The functions whose state locations the operations tools' rules find for the checkpoint
-    (beside it, or under the former default root); a location given explicitly is not found."""
+    (beside it, or under the former default root); a location given explicitly is not found. Their
+    states' records are not read: they are in the partition stores, which would be loaded."""
     out = {}
     for loc in find_process_locations(checkpoint.storage, checkpoint.query_id(), None, {}, dict(storage_options or {})):
         meta = read_meta(loc.storage())

@@ -36,7 +36,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ..errors import SparkStateError
 from ..ops.checkpoint_reader import parse_schema_file
-from ..process.recording import recorded_plans
+from ..process.plan import KEYED, ProcessPlan
+from ..process.recording import declared_states, recorded_plans
+from ..state.schema import StateSchema, schema_of
 from .held import HeldState, store_of_schema_path
 
 __all__ = ["PlannedFunction", "PlannedOperator", "PlannedQuery", "SparkRefusal", "UpgradeCheckUnsupported",
@@ -103,6 +105,10 @@ class PlannedFunction:
     #: ``{"columns": [...], "types": [...]}`` (keyed), None otherwise
     key: Optional[dict]
     max_parallelism: Optional[int]
+    #: the keyed states its ``open`` declares, as the records it would write (None: not known)
+    states: Optional[Mapping[str, StateSchema]] = None
+    #: why ``states`` is not known
+    states_note: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -134,8 +140,7 @@ def plan_new_query(spark: SparkSession, build: QueryBuilder, held: HeldState, ou
     jvm.cls("offset_seq_metadata").setSessionConf(metadata, session._jsparkSession.sessionState().conf())
     with recorded_plans() as plans:
         frame = build(session)
-    functions = {p.location.name: PlannedFunction(p.location.name, p.kind, p.key_record, p.max_parallelism)
-                 for p in plans}
+    functions = {p.location.name: _planned_function(p) for p in plans}
     if not isinstance(frame, DataFrame) or not frame.isStreaming:
         raise UpgradeCheckUnsupported(
             "the query builder must return the new query's streaming DataFrame (what is passed to writeStream), "
@@ -169,6 +174,20 @@ def plan_new_query(spark: SparkSession, build: QueryBuilder, held: HeldState, ou
                     with open(local, "rb") as f:
                         state_files[os.path.relpath(local, fresh_dir).replace(os.sep, "/")] = f.read()
     return PlannedQuery(operators, spark.version, unsupported, state_files, functions, sources)
+
+
+def _planned_function(plan: ProcessPlan) -> PlannedFunction:
+    """A function of the new query, with the states its ``open`` declares when it is keyed
+    (:func:`~spark_state.process.recording.declared_states`)."""
+    name = plan.location.name
+    if plan.kind != KEYED:
+        return PlannedFunction(name, plan.kind, plan.key_record, plan.max_parallelism)
+    try:
+        states = {n: schema_of(d) for n, d in declared_states(plan).items()}
+    except Exception as exc:  # noqa: BLE001 - the user's open(); the check goes on without its states
+        return PlannedFunction(name, plan.kind, plan.key_record, plan.max_parallelism, None,
+                               f"its states are not compared: open(ctx) raised {type(exc).__name__}: {exc}")
+    return PlannedFunction(name, plan.kind, plan.key_record, plan.max_parallelism, states)
 
 
 class _Jvm:

@@ -27,7 +27,9 @@ Keyed and checkpointed functions (``keyed_process`` and friends) are paired by n
 the rules their runtime applies when the first batch opens their state location
 (:func:`spark_state.process.location.verify_location`): the same kind and max parallelism, and key
 columns of the same types in the same order (names aside: a key whose same-typed columns come in
-another order starts, and reads each key wrong).
+another order starts, and reads each key wrong); and each keyed state its ``open`` declares against
+the schema record the savepoint holds, by the runtime's schema evolution rules
+(:mod:`spark_state.state.compatibility`: as is, migrated at first open, or unreadable).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any, Optional
 
 from pyspark.sql import types as T
 
+from ..state.compatibility import judge as judge_state
 from ..state_data.key_columns import KeyColumns
 from .held import HeldFunction, HeldOperator, HeldState
 from .schema_changes import describe_changes, misread, same_columns, schema_text
@@ -222,19 +225,53 @@ def _function_verdict(name: str, old: Optional[HeldFunction], new: Optional[Plan
             f"max_parallelism {old.max_parallelism} -> {new.max_parallelism}: the number of key groups is fixed for "
             f"the life of the state (pass max_parallelism={old.max_parallelism})",),
             error="MaxParallelismMismatchError")
-    if old.key is None or new.key is None:
-        return FunctionVerdict(name, old.kind, new.kind, COMPATIBLE)
-    old_key, new_key = _key_schema(old.key), _key_schema(new.key)
-    reasons = tuple(describe_changes(old_key, new_key, "key"))
-    if not reasons:
-        return FunctionVerdict(name, old.kind, new.kind, COMPATIBLE)
-    reasons += (f"key {schema_text(old_key)} -> {schema_text(new_key)}",)
-    if list(old.key["types"]) != list(new.key["types"]):
-        return FunctionVerdict(name, old.kind, new.kind, MIGRATION, reasons, FUNCTION_KEY_CHANGE,
-                               "StateLocationError: its state is keyed by columns of other types")
-    if misread(old_key, new_key):
-        return FunctionVerdict(name, old.kind, new.kind, MIGRATION, reasons, FUNCTION_KEY_CHANGE)
-    return FunctionVerdict(name, old.kind, new.kind, COMPATIBLE, reasons)
+    verdict, migration, error = COMPATIBLE, None, None
+    reasons: list[str] = []
+    if old.key is not None and new.key is not None:
+        old_key, new_key = _key_schema(old.key), _key_schema(new.key)
+        reasons = describe_changes(old_key, new_key, "key")
+        if reasons:
+            reasons.append(f"key {schema_text(old_key)} -> {schema_text(new_key)}")
+            if list(old.key["types"]) != list(new.key["types"]):
+                verdict, migration = MIGRATION, FUNCTION_KEY_CHANGE
+                error = "StateLocationError: its state is keyed by columns of other types"
+            elif misread(old_key, new_key):
+                verdict, migration = MIGRATION, FUNCTION_KEY_CHANGE
+    state_reasons, state_error = _state_changes(old, new)
+    reasons.extend(state_reasons)
+    if state_error is not None:
+        verdict, migration, error = INCOMPATIBLE, None, state_error
+    if new.states_note:
+        reasons.append(new.states_note)
+    elif old.states is None and new.states is not None:
+        reasons.append("its states are compared on a savepoint of the query (a checkpoint keeps their records in "
+                       "its partition stores)")
+    return FunctionVerdict(name, old.kind, new.kind, verdict, tuple(reasons), migration, error)
+
+
+def _state_changes(old: HeldFunction, new: PlannedFunction) -> tuple[list[str], Optional[str]]:
+    """Each keyed state's change, by the runtime's schema evolution rules
+    (:func:`spark_state.state.compatibility.judge`), and the error its first batch raises for one
+    it cannot read (None: none)."""
+    if old.states is None or new.states is None:
+        return [], None
+    reasons, error = [], None
+    for state, record in sorted(new.states.items()):
+        held = old.states.get(state)
+        if held is None:
+            reasons.append(f"state `{state}` ({record.describe()}) is new: it starts empty")
+            continue
+        outcome = judge_state(held, record)
+        if outcome.migrates:
+            reasons.append(f"state `{state}`: {held.describe()} -> {record.describe()}, migrated when the function "
+                           "first opens it")
+        elif outcome.incompatible:
+            reasons.append(f"state `{state}`: {held.describe()} -> {record.describe()} cannot be read: "
+                           f"{outcome.reason}")
+            error = error or f"StateSchemaIncompatibleError: state `{state}`"
+    reasons.extend(f"state `{state}` ({held.describe()}) is not declared any more: its entries stay, unread"
+                   for state, held in sorted(old.states.items()) if state not in new.states)
+    return reasons, error
 
 
 def _key_schema(key: dict) -> dict:

@@ -60,3 +60,31 @@ def test_a_functions_verdict_follows_its_runtimes_rules():
     assert _function_verdict("F", held, planned(None, kind="operator")).verdict == INCOMPATIBLE
     assert _function_verdict("F", None, planned()).migration.startswith("new function")
     assert _function_verdict("F", held, None).migration.startswith("removed function")
+
+
+def test_a_functions_states_are_judged_by_the_schema_evolution_rules():
+    from pyspark.sql.types import DoubleType, LongType, StringType
+
+    from spark_state.state import ListStateDescriptor, ValueStateDescriptor
+    from spark_state.state.schema import schema_of
+    from spark_state.upgrade.held import HeldFunction
+    from spark_state.upgrade.spark_plan import PlannedFunction
+    from spark_state.upgrade.verdicts import COMPATIBLE, INCOMPATIBLE, _function_verdict
+
+    key = {"columns": ["user"], "types": ["string"]}
+    held = HeldFunction("F", "keyed", key, 128, {"count": schema_of(ValueStateDescriptor("count", LongType())),
+                                                 "old": schema_of(ListStateDescriptor("old", LongType()))})
+
+    def planned(**states):
+        return PlannedFunction("F", "keyed", key, 128, {n: schema_of(d) for n, d in states.items()})
+
+    migrated = _function_verdict("F", held, planned(count=ValueStateDescriptor("count", DoubleType()),
+                                                    seen=ListStateDescriptor("seen", StringType())))
+    assert migrated.verdict == COMPATIBLE and migrated.error is None
+    assert any("`count`" in r and "migrated when the function first opens it" in r for r in migrated.reasons)
+    assert any("`seen` (list state of string) is new" in r for r in migrated.reasons)
+    assert any("`old` (list state of bigint) is not declared any more" in r for r in migrated.reasons)
+    refused = _function_verdict("F", held, planned(count=ValueStateDescriptor("count", StringType())))
+    assert refused.verdict == INCOMPATIBLE and "StateSchemaIncompatibleError" in refused.error
+    unknown = _function_verdict("F", HeldFunction("F", "keyed", key, 128), planned())
+    assert unknown.verdict == COMPATIBLE and "compared on a savepoint" in unknown.reasons[-1]
