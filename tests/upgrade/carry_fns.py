@@ -5,7 +5,7 @@ a key's rows, whatever the key's columns."""
 
 from __future__ import annotations
 
-from pyspark.sql.types import IntegerType, LongType
+from pyspark.sql.types import IntegerType, LongType, StringType
 
 from spark_state.process import KeyedProcessFunction
 from spark_state.state import ListStateDescriptor, ValueStateDescriptor
@@ -29,3 +29,11 @@ class RunningCount(KeyedProcessFunction):
 
     def on_timer(self, timestamp, ctx):
         return ()
+
+
+class RunningCountAsText(RunningCount):
+    """``RunningCount`` declaring its count as a string: a change its state's record refuses."""
+
+    def open(self, ctx):
+        super().open(ctx)
+        self.count = ctx.get_state(ValueStateDescriptor("count", StringType()))

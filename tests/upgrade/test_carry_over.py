@@ -17,7 +17,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from spark_state.state_data.errors import StateDataError
-from spark_state.upgrade import COMPATIBLE, MIGRATION, CarryOver, UpgradeCheckUnsupported, check_upgrade
+from spark_state.upgrade import (COMPATIBLE, INCOMPATIBLE, MIGRATION, CarryOver, UpgradeCheckUnsupported,
+                                 check_upgrade)
 
 pytestmark = pytest.mark.spark
 
@@ -322,6 +323,8 @@ def test_a_keyed_functions_key_gains_a_column_with_its_states_and_timers(spark, 
     carry = CarryOver(spark, str(tmp_path / "sp"), _builder(in_dir, new), progress=False)
     assert [(f.name, f.verdict, f.migration.split(":")[0]) for f in carry.report.functions] == [
         ("RunningCount", MIGRATION, "key change")]
+    assert not any("state `" in r for r in carry.report.functions[0].reasons)  # its states are unchanged
+
     carry.change_function_key("RunningCount", ["user", "region"], add={"region": REGION})
     assert "keyed function RunningCount: key (user) -> (user, region)" in carry.summary()
     # the same carry-over from the command line, which writes it
@@ -359,6 +362,19 @@ def test_a_keyed_functions_key_gains_a_column_with_its_states_and_timers(spark, 
     counts, _, timers = held(tmp_path / "new")
     assert (counts, _, timers) == held(tmp_path / "model")
     assert len(timers) == sum(n for *_, n in counts) == 13  # a timer per row of the 13 rows
+
+    # a state whose type cannot be read: the check says so, and the restored query fails as it says
+    def as_text(df):
+        return keyed_process(df, "user", carry_fns.RunningCountAsText(), "user string, n bigint", parallelism=3,
+                             name="RunningCount")
+
+    text = check_upgrade(spark, str(tmp_path / "sp"), _builder(in_dir, as_text))
+    assert text.functions[0].verdict == INCOMPATIBLE and "StateSchemaIncompatibleError" in text.functions[0].error
+    assert any("state `count`: value state of bigint -> value state of string" in r for r in text.functions[0].reasons)
+    ops.restore(str(tmp_path / "sp"), str(tmp_path / "as-text"), progress=False)
+    with pytest.raises(Exception, match="state 'count' cannot be restored: it was written as value state of bigint"):
+        run_query(spark, as_text, provider_class=SPARKSTATE_PROVIDER, input_dir=in_dir, schema=SCHEMA,
+                  checkpoint_dir=tmp_path / "as-text", output_mode="append")
 
 
 def test_a_keyed_functions_key_loses_a_column_and_the_users_merge_joins_the_rows(spark, tmp_path):
