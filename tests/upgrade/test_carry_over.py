@@ -31,6 +31,9 @@ DEVICE_OF_USER = "concat('d', cast(substring(user, 2) as int) % 2)"
 
 Transform = Callable[[DataFrame], DataFrame]
 
+#: Every case's last batch after the carry-over: keys the history and the batches before it had.
+THIRD = [(f"u{i}", f"d{i % 2}", i % 3, i) for i in (0, 2, 3)] + [("u9", "d1", 0, 9)]
+
 
 def _with_region(df: DataFrame) -> DataFrame:
     return df.withColumn("region", F.expr(REGION))
@@ -189,12 +192,13 @@ def _carry_over_case(spark, name: str, tmp_path) -> None:
     assert result.dropped == list(case.dropped)
 
     ops.restore(str(tmp_path / "sp2"), str(tmp_path / "new"), progress=False)
-    write_batches(in_dir, case.later, SCHEMA, start=len(case.history))
+    later = [*case.later, THIRD]
+    write_batches(in_dir, later, SCHEMA, start=len(case.history))
     continued = run_query(spark, case.new, provider_class=SPARKSTATE_PROVIDER, input_dir=in_dir, schema=SCHEMA,
                           checkpoint_dir=tmp_path / "new", output_mode=case.output_mode)
     model = run_query(spark, case.new, provider_class=HDFS_PROVIDER, input_dir=in_dir, schema=SCHEMA,
                       checkpoint_dir=tmp_path / "model", output_mode=case.output_mode)
-    later_ids = list(range(len(case.history), len(case.history) + len(case.later)))
+    later_ids = list(range(len(case.history), len(case.history) + len(later)))
     assert continued.batch_ids == later_ids
     assert continued.batches == {b: model.batches[b] for b in later_ids}
     for op_id in {v.operator_id for v in after.operators}:
