@@ -28,7 +28,13 @@ from ..spark.jvm import TICK_SOURCE_CLASS
 from .errors import ProcessDefinitionError
 from .location import CHECKPOINT_ROOT_PROPERTY
 
-__all__ = ["CHECKPOINT_ROOT_PROPERTY", "tick_stream", "with_tick_source"]
+__all__ = ["CHECKPOINT_ROOT_PROPERTY", "tick_source_name", "tick_stream", "with_tick_source"]
+
+
+def tick_source_name(operator_name: str) -> str:
+    """The name Spark knows operator ``operator_name``'s tick source by: its table's name, as the
+    shim's ``TickTable.name()`` gives it (what the upgrade check finds in a query's plan)."""
+    return f"spark_state_ticks({operator_name})"
 
 
 def tick_stream(df: DataFrame, operator_name: str, *, timers: bool) -> DataFrame:

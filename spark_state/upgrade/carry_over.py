@@ -63,9 +63,12 @@ from pyspark.sql import types as T
 
 from ..ops import savepoint_format as F
 from ..ops.checkpoint_reader import SparkCheckpoint
+from ..ops.process_locations import CHECKPOINT, EXPLICIT, ROOT
 from ..ops.progress import Progress
 from ..ops.restore import restore
 from ..ops.state_files import copy_verified, write_small_file, write_state_file
+from ..process.location import CHECKPOINT_DIR
+from ..process.ticks import tick_source_name
 from ..state_data.errors import StateDataError
 from ..state_data.location.savepoints import SavepointSource, is_savepoint
 from ..state_data.readers.keyed_state import read_keyed_state, read_timers
@@ -283,7 +286,13 @@ class CarryOver:
                      for i in self.dropped())
         lines.extend(f"  keyed function {name}: key ({', '.join(fk.source.key_columns.columns)}) -> "
                      f"({', '.join(fk.key)})" for name, fk in sorted(self._function_keys.items()))
+        lines.extend(f"  function {name} is new: it starts empty, and its tick source joins Spark's logs"
+                     for name in self.added_functions())
         return "\n".join(lines)
+
+    def added_functions(self) -> list[str]:
+        """The new query's keyed and checkpointed functions the savepoint does not hold."""
+        return sorted(n for n in self._planned.functions if n not in self._held.functions)
 
     def write(self, target: str, *, target_storage_options: Optional[Mapping[str, str]] = None) -> CarryOverResult:
         """Write the new savepoint into ``target`` (new or empty; see the module docstring); its
@@ -300,8 +309,9 @@ class CarryOver:
             jobs = self._rekeyed(steps, manifest, new_ops, sp, fresh)  # checked before anything is written
             function_rows = {name: fk.rows(self._spark, self._savepoint, self._options)
                              for name, fk in self._function_keys.items()}
+            added, inserted = self._added_functions(manifest)
             new = copy_unchanged(sp, manifest, out, rewritten=set(self._function_keys),
-                                 spark_replaced=(f"{F.STATE_DIR}/", f"{F.SPARK_DIR}/state/"))
+                                 spark_replaced=(f"{F.STATE_DIR}/", f"{F.SPARK_DIR}/state/"), inserted_sources=inserted)
             for path in sorted(self._planned.state_files):
                 new.files.append(write_small_file(out, f"{F.SPARK_DIR}/{path}", self._planned.state_files[path]))
             for step in steps:
@@ -325,6 +335,10 @@ class CarryOver:
                 new.files.extend(files[p] for p in sorted(files))
                 key = {"columns": [f.name for f in fields], "types": [f.dataType.simpleString() for f in fields]}
                 new.process = [dataclasses.replace(p, key=key) if p.name == name else p for p in new.process]
+            for entry in added:  # an empty state at the savepoint's batch: the function's first batch loads it
+                new.files.extend(write_state_file(out, F.process_file(entry.name, i), iter(()))
+                                 for i in range(entry.parallelism))
+                new.process.append(entry)
             out.write_bytes(F.MANIFEST, new.to_json())
         finally:
             bar.close()
@@ -387,6 +401,43 @@ class CarryOver:
                     check_spark_rows(op, store, new_rows.schema)
                     jobs[(op.id, store.name)] = new_rows
         return jobs
+
+    def _added_functions(self, manifest: F.SavepointManifest) -> tuple[list[F.ProcessEntry], list[int]]:
+        """The manifest entries of the new query's functions the savepoint does not hold (an empty
+        state each), and the indices of their tick sources among the new query's sources.
+
+        Raises:
+            StateDataError: the new query lacks a function of the savepoint (remove it first), or
+                its sources differ from the savepoint's otherwise than by the new tick sources.
+        """
+        removed = sorted(n for n in self._held.functions if n not in self._planned.functions)
+        if removed:
+            raise StateDataError(
+                f"the new query has no function {', '.join(removed)}: remove it from the savepoint first "
+                f"(SavepointTransform(spark, savepoint).remove_function({removed[0]!r}, tick_source=<the index of its "
+                "tick source among the query's sources>).write(...)), then carry that savepoint over")
+        added = self.added_functions()
+        sources = self._planned.sources or ()
+        ticks = {tick_source_name(n): n for n in added}
+        inserted = [i for i, name in enumerate(sources) if name in ticks]
+        held_sources = len(self._held.offsets.source_lines)
+        if sorted(ticks[sources[i]] for i in inserted) != added or len(sources) - len(inserted) != held_sources:
+            raise StateDataError(
+                f"the new query has {len(sources)} sources ({', '.join(sources)}) and the savepoint's {held_sources}: "
+                "besides the tick sources of new functions, a query's sources are kept as they are")
+        entries = []
+        for name in added:
+            planned = self._planned.functions[name]
+            spec = planned.location
+            if spec is not None and spec.explicit:
+                placement, location, root = EXPLICIT, spec.explicit, None
+            elif spec is not None and spec.root is not None:
+                placement, location, root = ROOT, f"{spec.root.rstrip('/')}/{manifest.query_id}/{name}", spec.root
+            else:
+                placement, location, root = CHECKPOINT, f"{manifest.source.rstrip('/')}/{CHECKPOINT_DIR}/{name}", None
+            entries.append(F.ProcessEntry(name, planned.kind, planned.max_parallelism, planned.parallelism, location,
+                                          root, placement, planned.key))
+        return entries, inserted
 
     def _restored(self, scratch: str) -> str:
         """A checkpoint restored from the savepoint, which Spark's state reader reads."""

@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from ..errors import SparkStateError
 from ..ops.checkpoint_reader import parse_schema_file
+from ..process.location import LocationSpec
 from ..process.plan import KEYED, ProcessPlan
 from ..process.recording import declared_states, recorded_plans
 from ..state.schema import StateSchema, schema_of
@@ -109,6 +110,9 @@ class PlannedFunction:
     states: Optional[Mapping[str, StateSchema]] = None
     #: why ``states`` is not known
     states_note: Optional[str] = None
+    parallelism: int = 0
+    #: where it keeps its state (``state_location=``, ``state_root=`` or beside the checkpoint)
+    location: Optional[LocationSpec] = None
 
 
 @dataclass(frozen=True)
@@ -123,8 +127,14 @@ class PlannedQuery:
     state_files: Mapping[str, bytes] = field(default_factory=dict)
     #: the new query's keyed and checkpointed functions, by name (:mod:`spark_state.process.recording`)
     functions: Mapping[str, PlannedFunction] = field(default_factory=dict)
-    #: the number of sources Spark gives the new query (None: not counted)
-    source_count: Optional[int] = None
+    #: the new query's sources in Spark's order (the offset log's), by name: a table's name for a
+    #: source of the v2 API (a function's tick source: ``spark_state_ticks(<name>)``), else the
+    #: source's name (None: not listed)
+    sources: Optional[tuple[str, ...]] = None
+
+    @property
+    def source_count(self) -> Optional[int]:
+        return None if self.sources is None else len(self.sources)
 
 
 def plan_new_query(spark: SparkSession, build: QueryBuilder, held: HeldState, output_mode: str) -> PlannedQuery:
@@ -147,7 +157,7 @@ def plan_new_query(spark: SparkSession, build: QueryBuilder, held: HeldState, ou
             f"got {type(frame).__name__}{'' if not isinstance(frame, DataFrame) else ' (not streaming)'}")
     logical = frame._jdf.queryExecution().analyzed()
     unsupported = jvm.unsupported_operations(logical, output_mode)
-    sources = jvm.source_count(logical)
+    sources = jvm.sources(logical)
     with tempfile.TemporaryDirectory(prefix="spark-state-upgrade-") as scratch:
         held_dir, fresh_dir = os.path.join(scratch, "held"), os.path.join(scratch, "fresh")
         held.copy_check_files(held_dir)
@@ -180,14 +190,15 @@ def _planned_function(plan: ProcessPlan) -> PlannedFunction:
     """A function of the new query, with the states its ``open`` declares when it is keyed
     (:func:`~spark_state.process.recording.declared_states`)."""
     name = plan.location.name
-    if plan.kind != KEYED:
-        return PlannedFunction(name, plan.kind, plan.key_record, plan.max_parallelism)
-    try:
-        states = {n: schema_of(d) for n, d in declared_states(plan).items()}
-    except Exception as exc:  # noqa: BLE001 - the user's open(); the check goes on without its states
-        return PlannedFunction(name, plan.kind, plan.key_record, plan.max_parallelism, None,
-                               f"its states are not compared: open(ctx) raised {type(exc).__name__}: {exc}")
-    return PlannedFunction(name, plan.kind, plan.key_record, plan.max_parallelism, states)
+    states: Optional[dict[str, StateSchema]] = None
+    note = None
+    if plan.kind == KEYED:
+        try:
+            states = {n: schema_of(d) for n, d in declared_states(plan).items()}
+        except Exception as exc:  # noqa: BLE001 - the user's open(); the check goes on without its states
+            note = f"its states are not compared: open(ctx) raised {type(exc).__name__}: {exc}"
+    return PlannedFunction(name, plan.kind, plan.key_record, plan.max_parallelism, states, note, plan.parallelism,
+                           plan.location)
 
 
 class _Jvm:
@@ -248,18 +259,21 @@ class _Jvm:
             return _refusal(exc)
         return None
 
-    def source_count(self, logical: Any) -> int:
-        """The sources a streaming query of ``logical`` has: its distinct streaming relations, as
-        Spark's micro-batch execution maps each equal relation to one source."""
-        found = self.jvm.java.util.HashSet()
+    def sources(self, logical: Any) -> tuple[str, ...]:
+        """The sources of a streaming query of ``logical`` in the order Spark numbers them: its
+        distinct streaming relations, pre-order (Spark's micro-batch execution maps each equal
+        relation to one source as it transforms the plan top down)."""
+        seen = self.jvm.java.util.HashSet()
+        names = []
         stack = [logical]
         while stack:
             node = stack.pop()
-            if node.getClass().getSimpleName() in ("StreamingRelation", "StreamingRelationV2"):
-                found.add(node)
+            kind = node.getClass().getSimpleName()
+            if kind in ("StreamingRelation", "StreamingRelationV2") and seen.add(node):
+                names.append(str(node.table().name() if kind == "StreamingRelationV2" else node.sourceName()))
             children = node.children()
-            stack.extend(children.apply(i) for i in range(children.size()))
-        return int(found.size())
+            stack.extend(children.apply(i) for i in reversed(range(children.size())))
+        return tuple(names)
 
     def incremental_execution(self, logical: Any, metadata: Any, state_dir: str, batch: int, output_mode: str) -> Any:
         """A first batch's ``IncrementalExecution`` of ``logical`` with its state in ``state_dir``.

@@ -62,7 +62,8 @@ ADDED = "new operator: it starts empty, or is bootstrapped from history (spark-s
 REMOVED = "removed operator: its state is dropped (spark-state carry-over)"
 FUNCTION_KEY_CHANGE = ("key change: take a savepoint, carry the function's state to the new key "
                        "(carry-over --function-key), restore")
-NEW_FUNCTION = "new function: its state starts empty, and its tick source is a source the offset log does not have"
+NEW_FUNCTION = ("new function: its state starts empty, and its tick source, a source the offset log does not have, "
+                "joins it (spark-state carry-over)")
 REMOVED_FUNCTION = ("removed function: drop its state and its tick source from a savepoint "
                     "(SavepointTransform.remove_function(name, tick_source=...))")
 

@@ -431,3 +431,47 @@ def test_a_keyed_functions_key_loses_a_column_and_the_users_merge_joins_the_rows
         return sorted(map(tuple, count)), sorted((r.user, sorted(r.value)) for r in seen)
 
     assert held(tmp_path / "new") == held(tmp_path / "model")
+
+
+def test_a_keyed_function_added_to_the_query_starts_empty_with_its_tick_source_in_sparks_logs(spark, tmp_path):
+    """A second keyed function after the first: Spark refuses the new query on the old state (one
+    source more); carried over, the first function keeps its state and the new one counts from the
+    carry-over on."""
+    import carry_fns
+    from streaming_harness import SPARKSTATE_PROVIDER, run_query, ship_module_by_value, write_batches
+
+    from spark_state import ops
+    from spark_state.process import keyed_process
+
+    ship_module_by_value(carry_fns)
+
+    def first(df):
+        return keyed_process(df, "user", carry_fns.RunningCount(), "user string, n bigint", parallelism=2,
+                             name="RunningCount")
+
+    def both(df):
+        return keyed_process(first(df), "user", carry_fns.RunningCount(), "user string, n bigint", parallelism=2,
+                             name="Second")
+
+    in_dir = tmp_path / "in"
+    history = [[_user_device(i) for i in range(3)], [_user_device(i) for i in range(1, 4)]]
+    later = [[_user_device(0), _user_device(1)], [_user_device(1), _user_device(9)]]
+    write_batches(in_dir, history, SCHEMA)
+    run_query(spark, first, provider_class=SPARKSTATE_PROVIDER, input_dir=in_dir, schema=SCHEMA,
+              checkpoint_dir=tmp_path / "old", output_mode="append")
+    ops.savepoint(str(tmp_path / "old"), str(tmp_path / "sp"), progress=False)
+    carry = CarryOver(spark, str(tmp_path / "sp"), _builder(in_dir, both), progress=False)
+    assert {f.name: f.verdict for f in carry.report.functions} == {"RunningCount": COMPATIBLE, "Second": MIGRATION}
+    refusal = carry.report.spark_error
+    assert refusal is not None and "sources in the checkpoint offsets" in refusal.message
+    assert "function Second is new: it starts empty" in carry.summary()
+    carry.write(str(tmp_path / "sp2"))
+    after = check_upgrade(spark, str(tmp_path / "sp2"), _builder(in_dir, both))
+    assert after.exit_status == 0 and after.spark_starts, after.summary()
+
+    ops.restore(str(tmp_path / "sp2"), str(tmp_path / "new"), progress=False)
+    write_batches(in_dir, later, SCHEMA, start=len(history))
+    continued = run_query(spark, both, provider_class=SPARKSTATE_PROVIDER, input_dir=in_dir, schema=SCHEMA,
+                          checkpoint_dir=tmp_path / "new", output_mode="append")
+    # Second sees the first function's rows from the carry-over on: one per input row
+    assert continued.batches == {2: [("u0", 1), ("u1", 1)], 3: [("u1", 2), ("u9", 1)]}

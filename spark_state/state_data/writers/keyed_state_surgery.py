@@ -24,7 +24,7 @@ import itertools
 import shutil
 import tempfile
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Mapping, Optional
+from typing import Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -193,6 +193,35 @@ def check_tick_source(manifest: F.SavepointManifest, sp_url: str, offsets: bytes
     if not (line == "-" or line.isdigit()):
         raise StateDataError(f"source {index} of the savepoint's query has offset {line!r}, not a tick source's (a "
                              f"number): it is another source, not the tick source of {function!r}")
+
+
+def with_sources(path: str, data: bytes, inserted: Sequence[int]) -> tuple[str, bytes]:
+    """Spark's file ``path`` (``spark/...``) of a savepoint as it is for the query with new sources
+    at the indices ``inserted`` (ascending, in the new query's order; a new function's tick
+    source): a ``-`` line (no offset yet: the source starts from its beginning) inserted there in
+    an offset log entry, the metadata directories ``sources/<i>`` renumbered to the indices their
+    sources now have; other files unchanged. The inverse of :func:`without_source`."""
+    offsets, sources = f"{F.SPARK_DIR}/offsets/", f"{F.SPARK_DIR}/sources/"
+    if path.startswith(offsets) and path[len(offsets):].isdigit():
+        entry = OffsetEntry.decode(int(path[len(offsets):]), data, path)
+        lines = list(entry.source_lines)
+        for index in sorted(inserted):
+            lines.insert(index, "-")
+        return path, OffsetEntry(entry.batch_id, entry.version_line, entry.metadata, tuple(lines)).encode()
+    if path.startswith(sources):
+        number, _, rest = path[len(sources):].partition("/")
+        if number.isdigit():
+            return f"{sources}{renumbered_source(int(number), inserted)}/{rest}", data
+    return path, data
+
+
+def renumbered_source(old: int, inserted: Sequence[int]) -> int:
+    """The index source ``old`` has once new sources take the indices ``inserted`` (of the new order)."""
+    new = old
+    for index in sorted(inserted):
+        if index <= new:
+            new += 1
+    return new
 
 
 def without_source(path: str, data: bytes, index: int) -> Optional[tuple[str, bytes]]:

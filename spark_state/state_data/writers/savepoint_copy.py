@@ -7,7 +7,8 @@ The target receives every file of the source's manifest except those the change 
 a rewritten function's state files (``process/<name>/*.arrow``; its other files, such as
 operator metadata, are copied), a replaced Spark store's files (``state/<op>/<store>/``), and
 every file of a removed function; Spark's files are edited when a tick source is dropped
-(:func:`~.keyed_state_surgery.without_source`). Each file is checked against the manifest's
+(:func:`~.keyed_state_surgery.without_source`) or new ones are inserted
+(:func:`~.keyed_state_surgery.with_sources`). Each file is checked against the manifest's
 size and CRC-32 as it is copied. The manifest returned lists the copied files; the caller adds
 the files it writes and writes the manifest last, so that a target without one is no savepoint.
 :func:`source_and_target` opens both sides for such a change.
@@ -16,14 +17,14 @@ the files it writes and writes the manifest last, so that a target without one i
 from __future__ import annotations
 
 import time
-from typing import Collection, Mapping, Optional
+from typing import Collection, Mapping, Optional, Sequence
 
 from ...ops import savepoint_format as F
 from ...ops.savepoint import check_empty_target
 from ...ops.savepoint_manifest import read_manifest
 from ...ops.state_files import copy_verified, read_verified, write_small_file
 from ...storage import CheckpointStorage, open_storage
-from .keyed_state_surgery import without_source
+from .keyed_state_surgery import with_sources, without_source
 
 
 def source_and_target(savepoint: str, options: Mapping[str, str], target: str,
@@ -42,7 +43,8 @@ def source_and_target(savepoint: str, options: Mapping[str, str], target: str,
 
 def copy_unchanged(source: CheckpointStorage, manifest: F.SavepointManifest, out: CheckpointStorage, *,
                    rewritten: Collection[str] = (), spark_replaced: tuple[str, ...] = (),
-                   removed: Collection[str] = (), dropped_source: Optional[int] = None) -> F.SavepointManifest:
+                   removed: Collection[str] = (), dropped_source: Optional[int] = None,
+                   inserted_sources: Sequence[int] = ()) -> F.SavepointManifest:
     """Copy the files of the savepoint ``source`` (its ``manifest``) that stay as they are into
     ``out``; returns the new manifest listing them (see the module docstring). ``rewritten``:
     functions whose state files the caller writes; ``spark_replaced``: path prefixes
@@ -62,6 +64,10 @@ def copy_unchanged(source: CheckpointStorage, manifest: F.SavepointManifest, out
             edited = without_source(entry.path, read_verified(source, manifest, entry.path), dropped_source)
             if edited is not None:
                 new.files.append(write_small_file(out, *edited))
+            continue
+        if inserted_sources and entry.path.startswith(F.SPARK_DIR + "/"):
+            data = read_verified(source, manifest, entry.path)
+            new.files.append(write_small_file(out, *with_sources(entry.path, data, inserted_sources)))
             continue
         copy_verified(source, manifest, entry.path, out)  # a state file streams through a local copy
         new.files.append(entry)
