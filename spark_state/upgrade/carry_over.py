@@ -40,7 +40,10 @@ continues the stream after the savepoint's batch); everything under ``spark/stat
 by what Spark writes for the new query (so its start-up checks of operator ids and schemas pass);
 keyed functions' state is copied unchanged, but for a function given a new key
 (:meth:`CarryOver.change_function_key`): its states and timers are re-keyed
-(:mod:`spark_state.state_data.writers.function_rekey`) and its new key recorded. The manifest,
+(:mod:`spark_state.state_data.writers.function_rekey`) and its new key recorded. A function the new
+query adds gets an empty state and its tick source a place in Spark's logs
+(:func:`~spark_state.state_data.writers.keyed_state_surgery.with_sources`); one it drops is refused
+(``SavepointTransform.remove_function`` removes it first). The manifest,
 written last, records the new operators, schemas and keys. ``spark-state upgrade-check`` on the
 written savepoint then says "compatible".
 
