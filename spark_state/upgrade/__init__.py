@@ -9,7 +9,8 @@ migration (and which), or incompatible, with the error Spark would raise at star
 Modules: :mod:`.held` (the checkpoint's side), :mod:`.spark_plan` (the new query's side, and
 Spark's own verdicts), :mod:`.schema_changes` (differences in words), :mod:`.verdicts` (the
 rules), :mod:`.check` (the check's entry point), :mod:`.key_change` (a store's rows re-keyed),
-:mod:`.carry_over` (the new savepoint).
+:mod:`.function_changes` (keyed functions' new keys, added functions), :mod:`.carry_over` (the new
+savepoint).
 """
 
 from .carry_over import CarryOver, CarryOverResult, OperatorStep, proposed_sources

@@ -62,27 +62,22 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import types as T
 
 from ..ops import savepoint_format as F
 from ..ops.checkpoint_reader import SparkCheckpoint
-from ..ops.process_locations import CHECKPOINT, EXPLICIT, ROOT
 from ..ops.progress import Progress
 from ..ops.restore import restore
 from ..ops.state_files import copy_verified, write_small_file, write_state_file
-from ..process.location import CHECKPOINT_DIR
-from ..process.ticks import tick_source_name
 from ..state_data.errors import StateDataError
 from ..state_data.location.savepoints import SavepointSource, is_savepoint
-from ..state_data.readers.keyed_state import read_keyed_state, read_timers
 from ..state_data.readers.spark_operator_state import read_spark_operator_state
-from ..state_data.writers.function_rekey import TIMER_COLUMNS, rekey_function
-from ..state_data.writers.keyed_state_surgery import keyed_state_names
+from ..state_data.writers.function_rekey import rekey_function
 from ..state_data.writers.savepoint_copy import copy_unchanged, source_and_target
 from ..state_data.writers.spark_operator_surgery import check_unstamped, write_spark_store
 from ..state_data.writers.transform_checks import check_spark_rows
+from .function_changes import FunctionKeyChange, added_functions, new_function_names
 from .held import HeldState, read_held_state
-from .key_change import KeyChange, Merge, rekeyed_columns, rekeyed_rows, same_key
+from .key_change import KeyChange, Merge, rekeyed_rows, same_key
 from .schema_changes import same_columns
 from .spark_plan import PlannedQuery, QueryBuilder, plan_new_query
 from .verdicts import UpgradeReport, judge
@@ -185,7 +180,7 @@ class CarryOver:
         self._sources = proposed_sources(self._held, self._planned)
         self._changes: dict[tuple[int, str], KeyChange] = {}
         self._given: dict[tuple[int, str], DataFrame] = {}
-        self._function_keys: dict[str, _FunctionKey] = {}
+        self._function_keys: dict[str, FunctionKeyChange] = {}
 
     @property
     def sources(self) -> dict[int, Optional[int]]:
@@ -255,7 +250,7 @@ class CarryOver:
         if not key or isinstance(key, str):
             raise StateDataError(f"change_function_key({function!r}): key is the list of the new key's columns, "
                                  f"got {key!r}")
-        self._function_keys[source.function] = _FunctionKey(
+        self._function_keys[source.function] = FunctionKeyChange(
             source, tuple(key), KeyChange(dict(add or {}), dict(rename or {})), dict(types or {}), merge)
         return self
 
@@ -295,7 +290,7 @@ class CarryOver:
 
     def added_functions(self) -> list[str]:
         """The new query's keyed and checkpointed functions the savepoint does not hold."""
-        return sorted(n for n in self._planned.functions if n not in self._held.functions)
+        return new_function_names(self._held, self._planned)
 
     def write(self, target: str, *, target_storage_options: Optional[Mapping[str, str]] = None) -> CarryOverResult:
         """Write the new savepoint into ``target`` (new or empty; see the module docstring); its
@@ -312,7 +307,7 @@ class CarryOver:
             jobs = self._rekeyed(steps, manifest, new_ops, sp, fresh)  # checked before anything is written
             function_rows = {name: fk.rows(self._spark, self._savepoint, self._options)
                              for name, fk in self._function_keys.items()}
-            added, inserted = self._added_functions(manifest)
+            added, inserted = added_functions(self._held, self._planned, manifest)
             new = copy_unchanged(sp, manifest, out, rewritten=set(self._function_keys),
                                  spark_replaced=(f"{F.STATE_DIR}/", f"{F.SPARK_DIR}/state/"), inserted_sources=inserted)
             for path in sorted(self._planned.state_files):
@@ -405,43 +400,6 @@ class CarryOver:
                     jobs[(op.id, store.name)] = new_rows
         return jobs
 
-    def _added_functions(self, manifest: F.SavepointManifest) -> tuple[list[F.ProcessEntry], list[int]]:
-        """The manifest entries of the new query's functions the savepoint does not hold (an empty
-        state each), and the indices of their tick sources among the new query's sources.
-
-        Raises:
-            StateDataError: the new query lacks a function of the savepoint (remove it first), or
-                its sources differ from the savepoint's otherwise than by the new tick sources.
-        """
-        removed = sorted(n for n in self._held.functions if n not in self._planned.functions)
-        if removed:
-            raise StateDataError(
-                f"the new query has no function {', '.join(removed)}: remove it from the savepoint first "
-                f"(SavepointTransform(spark, savepoint).remove_function({removed[0]!r}, tick_source=<the index of its "
-                "tick source among the query's sources>).write(...)), then carry that savepoint over")
-        added = self.added_functions()
-        sources = self._planned.sources or ()
-        ticks = {tick_source_name(n): n for n in added}
-        inserted = [i for i, name in enumerate(sources) if name in ticks]
-        held_sources = len(self._held.offsets.source_lines)
-        if sorted(ticks[sources[i]] for i in inserted) != added or len(sources) - len(inserted) != held_sources:
-            raise StateDataError(
-                f"the new query has {len(sources)} sources ({', '.join(sources)}) and the savepoint's {held_sources}: "
-                "besides the tick sources of new functions, a query's sources are kept as they are")
-        entries = []
-        for name in added:
-            planned = self._planned.functions[name]
-            spec = planned.location
-            if spec is not None and spec.explicit:
-                placement, location, root = EXPLICIT, spec.explicit, None
-            elif spec is not None and spec.root is not None:
-                placement, location, root = ROOT, f"{spec.root.rstrip('/')}/{manifest.query_id}/{name}", spec.root
-            else:
-                placement, location, root = CHECKPOINT, f"{manifest.source.rstrip('/')}/{CHECKPOINT_DIR}/{name}", None
-            entries.append(F.ProcessEntry(name, planned.kind, planned.max_parallelism, planned.parallelism, location,
-                                          root, placement, planned.key))
-        return entries, inserted
-
     def _restored(self, scratch: str) -> str:
         """A checkpoint restored from the savepoint, which Spark's state reader reads."""
         base = self._work_dir or os.path.join(scratch, "restored")
@@ -465,43 +423,6 @@ class CarryOver:
             entry = manifest.file(path)
             files.append(F.FileEntry(dest, entry.size, entry.crc32, entry.rows, entry.keys))
         return files
-
-
-@dataclass(frozen=True)
-class _FunctionKey:
-    """A keyed function's new key (:meth:`CarryOver.change_function_key`)."""
-
-    source: SavepointSource
-    key: tuple[str, ...]
-    change: KeyChange
-    types: Mapping[str, str]
-    merge: Optional[Callable[[str, DataFrame], DataFrame]]
-
-    def rows(self, spark: SparkSession, savepoint: str, options: Mapping[str, str]
-             ) -> tuple[list[T.StructField], dict[str, DataFrame], DataFrame]:
-        """The new key's fields, each keyed state's rows and the timers' rows in the new key (lazy:
-        nothing runs yet); refused before anything is written (see change_function_key)."""
-        name = self.source.function
-        old = list(self.source.key_columns.columns)
-        where = f"keyed function {name!r}"
-        states: dict[str, DataFrame] = {}
-        fields: list[T.StructField] = []
-        for state in sorted(keyed_state_names(self.source)):
-            rows = read_keyed_state(spark, savepoint, state, function=name, storage_options=options)
-            rows, dropped = rekeyed_columns(rows.select(*old, "value"), old, self.key, self.change, self.types, where)
-            if dropped:
-                if self.merge is None:
-                    raise StateDataError(
-                        f"{where}: the new key drops {', '.join(f'`{c}`' for c in dropped)}, so the rows of several "
-                        "old keys meet under one new key: give merge=function(state, rows) -> one row per key")
-                rows = self.merge(state, rows)
-            states[state] = rows
-            fields = [rows.schema[c] for c in self.key]
-        timers = read_timers(spark, savepoint, function=name, storage_options=options)
-        timers, _ = rekeyed_columns(timers.select(*old, *TIMER_COLUMNS), old, self.key, self.change, self.types,
-                                    where)
-        fields = fields or [timers.schema[c] for c in self.key]
-        return fields, states, timers.dropDuplicates()
 
 
 def _listed(ops: Mapping[int, str]) -> str:
