@@ -34,18 +34,12 @@ Then, per store of each new operator:
   (:func:`~spark_state.state_data.writers.spark_operator_surgery.write_spark_store`);
 * no source: a file without entries per partition.
 
-The savepoint's operators no new operator takes are dropped. Spark's files of the new savepoint:
-the offset and commit logs, the sources' logs and ``metadata`` are the old ones (the restart
-continues the stream after the savepoint's batch); everything under ``spark/state/`` is replaced
-by what Spark writes for the new query (so its start-up checks of operator ids and schemas pass);
-keyed functions' state is copied unchanged, but for a function given a new key
-(:meth:`CarryOver.change_function_key`): its states and timers are re-keyed
-(:mod:`spark_state.state_data.writers.function_rekey`) and its new key recorded. A function the new
-query adds gets an empty state and its tick source a place in Spark's logs
-(:func:`~spark_state.state_data.writers.keyed_state_surgery.with_sources`); one it drops is refused
-(``SavepointTransform.remove_function`` removes it first). The manifest,
-written last, records the new operators, schemas and keys. ``spark-state upgrade-check`` on the
-written savepoint then says "compatible".
+The savepoint's operators no new operator takes are dropped. Spark's offset, commit and source
+logs are kept (the restart continues after the savepoint's batch); everything under
+``spark/state/`` is replaced by what Spark writes for the new query, so its start-up checks pass.
+Keyed functions' state is copied, re-keyed for a function given a new key, or created empty for a
+function the new query adds (:mod:`.function_changes`). The manifest, written last, records the
+new operators, schemas and keys: ``spark-state upgrade-check`` on it says "compatible".
 
 Spark 4.0 and newer (the planner the check uses); stores with a prefix key (session windows,
 stream-stream joins) and TTL-stamped stores are carried only unchanged (copied).
