@@ -269,7 +269,8 @@ class _Jvm:
         while stack:
             node = stack.pop()
             kind = node.getClass().getSimpleName()
-            if kind in ("StreamingRelation", "StreamingRelationV2") and seen.add(node):
+            if kind in ("StreamingRelation", "StreamingRelationV2") and node not in seen:
+                seen.add(node)  # Py4J's set: Python's add, which returns nothing
                 names.append(str(node.table().name() if kind == "StreamingRelationV2" else node.sourceName()))
             children = node.children()
             stack.extend(children.apply(i) for i in reversed(range(children.size())))

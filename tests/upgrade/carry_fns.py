@@ -35,5 +35,5 @@ class RunningCountAsText(RunningCount):
     """``RunningCount`` declaring its count as a string: a change its state's record refuses."""
 
     def open(self, ctx):
-        super().open(ctx)
         self.count = ctx.get_state(ValueStateDescriptor("count", StringType()))
+        self.seen = ctx.get_list_state(ListStateDescriptor("seen", IntegerType()))
