@@ -28,6 +28,7 @@ from ..keys.keygroup_prefix import KEY_GROUP_KEYSPACE_END
 from ..engine.store import VersionedStore
 from ..ttl.kv import TtlStats, is_stamped, migrate_layout
 from .access import PlainAccess, TtlAccess
+from .compatibility import equivalent
 from .descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -39,6 +40,7 @@ from .descriptors import (
 from .evolution import restore_keyed_schema
 from .key_context import KeyContext
 from .keyed_states import AggregatingState, KeyedState, ListState, MapState, ReducingState, ValueState
+from .schema import schema_of
 
 _LOG = logging.getLogger(__name__)
 
@@ -117,6 +119,12 @@ class KeyedStateBackend:
                 raise ValueError(
                     f"state {descriptor.name!r} is already registered as {existing.descriptor.kind} "
                     f"state; a {descriptor.kind} state needs another name")
+            registered, declared = schema_of(existing.descriptor), schema_of(descriptor)
+            if registered != declared and not equivalent(registered, declared):
+                # the first declaration would win silently, and the second's type never be checked
+                raise ValueError(
+                    f"state {descriptor.name!r} is already registered as {registered.describe()}; declared again "
+                    f"as {declared.describe()}: one name holds one type (give the other state another name)")
             return existing
         self.flush()  # registration may scan the store (schema checks, TTL layout migration)
         restore_keyed_schema(self._store, descriptor, lambda start: self._entries_of(descriptor.name_bytes, start))

@@ -159,6 +159,10 @@ def test_state_names_are_checked(store) -> None:
     assert b.get_state(ValueStateDescriptor("s", int)) is first
     with pytest.raises(ValueError, match="already registered as value state"):
         b.get_list_state(ListStateDescriptor("s", int))
+    with pytest.raises(ValueError, match=r"'s' is already registered as value state of bigint .*; declared again "
+                                         r"as value state of string"):
+        b.get_state(ValueStateDescriptor("s", str))
+    assert b.get_state(ValueStateDescriptor("s", "bigint")) is first  # the same type, spelled otherwise
     with pytest.raises(TypeError, match="expected a MapStateDescriptor"):
         b.get_map_state(ValueStateDescriptor("x", int))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="non-empty"):
