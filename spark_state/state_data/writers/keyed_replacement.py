@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
 from ...config import EngineConfig
+from ...ops.progress import Progress
 from ...ops import savepoint_format as F
 from ...process.functions import KeyedProcessFunction
 from ...process.location import LocationSpec
@@ -34,7 +35,6 @@ from ...state import (
 from ...state.descriptors import StateDescriptor
 from ..errors import StateDataError
 from ..location.savepoints import SavepointSource
-from ...ops.progress import Progress
 from .bootstrap_task import RESULT_DDL, bootstrap_partition
 from .keyed_state_surgery import BaseEntries
 
