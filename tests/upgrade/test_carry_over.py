@@ -317,7 +317,8 @@ def test_a_keyed_functions_key_gains_a_column_with_its_states_and_timers(spark, 
                              "user string, region string, n bigint", parallelism=3, name="RunningCount")
 
     history = [[_user_device(i) for i in range(4)], [_user_device(i) for i in range(1, 5)]]
-    later = [[_user_device(0), _user_device(9)], [_user_device(1), _user_device(9), _user_device(4)]]
+    later = [[_user_device(0), _user_device(9)], [_user_device(1), _user_device(9), _user_device(4)],
+             [_user_device(2), _user_device(3)]]
     in_dir = tmp_path / "in"
     write_batches(in_dir, history, SCHEMA)
     run_query(spark, old, provider_class=SPARKSTATE_PROVIDER, input_dir=in_dir, schema=SCHEMA,
@@ -353,8 +354,8 @@ def test_a_keyed_functions_key_gains_a_column_with_its_states_and_timers(spark, 
                           checkpoint_dir=tmp_path / "new", output_mode="append")
     model = run_query(spark, new, provider_class=HDFS_PROVIDER, input_dir=in_dir, schema=SCHEMA,
                       checkpoint_dir=tmp_path / "model", output_mode="append")
-    assert continued.batch_ids == [2, 3]
-    assert continued.batches == {b: model.batches[b] for b in (2, 3)}
+    assert continued.batch_ids == [2, 3, 4]
+    assert continued.batches == {b: model.batches[b] for b in (2, 3, 4)}
 
     def held(checkpoint):
         count = read_keyed_state(spark, str(checkpoint), "count").select("user", "region", "value").collect()
@@ -365,7 +366,7 @@ def test_a_keyed_functions_key_gains_a_column_with_its_states_and_timers(spark, 
 
     counts, _, timers = held(tmp_path / "new")
     assert (counts, _, timers) == held(tmp_path / "model")
-    assert len(timers) == sum(n for *_, n in counts) == 13  # a timer per row of the 13 rows
+    assert len(timers) == sum(n for *_, n in counts) == 15  # a timer per row of the 15 rows
 
     # a state whose type cannot be read: the check says so, and the restored query fails as it says
     def as_text(df):
