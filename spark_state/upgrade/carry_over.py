@@ -60,11 +60,10 @@ from pyspark.sql import DataFrame, SparkSession
 from ..ops import savepoint_format as F
 from ..ops.checkpoint_reader import SparkCheckpoint
 from ..ops.progress import Progress
-from ..ops.restore import restore
 from ..ops.state_files import copy_verified, write_small_file, write_state_file
 from ..state_data.errors import StateDataError
 from ..state_data.location.savepoints import SavepointSource, is_savepoint
-from ..state_data.readers.spark_operator_state import read_spark_operator_state
+from ..state_data.readers.spark_operator_state import read_spark_operator_state, restored_copy
 from ..state_data.writers.function_rekey import rekey_function
 from ..state_data.writers.savepoint_copy import copy_unchanged, source_and_target
 from ..state_data.writers.spark_operator_surgery import check_unstamped, write_spark_store
@@ -72,9 +71,8 @@ from ..state_data.writers.transform_checks import check_spark_rows
 from .function_changes import FunctionKeyChange, added_functions, new_function_names
 from .held import HeldState, read_held_state
 from .key_change import KeyChange, Merge, rekeyed_rows, same_key
-from .schema_changes import same_columns
 from .spark_plan import PlannedQuery, QueryBuilder, plan_new_query
-from .verdicts import UpgradeReport, judge
+from .verdicts import UpgradeReport, judge, same_operator
 
 __all__ = ["CarryOver", "CarryOverResult", "OperatorStep", "proposed_sources"]
 
@@ -122,17 +120,12 @@ def proposed_sources(held: HeldState, planned: PlannedQuery) -> dict[int, Option
     docstring); each old operator gives at most one."""
     out: dict[int, Optional[int]] = {}
     free = dict(held.operators)
-
-    def same(new_id: int, old_id: int) -> bool:
-        new, old = planned.operators[new_id], free[old_id]
-        return old.name == new.name and set(old.schemas) == set(new.schemas) and all(
-            same_columns(old.schemas[s][0], new.schemas[s][0]) for s in new.schemas)
-
-    for new_id in sorted(planned.operators):  # the same operator, at its id or moved
-        match = [new_id] if new_id in free and same(new_id, new_id) else [o for o in sorted(free) if same(new_id, o)]
-        if match:
-            out[new_id] = match[0]
-            del free[match[0]]
+    for new_id, new in sorted(planned.operators.items()):  # the same operator, at its id or moved
+        candidates = [free[new_id]] if new_id in free else []
+        match = same_operator(new, candidates) or same_operator(new, [free[o] for o in sorted(free)])
+        if match is not None:
+            out[new_id] = match.id
+            del free[match.id]
     for new_id in sorted(set(planned.operators) - set(out)):  # a key change at the same id
         if new_id in free and free[new_id].name == planned.operators[new_id].name:
             out[new_id] = new_id
@@ -384,7 +377,9 @@ class CarryOver:
                                              "such stores are carried over only with their key unchanged")
                     check_unstamped(sp, manifest, old_op, old_store)
                     if restored is None:
-                        restored = self._restored(scratch)
+                        # the reader's own restore, into a directory of this write (or of work_dir)
+                        restored = restored_copy(self._savepoint, self._options, os.path.join(
+                            self._work_dir or scratch, f"restored-{int(time.time() * 1000)}"))
                     rows = read_spark_operator_state(self._spark, restored, operator_id=old_op.id,
                                                      store_name=store.name).select("key", "value")
                     change = self._changes.get((op.id, store.name), KeyChange())
@@ -393,14 +388,6 @@ class CarryOver:
                     check_spark_rows(op, store, new_rows.schema)
                     jobs[(op.id, store.name)] = new_rows
         return jobs
-
-    def _restored(self, scratch: str) -> str:
-        """A checkpoint restored from the savepoint, which Spark's state reader reads."""
-        base = self._work_dir or os.path.join(scratch, "restored")
-        target = os.path.join(base, f"checkpoint-{int(time.time() * 1000)}")
-        restore(self._savepoint, target, keep_query_id=True, storage_options=self._options, progress=False,
-                process_root=os.path.join(base, "process"))
-        return target
 
     def _copied(self, sp: Any, manifest: F.SavepointManifest, out: Any, source: Optional[int], op: F.OperatorEntry,
                 store: str) -> list[F.FileEntry]:

@@ -46,7 +46,7 @@ from .schema_changes import describe_changes, misread, same_columns, schema_text
 from .spark_plan import PlannedFunction, PlannedOperator, PlannedQuery, SparkRefusal
 
 __all__ = ["COMPATIBLE", "INCOMPATIBLE", "MIGRATION", "FunctionVerdict", "OperatorVerdict", "UpgradeReport",
-           "judge"]
+           "judge", "same_operator"]
 
 COMPATIBLE, MIGRATION, INCOMPATIBLE = "compatible", "needs migration", "incompatible"
 
@@ -283,7 +283,7 @@ def _key_schema(key: dict) -> dict:
 def _verdict(op_id: int, old: Optional[HeldOperator], new: Optional[PlannedOperator], held: HeldState,
              planned: PlannedQuery, id_refusal: Optional[SparkRefusal]) -> OperatorVerdict:
     if old is None and new is not None:
-        source = _same_operator(new, held.operators.values())
+        source = same_operator(new, held.operators.values())
         if source is not None:
             return OperatorVerdict(op_id, None, new.name, MIGRATION, (
                 f"it is the checkpoint's operator {source.id} ({_described(source.name, source.schemas)}), moved to "
@@ -296,8 +296,8 @@ def _verdict(op_id: int, old: Optional[HeldOperator], new: Optional[PlannedOpera
                                id_refusal)
     assert old is not None and new is not None
     kind = old.name
-    target = _same_operator(old, [o for o in planned.operators.values() if o.id != op_id])
-    if old.name != new.name or (target is not None and _same_operator(new, [old]) is None):
+    target = same_operator(old, [o for o in planned.operators.values() if o.id != op_id])
+    if old.name != new.name or (target is not None and same_operator(new, [old]) is None):
         where = f"; it is now operator {target.id}" if target is not None else ""
         return OperatorVerdict(op_id, old.name, new.name, MIGRATION, (
             f"operator {op_id} was a {_described(old.name, old.schemas)} and is now a "
@@ -329,9 +329,10 @@ def _verdict(op_id: int, old: Optional[HeldOperator], new: Optional[PlannedOpera
     return OperatorVerdict(op_id, kind, new.name, INCOMPATIBLE, tuple(reasons), None, refusal)
 
 
-def _same_operator(op: Any, candidates: Any) -> Optional[Any]:
-    """The candidate of the same kind with the same key columns (names and types) in every store
-    as ``op``: the same operator at another id."""
+def same_operator(op: Any, candidates: Any) -> Optional[Any]:
+    """The first candidate of the same kind with the same key columns (names and types) in every
+    store as ``op``: the same operator at another id (the check's "moved", the carry-over's
+    proposal)."""
     for other in candidates:
         if other.name == op.name and set(other.schemas) == set(op.schemas) and all(
                 same_columns(op.schemas[s][0], other.schemas[s][0]) for s in op.schemas):
