@@ -123,6 +123,7 @@ def run_worker(spec: dict) -> dict:
             out = df.dropDuplicates(["id"])
         started = time.monotonic()
         query = queries.start_to_noop(out, spec["checkpoint"])
+        profiles = _profile(spark, query) if spec.get("profile") else {}
         query.awaitTermination()
         wall = time.monotonic() - started
         progress = queries.completed(queries.progress(query))
@@ -138,10 +139,49 @@ def run_worker(spec: dict) -> dict:
             "rows_updated": queries.state_sum(p, "numRowsUpdated"),
             "commit_ms": queries.state_sum(p, "commitTimeMs"),
             "ttl_expired": queries.custom_sums(p).get("sparkStateTtlExpiredRows", 0),
+            **({"custom": queries.custom_sums(p), **profiles.get(p["batchId"], {})} if spec.get("profile") else {}),
         }
         for p in progress
     ]
     return {"batches": batches, "wall_s": wall}
+
+
+def _profile(spark, query) -> dict[int, dict]:
+    """``--profile``: per batch, as each lands (polled every 0.1 s, so a batch's figures can take
+    a little of the next one's), the JVM's garbage collection time and the CPU seconds of the JVM
+    and of the provider's Python workers."""
+    from harness.heap import gc_time_ms
+    from harness.processes import cpu_seconds
+
+    root = os.getpid()
+    out: dict[int, dict] = {}
+    gc0, cpu0 = gc_time_ms(spark), cpu_seconds(root)
+    for p in queries.follow(query, poll_s=0.1):
+        gc1, cpu1 = gc_time_ms(spark), cpu_seconds(root)
+        out[p["batchId"]] = {"gc_ms": gc1 - gc0, "jvm_cpu_s": round(cpu1["jvm"] - cpu0["jvm"], 2),
+                             "worker_cpu_s": round(cpu1["provider_workers"] - cpu0["provider_workers"], 2)}
+        gc0, cpu0 = gc1, cpu1
+    return out
+
+
+PROFILE_COLUMNS = (("trigger_ms", "trigger"), ("add_batch_ms", "addBatch"), ("commit_ms", "commit"),
+                   ("gc_ms", "GC"), ("jvm_cpu_s", "JVM cpu s"), ("worker_cpu_s", "workers cpu s"),
+                   ("sparkStateLoadTimeMs", "load"), ("sparkStateViewExports", "exports"),
+                   ("sparkStateSpills", "spills"), ("sparkStateHeapBytes", "heap MB"))
+
+
+def print_profile(tag: str, batches: list[dict]) -> None:
+    """``--profile``: one run's batches, one line each (times in ms summed over tasks where Spark
+    sums them: commit, load)."""
+    print(f"  {tag}: " + "  ".join(f"{label:>10}" for _, label in PROFILE_COLUMNS))
+    for b in batches:
+        cells = []
+        for key, _ in PROFILE_COLUMNS:
+            value = b.get(key, b.get("custom", {}).get(key, ""))
+            if key == "sparkStateHeapBytes" and value != "":
+                value = round(value / 2**20)
+            cells.append(f"{value:>10}")
+        print(f"  {'batch ' + str(b['batch']):>{len(tag)}}: " + "  ".join(cells))
 
 
 # ------------------------------------------------------------------------------------------
@@ -186,6 +226,9 @@ def main(argv=None) -> int:
     sessions.add_heaps_option(parser)
     parser.add_argument("--driver-memory", help="one driver heap (the same as --heaps with one value)")
     parser.add_argument("--rounds", type=int, default=1, help="run every provider this many times (rotated order)")
+    parser.add_argument("--profile", action="store_true",
+                        help="print each run's batches: times, GC, CPU of the JVM and of the workers, loads, "
+                             "view exports, spills, heap")
     parser.add_argument("--ttl", default="1h", help="TTL of the sparkstate-ttl variant")
     parser.add_argument("--ttl-expiring", default="3s", help="TTL of the sparkstate-ttl-expiring variant")
     sessions.add_conf_option(parser)
@@ -282,6 +325,7 @@ def run_one(args, heap: str, rnd: int, w: str, name: str, confs: dict, input_dir
         "partitions": args.partitions,
         "driver_memory": heap,
         "confs": run_confs,
+        "profile": args.profile,
     }
     t = time.monotonic()
     done = workers.run(__file__, spec, os.path.join(workdir, f"{tag}.log"))
@@ -294,6 +338,8 @@ def run_one(args, heap: str, rnd: int, w: str, name: str, confs: dict, input_dir
     runs.setdefault(heap, {}).setdefault(w, {}).setdefault(name, []).append(run)
     print(f"  {tag}: {len(run['batches'])} batches in {run['wall_s']:.1f} s "
           f"(process {time.monotonic() - t:.1f} s)")
+    if args.profile:
+        print_profile(tag, run["batches"])
 
 
 def summarize_workload(args, by_name: dict, heap: str, w: str) -> dict:

@@ -89,6 +89,22 @@ def classify(procs: Iterable[Proc]) -> dict[str, list[Proc]]:
     return kinds
 
 
+def cpu_seconds(root: int) -> dict[str, float]:
+    """CPU time (user + system, seconds) spent so far by each kind of process below ``root``
+    (``/proc/<pid>/stat``'s utime and stime; a worker that has ended no longer counts)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {kind: 0.0 for kind in KINDS}
+    for kind, procs in classify(descendants(root)).items():
+        for p in procs:
+            try:
+                with open(f"/proc/{p.pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            out[kind] += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return out
+
+
 def process_summary(root: int) -> dict[str, dict]:
     """Per kind of process below ``root``: count, total and largest RSS (MB), open file descriptors;
     and ``driver_python``, this process."""

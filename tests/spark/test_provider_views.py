@@ -262,3 +262,32 @@ def test_pending_writes_reach_the_changes_file_in_unsigned_key_order(spark, tmp_
     assert table.column("value").to_pylist() == [expected[k] for k in in_order]
     assert table.column("op").to_pylist() == [1 if expected[k] is None else 0 for k in in_order]
     assert set(table.column("prior").to_pylist()) == {-1}  # nothing read: prior unknown
+    buffer.clear()  # its reservation goes back to the executor's budget
+
+
+def test_pending_writes_take_the_heap_back_from_the_views_layers(spark, tmp_path):
+    """The views' layers are a cache: pending writes that find the heap part of the budget full
+    reclaim them (least recently extended first) before they would spill, and the store's next
+    load exports its version instead, reading exactly what the layers held."""
+    sparkstate = spark._jvm.org.apache.spark.sql.execution.streaming.state.sparkstate
+    pending = getattr(getattr(sparkstate, "MemoryBudget$Pending$"), "MODULE$")
+    # what this test's layers leave of the part (other tests' stores of this JVM may hold some of it)
+    room = sparkstate.MemoryBudget.heapBytes() - pending.usedBytes()
+    shim = Shim(spark, str(tmp_path / "state"), {})
+    try:
+        model: dict[int, int] = {}
+        for version in range(3):
+            writes = {version * 10 + i: version for i in range(10)}
+            shim.commit(shim.store(version), writes)
+            model.update(writes)
+        held = shim.store(3)
+        assert shim.exported(held) == 0  # served by the layers over the empty state
+        held.abort()
+        assert not pending.tryReserve(room)  # the layers hold some of it
+        assert pending.reserveForWrites(room)  # all of it, once the layers are dropped
+        pending.release(room)
+        store = shim.store(3)
+        assert shim.exported(store) == 1 and shim.scan(store) == model
+        store.abort()
+    finally:
+        shim.close()

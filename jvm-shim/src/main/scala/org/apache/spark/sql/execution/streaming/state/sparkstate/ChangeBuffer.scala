@@ -204,7 +204,7 @@ private[sparkstate] final class ChangeBuffer(
     if (held > limit) spillHeap()
     else if (held > reserved) {
       val want = held - reserved + ReserveStep
-      if (MemoryBudget.Pending.tryReserve(want)) reserved += want
+      if (MemoryBudget.Pending.reserveForWrites(want)) reserved += want
       else if (held >= MinSpillBytes) spillHeap()
     }
   }

@@ -24,7 +24,8 @@ import org.apache.spark.internal.Logging
  * The chain of a store is an immutable value ([[Chain]]); a commit or refresh replaces it, and a
  * reader keeps the chain it opened. A base is closed when no chain and no reader uses it.
  */
-private[sparkstate] final class RocksViews(options: ViewOptions, describe: => String) extends StoreViews with Logging {
+private[sparkstate] final class RocksViews(options: ViewOptions, describe: => String)
+  extends StoreViews with MemoryBudget.Reclaimable with Logging {
   private var chain: Chain = _
   /** Budget reserved for the layers of `chain`. */
   private var reservedBytes = 0L
@@ -58,13 +59,15 @@ private[sparkstate] final class RocksViews(options: ViewOptions, describe: => St
     // version, a change the JVM cannot rebuild) leaves it: the next load names the commit id held for
     // the version it needs, and the worker exports whatever the JVM lacks.
     // A layer is heap the executor's budget must have room for ([[MemoryBudget.Pending]]); without it
-    // the chain stays as it is, and the next load exports the new version.
+    // the chain stays as it is, and the next load exports the new version. Pending writes that find
+    // no room take it back ([[reclaim]]).
     if (chain != null && chain.top == view.version && chain.idOf(view.version) == view.chain.idOf(view.version)) {
       CommitDelta.fromCommit(buffer, reply).foreach { delta =>
         val layer = new Layer(view.version + 1, Json.text(reply, "commitId"), delta)
         if (MemoryBudget.Pending.tryReserve(layer.bytes)) {
           reservedBytes += layer.bytes
           chain = chain.plus(layer)
+          MemoryBudget.Pending.holding(this)
         }
       }
     }
@@ -75,9 +78,22 @@ private[sparkstate] final class RocksViews(options: ViewOptions, describe: => St
 
   def close(): Unit = synchronized(replace(null))
 
+  /**
+   * Drop the layers (their reservation goes back to the budget): the chain keeps its base, so the
+   * next load of a newer version asks the worker for an export. Readers that hold the old chain keep
+   * reading it until their task ends.
+   */
+  def reclaim(): Unit = synchronized {
+    if (chain != null && chain.layers.nonEmpty) {
+      replace(chain.copy(layers = Vector.empty))
+      logDebug(s"$describe: read view's layers reclaimed for pending writes (now version ${chain.top})")
+    }
+  }
+
   private def replace(next: Chain): Unit = {
     // Every replacement starts without layers: what the old chain's layers reserved goes back.
     MemoryBudget.Pending.release(reservedBytes)
+    MemoryBudget.Pending.notHolding(this)
     reservedBytes = 0
     if (chain != null && chain.base != null && (next == null || (next.base ne chain.base))) chain.base.close()
     if (next != null && next.base != null && chain != null && chain.top > next.top) {
