@@ -291,3 +291,18 @@ def test_pending_writes_take_the_heap_back_from_the_views_layers(spark, tmp_path
         store.abort()
     finally:
         shim.close()
+
+
+def test_a_scan_opens_at_its_first_read(shim):
+    """An iterator reads nothing until it is read (Spark's deduplication asks for one every batch
+    and, without a watermark, never reads it), so it sees the store as it is at its first read;
+    one never read closes with the store."""
+    shim.commit(shim.store(0), {1: 1, 2: 2})
+    store = shim.store(1)
+    unread = store.iterator("default")
+    early = store.iterator("default")
+    shim.put(store, 3, 3)
+    shim.remove(store, 1)
+    assert shim._drain(store, early, None) == {2: 2, 3: 3}
+    assert store.commit() == 2  # closes the unread one too
+    assert not unread.hasNext()

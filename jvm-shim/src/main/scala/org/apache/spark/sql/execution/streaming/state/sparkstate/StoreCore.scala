@@ -265,12 +265,24 @@ private[sparkstate] final class MergedScan(
     codec: KeyCodec,
     valueFields: Int,
     ttl: TtlView) extends Iterator[UnsafeRowPair] {
-  private val it = db.scan(from, until)
+  // Both sides are opened at the first `hasNext`/`next`, not here: Spark's deduplication asks for an
+  // iterator on every batch and, without a watermark, never reads it (`EvictionIterator` checks its
+  // predicate first), and opening the buffer's side sorts every pending write (a third of such a
+  // task's time). So a scan sees the store as it is at its first read.
+  private var it: ViewScan = _
   private val ordered = db.ordered
-  private val pending = buffer.range(from, until, ordered)
-  private var pendingEntry = nextPending()
+  private var pending: java.util.Iterator[java.util.Map.Entry[Array[Byte], Array[Byte]]] = _
+  private var pendingEntry: java.util.Map.Entry[Array[Byte], Array[Byte]] = _
   private var nextPair: UnsafeRowPair = _
+  private var opened = false
   private var closed = false
+
+  private def open(): Unit = {
+    opened = true
+    it = db.scan(from, until)
+    pending = buffer.range(from, until, ordered)
+    pendingEntry = nextPending()
+  }
 
   private def nextPending(): java.util.Map.Entry[Array[Byte], Array[Byte]] =
     if (pending.hasNext) pending.next() else null
@@ -278,6 +290,7 @@ private[sparkstate] final class MergedScan(
   private def dbValid: Boolean = !closed && it.valid
 
   override def hasNext: Boolean = {
+    if (!opened && !closed) open()
     if (nextPair == null && !closed) advance()
     nextPair != null
   }
@@ -336,7 +349,9 @@ private[sparkstate] final class MergedScan(
 
   def close(): Unit = if (!closed) {
     closed = true
-    it.close()
-    ChangeBuffer.closeRange(pending) // a spill scan is a native iterator
+    if (opened) {
+      it.close()
+      ChangeBuffer.closeRange(pending) // a spill scan is a native iterator
+    }
   }
 }
