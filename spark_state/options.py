@@ -301,8 +301,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec("rocksdb.viewLayers.maxBytes", "provider", default=(
         "the budget's heap part: a twelfth of `memory.budget`, 64 MB of a 1 GB executor"), meaning=(
         "`backend=rocksdb`: bytes of layered epochs per store before a fresh export (`64m`, `1g` or "
-        "bytes); every store's layers and pending writes together stay within the heap part either "
-        "way. Set, it overrides the part for the stores of the session that sets it")),
+        "bytes); every store's layers and pending writes together stay within the heap part (with "
+        "half the heap maps' part while no `hashmap` store is open; see Memory) either way, pending "
+        "writes first. Set, it overrides the part for the stores of the session that sets it")),
     OptionSpec("testing.crashOnCommit", "provider", testing_only=True, meaning=(
         "`<version>:<dir>:once|always` makes a worker exit while committing `<version>`")),
     OptionSpec("testing.expiredKeysBatchRows", "provider", default="`8192`", testing_only=True, meaning=(

@@ -272,7 +272,7 @@ def test_pending_writes_take_the_heap_back_from_the_views_layers(spark, tmp_path
     sparkstate = spark._jvm.org.apache.spark.sql.execution.streaming.state.sparkstate
     pending = getattr(getattr(sparkstate, "MemoryBudget$Pending$"), "MODULE$")
     # what this test's layers leave of the part (other tests' stores of this JVM may hold some of it)
-    room = sparkstate.MemoryBudget.heapBytes() - pending.usedBytes()
+    room = sparkstate.MemoryBudget.pendingLimitBytes() - pending.usedBytes()
     shim = Shim(spark, str(tmp_path / "state"), {})
     try:
         model: dict[int, int] = {}
@@ -306,3 +306,36 @@ def test_a_scan_opens_at_its_first_read(shim):
     assert shim._drain(store, early, None) == {2: 2, 3: 3}
     assert store.commit() == 2  # closes the unread one too
     assert not unread.hasNext()
+
+
+def test_the_layers_borrow_the_idle_heap_maps_part_until_a_hashmap_store_opens(spark, tmp_path):
+    """While no `hashmap` store is open in the executor, the `rocksdb` views' layers may use half of
+    the heap maps' part beside the heap part; the first `hashmap` store to open takes it back (the
+    layers are dropped: the next load exports), and its close lends it again."""
+    state = spark._jvm.org.apache.spark.sql.execution.streaming.state
+    budget = state.sparkstate.MemoryBudget
+    heap_maps = getattr(getattr(state.sparkstate, "MemoryBudget$HeapMaps$"), "MODULE$")
+    for query in spark.streams.active:  # earlier tests' stores: unloaded, as in the budget test above
+        query.stop()
+    state.StateStore.stop()
+    assert heap_maps.openStores() == 0
+    assert budget.pendingLimitBytes() == budget.heapBytes() + budget.heapMapsBytes() // 2
+    rocks = Shim(spark, str(tmp_path / "rocks"), {})
+    try:
+        model: dict[int, int] = {}
+        for version in range(3):
+            writes = {version * 10 + i: version for i in range(10)}
+            rocks.commit(rocks.store(version), writes)
+            model.update(writes)
+        held = rocks.store(3)
+        assert rocks.exported(held) == 0  # layers
+        held.abort()
+        heap = Shim(spark, str(tmp_path / "heap"), BACKENDS["hashmap"])
+        assert heap_maps.openStores() == 1 and budget.pendingLimitBytes() == budget.heapBytes()
+        store = rocks.store(3)
+        assert rocks.exported(store) == 1 and rocks.scan(store) == model  # the layers were given back
+        store.abort()
+        heap.close()
+        assert budget.pendingLimitBytes() == budget.heapBytes() + budget.heapMapsBytes() // 2
+    finally:
+        rocks.close()

@@ -33,6 +33,8 @@ private[sparkstate] final class HeapViews(options: ViewOptions, describe: => Str
   import HeapViews._
 
   private var current: HeapState = _
+  MemoryBudget.HeapMaps.storeOpened()
+  private var closed = false
 
   def request(version: Long): ViewRequest = synchronized {
     // Version 0 is the empty state of every store (commit id ""): never shipped.
@@ -88,7 +90,13 @@ private[sparkstate] final class HeapViews(options: ViewOptions, describe: => Str
   def memoryBytes: Long = synchronized { if (current == null) 0L else current.bytes }
 
 
-  def close(): Unit = synchronized(replace(null))
+  def close(): Unit = synchronized {
+    replace(null)
+    if (!closed) {
+      closed = true
+      MemoryBudget.HeapMaps.storeClosed()
+    }
+  }
 
   private def replace(next: HeapState): Unit = {
     if (current != null) current.retire()
