@@ -25,7 +25,7 @@ from spark_state.state_data import (StateDataError, UnknownStateError, read_chan
                                    register_data_sources, state_metadata, StateReader)
 from spark_state.state_data.datasource.options import plan_from_options
 from spark_state.state_data.readers.keyed_state import plan_keyed_state
-from spark_state.spark.lines import running_line
+from spark_state.spark.lines import NEWEST, running_line
 from state_data_fns import AllStatesAndTimers
 from streaming_harness import HDFS_PROVIDER, run_query, ship_module_by_value, write_batches
 
@@ -95,7 +95,11 @@ def test_on_spark_35_registering_names_the_line_and_the_functions(spark):
 @pytest.mark.lines
 @pytest.mark.skipif(ON_35, reason="the Python Data Source API is Spark 4.0+ (the 3.5 test above checks the refusal)")
 def test_the_data_source_equals_the_python_readers(spark, states):
-    for path in (states["ckpt"], states["sp"]):
+    # The newest line reads both; the others (the compatibility suite, whose time CI counts four
+    # times) the checkpoint only: the data source's line-specific part is the same for both, and a
+    # savepoint is read through the same readers once restored.
+    paths = (states["ckpt"], states["sp"]) if running_line() == NEWEST else (states["ckpt"],)
+    for path in paths:
         for state in ("count", "recent", "buckets", "total", "mean"):
             # the source flattens by default, as Spark's reader does; the functions do not
             flat = _source(spark, path, stateVarName=state)
