@@ -19,9 +19,14 @@ metrics (``sparkStateLoadTimeMs`` summed over the 4 stores, files and bytes fetc
 changelog bytes replayed). The ratio is spark-state / Spark RocksDB, and per provider the load at
 the largest size over the smallest.
 
+``--providers`` takes ``sparkstate`` (``backend=rocksdb``), ``sparkstate-hashmap``, ``rocksdb`` (Spark's)
+and ``keyed``: ``keyed_process`` keeping a running count per key (its stores' load, ``load_ms``, is
+its slowest task's rather than a sum). ``--rescale P`` restarts at ``P`` partitions instead: a
+savepoint of the stopped query, restored at that count (both timed), before the restart.
+
 Usage:
     python bench/recovery_bench.py [--providers sparkstate,rocksdb] [--sizes 1000000,10000000,30000000]
-        [--restart-updates 100000] [--rounds 1] [--driver-memory 1g] [--json out.json]
+        [--restart-updates 100000] [--rounds 1] [--driver-memory 1g] [--rescale P] [--json out.json]
 """
 
 from __future__ import annotations
@@ -44,6 +49,16 @@ LOAD_METRICS = ("sparkStateLoadTimeMs", "sparkStateLoadFilesFetched", "sparkStat
                 "sparkStateLoadFilesLinked", "sparkStateChangelogBytesReplayed", "sparkStateRestoresFromCheckpoint")
 
 
+#: The contender that runs a keyed function (``keyed_process``: a running count per key, rocksdb
+#: backend) instead of Spark's aggregation on a provider.
+KEYED = "keyed"
+#: A keyed function's load figures (its progress figures), under the provider's metric names. Its
+#: ``load_ms`` is its slowest task's, where the provider's load time is summed over the stores.
+KEYED_LOAD = {"load_ms": "sparkStateLoadTimeMs", "load_files_fetched": "sparkStateLoadFilesFetched",
+              "load_bytes_fetched": "sparkStateLoadBytesFetched",
+              "changelog_bytes_replayed": "sparkStateChangelogBytesReplayed"}
+
+
 def restart_inputs(workdir: str, size: int, updates: int) -> tuple[str, str]:
     """The first batch of ``size`` distinct keys (large_state_bench's) and a file of ``updates``
     existing keys for the restart."""
@@ -62,15 +77,19 @@ def one_restart(name: str, size: int, args, workdir: str, first_dir: str, restar
     shutil.rmtree(run_dir, ignore_errors=True)
     input_dir = os.path.join(run_dir, "in")
     inputs.stage(input_dir, [os.path.join(first_dir, f) for f in sorted(os.listdir(first_dir))])
-    spec = {"provider": name, "suite": "provider", "input_dir": input_dir, "driver_memory": args.driver_memory,
+    keyed = name == KEYED
+    spec = {"provider": name, "suite": "keyed" if keyed else "provider", "input_dir": input_dir,
+            "driver_memory": args.driver_memory,
             "checkpoint": os.path.join(run_dir, "ckpt"), "local_dir": os.path.join(run_dir, "local"),
             "result": os.path.join(run_dir, "build.jsonl"), "confs": {}, "query": "count"}
     lines, _ = L.launch(spec, args.cap_s)
     if not [b for b in lines if "batch" in b]:
         return {"error": next((b["error"] for b in lines if "error" in b), "the state was not built")}
     shutil.rmtree(spec["local_dir"], ignore_errors=True)  # a new executor: no local state
+    offline = rescale_offline(spec, run_dir, args.rescale) if args.rescale else {}
     inputs.stage(input_dir, [restart_file])
-    restart = dict(spec, result=os.path.join(run_dir, "restart.jsonl"))
+    restart = dict(spec, result=os.path.join(run_dir, "restart.jsonl"), checkpoint=offline.get("checkpoint",
+                                                                                              spec["checkpoint"]))
     lines, _ = L.launch(restart, args.cap_s)
     done = [b for b in lines if "batch" in b]
     if not done:
@@ -84,9 +103,24 @@ def one_restart(name: str, size: int, args, workdir: str, first_dir: str, restar
            "spark_steps_s": spark_batch_ms / 1000,
            "add_batch_s": steps.get("addBatch", 0) / 1000,
            "state_rows": b["state_rows"],
-           "load": {k: b["custom"].get(k) for k in LOAD_METRICS if k in b["custom"]}}
+           "load": ({KEYED_LOAD[k]: v for k, v in b.get("keyed", {}).items() if k in KEYED_LOAD} if keyed else
+                    {k: b["custom"].get(k) for k in LOAD_METRICS if k in b["custom"]})}
     out["spark_own_s"] = out["session_start_s"] + out["query_to_batch_s"] + out["spark_steps_s"]
+    out.update({k: v for k, v in offline.items() if k != "checkpoint"})
     return out
+
+
+def rescale_offline(spec: dict, run_dir: str, partitions: int) -> dict:
+    """``--rescale P``: a savepoint of the stopped query's checkpoint, restored into a new checkpoint
+    at ``P`` partitions (the offline steps of a rescale, timed); the restart then runs on it."""
+    from spark_state.ops import restore, savepoint
+
+    sp, rescaled = os.path.join(run_dir, "savepoint"), os.path.join(run_dir, "ckpt-rescaled")
+    t = time.monotonic()
+    savepoint(spec["checkpoint"], sp, progress=False)
+    taken = time.monotonic()
+    restore(sp, rescaled, partitions=partitions, progress=False)
+    return {"checkpoint": rescaled, "savepoint_s": taken - t, "restore_s": time.monotonic() - taken}
 
 
 def main(argv=None) -> int:
@@ -96,11 +130,15 @@ def main(argv=None) -> int:
     parser.add_argument("--restart-updates", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--driver-memory", default="1g")
+    parser.add_argument("--rescale", type=int, help="restart at this many partitions: a savepoint restored at "
+                        "that count first (spark-state only; Spark's providers cannot change it)")
     parser.add_argument("--cap-s", type=float, default=1800)
     parser.add_argument("--workdir")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     providers = args.providers.split(",")
+    if args.rescale and "rocksdb" in providers:
+        parser.error("--rescale: Spark's RocksDB provider cannot restore at another partition count")
     sizes = [int(s) for s in args.sizes.split(",")]
     workdir = args.workdir or tempfile.mkdtemp(prefix="recovery-bench-")
     figures: dict = {p: {} for p in providers}
@@ -145,9 +183,15 @@ def report(figures: dict, sizes: list[int], providers: list[str]) -> None:
         execution = [_median(figures[p].get(s, []), "add_batch_s") for s in sizes]
         print(f"{p}: Spark's own part {', '.join(f'{v:.1f}' for v in own)} s; the batch's execution "
               f"{', '.join(f'{v:.1f}' for v in execution)} s")
+        if any("restore_s" in r for s in sizes for r in figures[p].get(s, [])):
+            offline = [(_median(figures[p].get(s, []), "savepoint_s"), _median(figures[p].get(s, []), "restore_s"))
+                       for s in sizes]
+            print(f"{p}: before the restart, the savepoint and its restore at another partition count: "
+                  + ", ".join(f"{a:.1f} + {b:.1f}" for a, b in offline) + " s")
         loads = [_median(figures[p].get(s, []), "load", "sparkStateLoadTimeMs") for s in sizes]
         if all(v == v for v in loads):  # no NaN: the provider reports our load metrics
-            print(f"{p}: the stores' load, summed over the stores: {', '.join(f'{v:.0f}' for v in loads)} ms; "
+            how = "the slowest task's" if p == KEYED else "summed over the stores"
+            print(f"{p}: the stores' load, {how}: {', '.join(f'{v:.0f}' for v in loads)} ms; "
                   f"largest / smallest {loads[-1] / max(loads[0], 1):.2f}")
 
 
