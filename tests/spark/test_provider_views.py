@@ -265,6 +265,20 @@ def test_pending_writes_reach_the_changes_file_in_unsigned_key_order(spark, tmp_
     buffer.clear()  # its reservation goes back to the executor's budget
 
 
+def _three_layered_versions(shim: Shim) -> dict[int, int]:
+    """Three commits on a fresh `rocksdb` store, held by the JVM as layers over the empty state
+    (checked: the next load exports nothing); returns the state they make."""
+    model: dict[int, int] = {}
+    for version in range(3):
+        writes = {version * 10 + i: version for i in range(10)}
+        shim.commit(shim.store(version), writes)
+        model.update(writes)
+    held = shim.store(3)
+    assert shim.exported(held) == 0
+    held.abort()
+    return model
+
+
 def test_pending_writes_take_the_heap_back_from_the_views_layers(spark, tmp_path):
     """The views' layers are a cache: pending writes that find the heap part of the budget full
     reclaim them (least recently extended first) before they would spill, and the store's next
@@ -275,14 +289,7 @@ def test_pending_writes_take_the_heap_back_from_the_views_layers(spark, tmp_path
     room = sparkstate.MemoryBudget.pendingLimitBytes() - pending.usedBytes()
     shim = Shim(spark, str(tmp_path / "state"), {})
     try:
-        model: dict[int, int] = {}
-        for version in range(3):
-            writes = {version * 10 + i: version for i in range(10)}
-            shim.commit(shim.store(version), writes)
-            model.update(writes)
-        held = shim.store(3)
-        assert shim.exported(held) == 0  # served by the layers over the empty state
-        held.abort()
+        model = _three_layered_versions(shim)
         assert not pending.tryReserve(room)  # the layers hold some of it
         assert pending.reserveForWrites(room)  # all of it, once the layers are dropped
         pending.release(room)
@@ -322,14 +329,7 @@ def test_the_layers_borrow_the_idle_heap_maps_part_until_a_hashmap_store_opens(s
     assert budget.pendingLimitBytes() == budget.heapBytes() + budget.heapMapsBytes() // 2
     rocks = Shim(spark, str(tmp_path / "rocks"), {})
     try:
-        model: dict[int, int] = {}
-        for version in range(3):
-            writes = {version * 10 + i: version for i in range(10)}
-            rocks.commit(rocks.store(version), writes)
-            model.update(writes)
-        held = rocks.store(3)
-        assert rocks.exported(held) == 0  # layers
-        held.abort()
+        model = _three_layered_versions(rocks)
         heap = Shim(spark, str(tmp_path / "heap"), BACKENDS["hashmap"])
         assert heap_maps.openStores() == 1 and budget.pendingLimitBytes() == budget.heapBytes()
         store = rocks.store(3)

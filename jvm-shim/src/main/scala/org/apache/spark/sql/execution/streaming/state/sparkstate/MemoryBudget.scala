@@ -165,13 +165,15 @@ private[sparkstate] object MemoryBudget {
 
     /**
      * Reserve `bytes` for pending writes, which come before the views' layers: when the part has no
-     * room, the layers of other stores are reclaimed ([[Reclaimable]]), the least recently extended
-     * first, until the bytes fit; false (nothing reserved) only when no layer is left to reclaim.
-     * Why writes first: layers are a cache (a view without its layers exports its version again at the
-     * next load, one flush and one open), while writes that find no room spill to local disk and are
-     * read back at the commit. Before, layers filled the part over a few batches and every batch after
-     * that spilled: at 1 GB a `dropDuplicates` of 250k new keys a batch ran at half the speed it had
-     * at 4 GB.
+     * room, the views' layers are reclaimed ([[Reclaimable]]), the least recently extended first,
+     * until the bytes fit; false (nothing reserved) only when no layer is left to reclaim. Why writes
+     * first: layers are a cache (a view without its layers exports its version again at the next load,
+     * one flush and one open), while writes that find no room spill to local disk and are read back at
+     * the commit. Layers fill the part within a few batches, so without this every later batch would
+     * spill (at 1 GB a `dropDuplicates` of 250k new keys a batch ran at half its speed at 4 GB so).
+     * Locks: the caller holds its buffer's lock and takes views' locks (`reclaim`); a view holds its
+     * lock while it reads the buffer of the commit it applies, which is finished (its task commits
+     * it), so no thread holds that buffer's lock and waits for the view's.
      */
     def reserveForWrites(bytes: Long): Boolean = tryReserve(bytes) || {
       val holders = reclaimables.synchronized(new java.util.ArrayList[Reclaimable](reclaimables.keySet))
