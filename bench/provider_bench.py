@@ -49,6 +49,7 @@ Usage:
         [--batches 6]
         [--rounds 2: every provider twice, in rotated order (interleaved)]
         [--rows-per-batch 500000] [--workloads agg,dedup] [--heaps 1g,4g] [--json out.json] [--record]
+        [--profile: every run's batches, with GC, the JVM's and the workers' CPU, loads, exports, spills]
 """
 
 from __future__ import annotations
