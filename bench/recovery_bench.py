@@ -86,10 +86,9 @@ def one_restart(name: str, size: int, args, workdir: str, first_dir: str, restar
     if not [b for b in lines if "batch" in b]:
         return {"error": next((b["error"] for b in lines if "error" in b), "the state was not built")}
     shutil.rmtree(spec["local_dir"], ignore_errors=True)  # a new executor: no local state
-    offline = rescale_offline(spec, run_dir, args.rescale) if args.rescale else {}
+    checkpoint, offline = rescale_offline(spec, run_dir, args.rescale) if args.rescale else (spec["checkpoint"], {})
     inputs.stage(input_dir, [restart_file])
-    restart = dict(spec, result=os.path.join(run_dir, "restart.jsonl"), checkpoint=offline.get("checkpoint",
-                                                                                              spec["checkpoint"]))
+    restart = dict(spec, result=os.path.join(run_dir, "restart.jsonl"), checkpoint=checkpoint)
     lines, _ = L.launch(restart, args.cap_s)
     done = [b for b in lines if "batch" in b]
     if not done:
@@ -106,13 +105,14 @@ def one_restart(name: str, size: int, args, workdir: str, first_dir: str, restar
            "load": ({KEYED_LOAD[k]: v for k, v in b.get("keyed", {}).items() if k in KEYED_LOAD} if keyed else
                     {k: b["custom"].get(k) for k in LOAD_METRICS if k in b["custom"]})}
     out["spark_own_s"] = out["session_start_s"] + out["query_to_batch_s"] + out["spark_steps_s"]
-    out.update({k: v for k, v in offline.items() if k != "checkpoint"})
+    out.update(offline)
     return out
 
 
-def rescale_offline(spec: dict, run_dir: str, partitions: int) -> dict:
+def rescale_offline(spec: dict, run_dir: str, partitions: int) -> tuple[str, dict]:
     """``--rescale P``: a savepoint of the stopped query's checkpoint, restored into a new checkpoint
-    at ``P`` partitions (the offline steps of a rescale, timed); the restart then runs on it."""
+    at ``P`` partitions (the offline steps of a rescale); that checkpoint, which the restart runs
+    on, and the two steps' times."""
     from spark_state.ops import restore, savepoint
 
     sp, rescaled = os.path.join(run_dir, "savepoint"), os.path.join(run_dir, "ckpt-rescaled")
@@ -120,7 +120,7 @@ def rescale_offline(spec: dict, run_dir: str, partitions: int) -> dict:
     savepoint(spec["checkpoint"], sp, progress=False)
     taken = time.monotonic()
     restore(sp, rescaled, partitions=partitions, progress=False)
-    return {"checkpoint": rescaled, "savepoint_s": taken - t, "restore_s": time.monotonic() - taken}
+    return rescaled, {"savepoint_s": taken - t, "restore_s": time.monotonic() - taken}
 
 
 def main(argv=None) -> int:

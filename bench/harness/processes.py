@@ -21,6 +21,8 @@ from typing import Iterable, Optional
 
 #: The kinds :func:`classify` sorts an application's processes into.
 KINDS = ("jvm", "provider_workers", "pyspark_daemon", "pyspark_workers")
+#: Clock ticks a second: the unit of ``/proc/<pid>/stat``'s CPU times.
+_TICKS = os.sysconf("SC_CLK_TCK")
 #: The kinds that are Python workers of the JVM.
 WORKER_KINDS = ("provider_workers", "pyspark_daemon", "pyspark_workers")
 
@@ -33,6 +35,8 @@ class Proc:
     rss_kb: int
     fds: int
     rss_anon_kb: int = 0
+    #: CPU time spent so far, user and system (``/proc/<pid>/stat``'s utime and stime), seconds
+    cpu_s: float = 0.0
 
 
 def read_proc(pid: int) -> Optional[Proc]:
@@ -52,8 +56,8 @@ def read_proc(pid: int) -> Optional[Proc]:
         fds = len(os.listdir(f"/proc/{pid}/fd"))
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-    return Proc(pid, ppid, cmdline, rss, fds, anon)
+    fields = stat[stat.rindex(")") + 2:].split()  # from the state on: ppid is [1], utime [11], stime [12]
+    return Proc(pid, int(fields[1]), cmdline, rss, fds, anon, (int(fields[11]) + int(fields[12])) / _TICKS)
 
 
 def descendants(root: int) -> list[Proc]:
@@ -90,19 +94,9 @@ def classify(procs: Iterable[Proc]) -> dict[str, list[Proc]]:
 
 
 def cpu_seconds(root: int) -> dict[str, float]:
-    """CPU time (user + system, seconds) spent so far by each kind of process below ``root``
-    (``/proc/<pid>/stat``'s utime and stime; a worker that has ended no longer counts)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    out = {kind: 0.0 for kind in KINDS}
-    for kind, procs in classify(descendants(root)).items():
-        for p in procs:
-            try:
-                with open(f"/proc/{p.pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            out[kind] += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
-    return out
+    """CPU time (user + system, seconds) spent so far by each kind of process below ``root`` (a
+    worker that has ended no longer counts)."""
+    return {kind: sum(p.cpu_s for p in procs) for kind, procs in classify(descendants(root)).items()}
 
 
 def process_summary(root: int) -> dict[str, dict]:

@@ -176,8 +176,7 @@ private[sparkstate] object MemoryBudget {
      * it), so no thread holds that buffer's lock and waits for the view's.
      */
     def reserveForWrites(bytes: Long): Boolean = tryReserve(bytes) || {
-      val holders = reclaimables.synchronized(new java.util.ArrayList[Reclaimable](reclaimables.keySet))
-      val it = holders.iterator
+      val it = holders().iterator
       var reserved = false
       while (!reserved && it.hasNext) {
         it.next().reclaim()
@@ -200,8 +199,11 @@ private[sparkstate] object MemoryBudget {
     def notHolding(holder: Reclaimable): Unit = reclaimables.synchronized(reclaimables.remove(holder))
 
     /** Reclaim what every holder holds (a `hashmap` store opened: the lent part goes back). */
-    def reclaimAll(): Unit =
-      reclaimables.synchronized(new java.util.ArrayList[Reclaimable](reclaimables.keySet)).forEach(_.reclaim())
+    def reclaimAll(): Unit = holders().forEach(_.reclaim())
+
+    /** The holders now, least recently grown first: a copy, so that none is called under the map's lock. */
+    private def holders(): java.util.ArrayList[Reclaimable] =
+      reclaimables.synchronized(new java.util.ArrayList[Reclaimable](reclaimables.keySet))
   }
 
   /** Heap reserved from [[Pending]] that its holder can give back on demand (a read view's layers). */
