@@ -27,8 +27,10 @@ key.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -117,7 +119,17 @@ class OverlayWrites(EpochWrites):
         return self._overlay.count_committed(count_existing)
 
     def apply_to(self, backend: KVBackend) -> None:
-        backend.apply(self._changes.items())
+        # As columns (the dict's keys are distinct), split into puts and deletes by C loops:
+        # the backend applies them without bytecode per key (KVBackend.apply_distinct).
+        changes = self._changes
+        keys, values = list(changes), list(changes.values())
+        if not self.num_deletes:
+            backend.apply_distinct(keys, cast("list[bytes]", values), [])
+            return
+        is_put = list(map(operator.is_not, values, itertools.repeat(None)))
+        put_values = cast("list[bytes]", list(itertools.compress(values, is_put)))
+        backend.apply_distinct(list(itertools.compress(keys, is_put)), put_values,
+                               list(itertools.compress(keys, map(operator.not_, is_put))))
 
 
 class SpilledWrites(EpochWrites):

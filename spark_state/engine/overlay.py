@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import rocksdict
@@ -33,6 +34,8 @@ from . import spill as S
 from .spill import SpillRuns
 
 _MISSING = object()
+#: The flags of :meth:`WriteOverlay.count_committed` that say nothing of a key's existence.
+_UNKNOWN = (None, -1)
 
 #: Bytes a dict entry of the overlay costs beyond its key and value (two bytes objects' headers, the
 #: dict's slot and index): what the memory estimate adds per entry.
@@ -147,7 +150,7 @@ class WriteOverlay:
         flags: list[Optional[int]] = list(map(self._prior.get, changes))
         known = flags.count(True)  # counts 1 as well (1 == True)
         if flags.count(None) + flags.count(-1):
-            unknown = [k for k, f in zip(changes, flags) if f is None or f == -1]
+            unknown = list(itertools.compress(changes, map(_UNKNOWN.__contains__, flags)))
         else:
             unknown = []
         if max(changes) >= SYSTEM_PREFIX:  # system keys are not counted (see VersionedStore.num_keys)
@@ -191,7 +194,7 @@ class WriteOverlay:
     def estimated_bytes(self) -> int:
         """What the dicts hold, estimated: keys, values and :data:`ENTRY_OVERHEAD` per entry."""
         changes, prior = self._changes, self._prior
-        data = sum(map(len, changes)) + sum(len(v) for v in changes.values() if v is not None)
+        data = sum(map(len, changes)) + sum(map(len, filter(None, changes.values())))  # C loops (None: a delete)
         return data + sum(map(len, prior)) + (len(changes) + len(prior)) * ENTRY_OVERHEAD
 
     def _check_memory(self) -> None:

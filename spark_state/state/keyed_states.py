@@ -9,8 +9,10 @@ access pays no key concatenation. A :class:`ValueState` without TTL whose serial
 round trips (``exact_type``: int, float, str, bytes, bool) remembers the value it last read
 or wrote for the current key, so the read-modify-write of a running count reads the store
 once per key and batch, not once per row; with the context's write-back queue enabled (the
-process runtimes) its writes also reach the store once per key switch (see :class:`ValueState`). Writes are
-staged in the store's pending epoch and become durable at the next commit.
+process runtimes) its writes also reach the store once per key switch (see :class:`ValueState`). A
+:class:`ListState` without TTL does the same with its list's counter: a run of adds to one key
+reads it once and, with write-back, writes it once. Writes are staged in the store's pending
+epoch and become durable at the next commit.
 Key layout: :mod:`spark_state.keys.keyed`.
 
 A stored value that does not decode raises :class:`~.errors.StateDecodeError`, naming the
@@ -197,11 +199,28 @@ class ListState(KeyedState):
     """A list per key, one store entry per element (so every element has its own TTL).
 
     Layout: the entry at the base key holds the next sequence number (uint64 BE); element
-    ``i`` lives at ``base + seq``. The counter is written with every add, so its TTL stamp
-    is never older than any element's and it never expires before them.
+    ``i`` lives at ``base + seq``. With TTL the counter is written with every add, so its TTL
+    stamp is never older than any element's and it never expires before them.
+
+    Counter cache (without TTL): ``_skey`` is the base key whose next sequence number ``_seq`` is
+    known (compared by identity, as :class:`ValueState`'s read cache), so a run of adds to one
+    key reads its counter once. With the context's write-back queue enabled (the process
+    runtimes) the counter also reaches the store once, when the queue is flushed (at the next
+    key switch or before the commit); the elements are written at once. Until then the
+    counter in the store may be behind: nothing reads it but :meth:`_next_seq`, through the cache.
     """
 
     descriptor: ListStateDescriptor
+
+    def __init__(self, context: "KeyContext", descriptor: StateDescriptor,
+                 access: "PlainAccess | TtlAccess") -> None:
+        super().__init__(context, descriptor, access)
+        self._queue = context.write_back
+        self._cached = access.ttl is None
+        self._write_back = self._queue.enabled and self._cached
+        self._skey: Optional[bytes] = None
+        self._seq = 0
+        self._dirty = False
 
     def get(self) -> list[Any]:
         """The elements, oldest first (``[]`` when empty)."""
@@ -223,10 +242,9 @@ class ListState(KeyedState):
             raise ValueError(f"list state {self.name!r} cannot hold None elements")
         raw = self._encode(value, "add()")
         base = self._key
-        seq = self._next_seq(base)
-        put = self._access.put
-        put(base + K.seq_suffix(seq), raw)
-        put(base, K.seq_suffix(seq + 1))
+        seq = self._seq if base is self._skey else self._next_seq(base)
+        self._access.put(base + K.seq_suffix(seq), raw)
+        self._set_next_seq(base, seq + 1)
 
     def add_all(self, values: Iterable[Any]) -> None:
         """Append several elements (none if one of them does not fit the declared type)."""
@@ -260,15 +278,38 @@ class ListState(KeyedState):
         for raw in raws:
             put(base + K.seq_suffix(seq), raw)
             seq += 1
-        put(base, K.seq_suffix(seq))
+        self._set_next_seq(base, seq)
 
     def clear(self) -> None:
         base = self._key
+        if base is self._skey:
+            self._skey, self._dirty = None, False  # a pending counter write is superseded
         delete = self._access.delete
         for key, _ in self._access.raw_scan(base):
             delete(key)
 
+    def _set_next_seq(self, base: bytes, seq: int) -> None:
+        """Record ``seq`` as the next sequence number of the list at ``base`` (see the class docstring)."""
+        if not self._write_back:
+            self._access.put(base, K.seq_suffix(seq))
+            if self._cached:
+                self._skey, self._seq = base, seq
+            return
+        self._skey, self._seq = base, seq
+        if not self._dirty:
+            self._dirty = True
+            self._queue.pending.append(self)
+
+    def _flush(self) -> None:
+        """Write a pending (write-back) counter to the store."""
+        if self._dirty:
+            self._dirty = False
+            assert self._skey is not None  # set with the counter
+            self._access.put(self._skey, K.seq_suffix(self._seq))
+
     def _next_seq(self, base: bytes) -> int:
+        if base is self._skey:
+            return self._seq
         raw = self._access.get(base)
         if raw is not None:
             return K.decode_seq(raw)

@@ -1,6 +1,7 @@
 """The per-row fast paths of keyed state and the lean keyed loop (pure code, no Spark):
-value-state read cache and write-back, exact-type serializers, the grouping of input rows
-by key, and output batches built without a Python call per row."""
+value-state read cache and write-back, the list counter's cache and write-back, exact-type
+serializers, the grouping of input rows by key, and output batches built without a Python call
+per row."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from spark_state.process.gc_pacing import TASK_GEN0_THRESHOLD, task_gc_pacing
 from spark_state.process.gc_pacing import paced as _paced
 from spark_state.process.keyed_input import BatchLayout as _BatchLayout
 from spark_state.process.keyed_input import gathered as _gathered, group_by_key as _group_by_key
-from spark_state.state import KeyedStateBackend, ValueStateDescriptor, serializer_for
+from spark_state.state import KeyedStateBackend, ListStateDescriptor, ValueStateDescriptor, serializer_for
 from spark_state.state.errors import StateValueError
 from spark_state.ttl import ManualClock, TtlConfig
 
@@ -148,6 +149,48 @@ def test_ttl_value_state_is_not_cached(store) -> None:
     assert v.value() == 1
     clock.advance(5000)
     assert v.value() is None  # expired between two reads of the same key
+
+
+# ------------------------------------------------------------------ list state counter cache and write-back
+def _counter(store, state) -> int | None:
+    raw = store.get(state._key)  # the list's counter entry: the next sequence number, uint64 BE
+    return None if raw is None else struct.unpack(">Q", raw)[0]
+
+
+def test_a_lists_counter_is_written_at_the_key_switch_and_its_elements_at_once(store) -> None:
+    b = KeyedStateBackend(store, write_back=True)
+    values = b.get_list_state(ListStateDescriptor("values", T.LongType()))
+    b.set_current_key(b"a", 1)
+    for v in range(3):
+        values.add(v)
+    values.add_all([3, 4])
+    assert values.get() == [0, 1, 2, 3, 4]  # the elements are in the store already
+    assert _counter(store, values) is None  # the counter is pending: one write per key, not per add
+    b.set_current_key(b"b", 2)
+    values.add(10)
+    b.set_current_key(b"a", 1)
+    assert _counter(store, values) == 5  # written at the switch, and read back for a's next add
+    values.add(5)
+    values.update([7, 8])  # a clear drops the pending counter; the list starts again at 0
+    values.add(9)
+    b.before_commit()
+    assert values.get() == [7, 8, 9] and _counter(store, values) == 3
+    store.commit()
+    b.set_current_key(b"b", 2)
+    assert values.get() == [10] and _counter(store, values) == 1
+
+
+def test_a_list_with_ttl_or_without_write_back_writes_its_counter_with_every_add(store) -> None:
+    ttl = TtlConfig.builder(60_000).clock(ManualClock(0)).build()
+    for write_back, descriptor in ((False, ListStateDescriptor("plain", T.LongType())),
+                                   (True, ListStateDescriptor("ttl", T.LongType(), ttl=ttl))):
+        b = KeyedStateBackend(store, write_back=write_back)
+        values = b.get_list_state(descriptor)
+        b.set_current_key(b"a", 1)
+        values.add(1)
+        values.add(2)
+        assert values.get() == [1, 2]
+        assert store.get(values._key) is not None, descriptor.name  # no counter held back
 
 
 # ------------------------------------------------------------------ grouping input rows
