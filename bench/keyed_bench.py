@@ -35,13 +35,16 @@ Method: input is generated up front (one parquet file per micro-batch), read wit
 ``--partitions`` partitions. Every (workload, engine) runs in a fresh Python process and JVM;
 the first ``--warmup`` batches are not measured; the figure is the median ``addBatch`` time of
 the measured batches, as rows/s. Ratios are keyed_process over transformWithStateInPandas.
+``--rounds N`` runs every engine N times, interleaved (A B C A B C ...): a figure is then the
+median of its rounds, and a ratio the median of the rounds' ratios, printed with their spread
+(one batch of the count takes well under a second here, so a single run swings by +-20 %).
 Everything runs at each driver heap of ``--heaps`` (default ``1g,4g``: Spark's default driver
 memory and a larger one), ratios within a heap; ``--record`` keeps the ratios for
 ``bench/compare.py``. The keyed functions are ``bench/harness/keyed_fns.py``'s.
 
 Usage: python bench/keyed_bench.py [--rows-per-batch 50000] [--keys 25000] [--batches 4]
            [--workloads count,listmap,count_timer] [--engines process,tws]
-           [--backends rocksdb,hashmap] [--heaps 1g,4g] [--json out.json] [--record]
+           [--backends rocksdb,hashmap] [--heaps 1g,4g] [--rounds 1] [--json out.json] [--record]
        python bench/keyed_bench.py --suite speed    # the per-row cost shape: 200k rows/batch, 20k keys,
            # workloads count,listmap; engines passthrough,dictloop,process,vector; both backends
 """
@@ -235,43 +238,41 @@ def run_one(workload: str, engine: str, backend: str, heap: str, args: argparse.
 
 
 def run_heap(heap: str, args: argparse.Namespace, input_dir: str, tmp: str) -> dict:
-    """Every (workload, engine, backend) at one heap; prints each run and the ratios."""
+    """Every (workload, engine, backend) at one heap, ``--rounds`` times interleaved (A B C A B C ...);
+    prints each run, then every ratio as the median of its rounds' ratios with their spread."""
     print(f"driver heap {heap}:")
+    runs = [(workload, engine, backend) for workload in args.workloads.split(",")
+            for engine in args.engines.split(",") if engine in SUPPORTED[workload]
+            for backend in (args.backends.split(",") if engine in KEYED_ENGINES else ["-"])]
     out: dict = {}
-    for workload in args.workloads.split(","):
-        for engine in args.engines.split(","):
-            if engine not in SUPPORTED[workload]:
-                continue
-            backends = args.backends.split(",") if engine in KEYED_ENGINES else ["-"]
-            for backend in backends:
-                name = engine if backend == "-" else f"{engine}/{backend}"
-                secs = run_one(workload, engine, backend if backend != "-" else "rocksdb", heap, args, input_dir, tmp)
-                med = statistics.median(secs)
-                out.setdefault(workload, {})[name] = {
-                    "batch_seconds": secs, "median_s": med, "rows_per_s": args.rows_per_batch / med}
-                print(f"  {workload:8s} {name:18s} median {med:7.2f} s/batch  "
-                      f"{args.rows_per_batch / med:10.0f} rows/s   batches: {[round(s, 2) for s in secs]}",
-                      flush=True)
+    for round_no in range(args.rounds):
+        for workload, engine, backend in runs:
+            name = engine if backend == "-" else f"{engine}/{backend}"
+            secs = run_one(workload, engine, backend if backend != "-" else "rocksdb", heap, args, input_dir, tmp)
+            med = statistics.median(secs)
+            x = out.setdefault(workload, {}).setdefault(name, {"rounds": []})
+            x["rounds"].append({"batch_seconds": secs, "median_s": med, "rows_per_s": args.rows_per_batch / med})
+            print(f"  round {round_no + 1} {workload:8s} {name:18s} median {med:7.2f} s/batch  "
+                  f"{args.rows_per_batch / med:10.0f} rows/s   batches: {[round(s, 2) for s in secs]}", flush=True)
+    for r in out.values():
+        for x in r.values():
+            x["rows_per_s"] = statistics.median(t["rows_per_s"] for t in x["rounds"])
     print()
     for workload, r in out.items():
         base = r.get("dictloop") or out.get("count", {}).get("dictloop")
         floor = r.get("passthrough") or out.get("count", {}).get("passthrough")
         for name, x in r.items():
             parts = []
-            if base is not None and name != "dictloop":
-                x["vs_dictloop"] = x["rows_per_s"] / base["rows_per_s"]
-                parts.append(f"{x['vs_dictloop']:.2f}x the per-row dict loop")
-            if floor is not None and name != "passthrough":
-                x["vs_passthrough"] = x["rows_per_s"] / floor["rows_per_s"]
-                parts.append(f"{x['vs_passthrough']:.2f}x pass-through mapInArrow")
+            for key, ref, label in (("vs_dictloop", base, "the per-row dict loop"),
+                                    ("vs_passthrough", floor, "pass-through mapInArrow")):
+                if ref is not None and ref is not x:
+                    parts.append(_ratio(x, ref, key, label))
             if parts:
                 print(f"  {workload:8s} {name:18s} " + ", ".join(parts))
         for backend in args.backends.split(","):
             if f"process/{backend}" in r and "tws" in r:
-                ratio = r[f"process/{backend}"]["rows_per_s"] / r["tws"]["rows_per_s"]
-                r[f"process/{backend}"]["vs_tws"] = ratio
-                print(f"  {workload}: keyed_process ({backend}) is {ratio:.1f}x transformWithStateInPandas "
-                      "(RocksDB)")
+                ratio = _ratio(r[f"process/{backend}"], r["tws"], "vs_tws", "transformWithStateInPandas (RocksDB)")
+                print(f"  {workload}: keyed_process ({backend}) is {ratio}")
     first = args.backends.split(",")[0]
     if "count" in out and "count_timer" in out and f"process/{first}" in out["count_timer"]:
         rel = (out["count_timer"][f"process/{first}"]["rows_per_s"]
@@ -280,16 +281,28 @@ def run_heap(heap: str, args: argparse.Namespace, input_dir: str, tmp: str) -> d
     return out
 
 
+def _ratio(x: dict, ref: dict, key: str, label: str) -> str:
+    """``x`` over ``ref`` round by round (a round's runs ran side by side): the median is kept in
+    ``x[key]``, the spread in ``x[key + "_spread"]``; returns the printed form."""
+    per_round = [a["rows_per_s"] / b["rows_per_s"] for a, b in zip(x["rounds"], ref["rounds"])]
+    x[key] = statistics.median(per_round)
+    x[key + "_spread"] = [min(per_round), max(per_round)]
+    spread = f" ({min(per_round):.2f}-{max(per_round):.2f} over {len(per_round)} rounds)" if len(per_round) > 1 else ""
+    return f"{x[key]:.2f}x {label}{spread}"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--backends", default="rocksdb", help="keyed_process engine backends (rocksdb,hashmap)")
+    ap.add_argument("--backends", help="keyed_process engine backends (default rocksdb; speed suite: hashmap,rocksdb)")
     ap.add_argument("--suite", choices=["speed"], help="speed: the per-row cost comparison")
-    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--workloads", help=f"default {','.join(WORKLOADS)}; speed suite: count,listmap")
     ap.add_argument("--engines")
     ap.add_argument("--rows-per-batch", type=int, default=50_000)
     ap.add_argument("--keys", type=int, default=25_000)
     ap.add_argument("--batches", type=int, default=4, help="measured batches")
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of every engine, interleaved; ratios are the median of the rounds' ratios")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--extensions", choices=["on", "off"], default="on",
                     help="spark-state's session extensions (the SQL tab's node), as configure sets them")
@@ -302,8 +315,11 @@ def main(argv=None) -> None:
         return
     if args.suite == "speed":
         args.rows_per_batch, args.keys = 200_000, 20_000
-        args.workloads, args.backends = "count,listmap", "hashmap,rocksdb"
+        args.workloads = args.workloads or "count,listmap"
+        args.backends = args.backends or "hashmap,rocksdb"
         args.engines = args.engines or "passthrough,dictloop,process,vector"
+    args.workloads = args.workloads or ",".join(WORKLOADS)
+    args.backends = args.backends or "rocksdb"
     args.engines = args.engines or ",".join(ENGINES)
     try:
         heaps = sessions.parse_heaps(args.heaps)
