@@ -321,6 +321,8 @@ def main(argv=None) -> None:
     args.workloads = args.workloads or ",".join(WORKLOADS)
     args.backends = args.backends or "rocksdb"
     args.engines = args.engines or ",".join(ENGINES)
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     try:
         heaps = sessions.parse_heaps(args.heaps)
     except ValueError as exc:

@@ -285,7 +285,10 @@ def test_pending_writes_take_the_heap_back_from_the_views_layers(spark, tmp_path
     load exports its version instead, reading exactly what the layers held."""
     sparkstate = spark._jvm.org.apache.spark.sql.execution.streaming.state.sparkstate
     pending = getattr(getattr(sparkstate, "MemoryBudget$Pending$"), "MODULE$")
-    # what this test's layers leave of the part (other tests' stores of this JVM may hold some of it)
+    # Other tests' stores of this JVM may hold layers, less recently extended than this test's,
+    # which a reservation would reclaim first: drop them (a cache: their stores export at their
+    # next load), so that only this test's layers stand between the part's free room and its limit.
+    pending.reclaimAll()
     room = sparkstate.MemoryBudget.pendingLimitBytes() - pending.usedBytes()
     shim = Shim(spark, str(tmp_path / "state"), {})
     try:
