@@ -42,10 +42,7 @@ class EpochAccess:
         pending = overlay.lookup(key)
         if pending is not MISSING:
             return pending  # type: ignore[return-value]
-        backend = self._backend
-        if backend is None or self._closed or self._version is None:  # _require_loaded's test, inlined
-            backend = self._loaded_backend()  # raises what a read of an unloaded store raises
-        value = backend.get(key)
+        value = self._loaded_backend().get(key)
         overlay.note_committed(key, value is not None)
         return value
 
@@ -112,15 +109,13 @@ class EpochAccess:
     def put(self, key: bytes, value: bytes) -> None:
         if type(key) is not bytes or type(value) is not bytes:
             reject_write(key, value)
-        if self._backend is None or self._closed or self._version is None:  # per write: no call when loaded
-            self._require_loaded()
+        self._require_loaded()
         self._overlay.put(key, value)
 
     def delete(self, key: bytes) -> None:
         if type(key) is not bytes:
             reject_write(key, b"")
-        if self._backend is None or self._closed or self._version is None:
-            self._require_loaded()
+        self._require_loaded()
         self._overlay.put(key, None)
 
     def put_many(self, keys: Iterable[bytes], values: Iterable[bytes]) -> None:

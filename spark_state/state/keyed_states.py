@@ -242,7 +242,7 @@ class ListState(KeyedState):
             raise ValueError(f"list state {self.name!r} cannot hold None elements")
         raw = self._encode(value, "add()")
         base = self._key
-        seq = self._seq if base is self._skey else self._next_seq(base)
+        seq = self._next_seq(base)
         self._access.put(base + K.seq_suffix(seq), raw)
         self._set_next_seq(base, seq + 1)
 
