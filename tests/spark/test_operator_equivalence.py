@@ -209,17 +209,24 @@ LINE_CASES_ON_HASHMAP = frozenset({"agg_complete", "session_window"})
 #: condition, and session windows merged and evicted through prefix scans. The others call the
 #: provider as their one-operator cases do, at more keys.
 LINE_EVICTION_CASES = frozenset({"join_left_many", "session_many"})
+#: One-operator cases whose many-key twin in :data:`LINE_EVICTION_CASES` runs on every line on
+#: the default backend: the same operator, so the same calls of the provider (the newest line's
+#: suite runs both).
+LINE_TWINS = {"join_left_outer": "join_left_many", "session_window": "session_many"}
 
 
 def _on_every_line(case: Case, provider: str) -> bool:
     """Whether the compatibility suite runs ``case`` on ``provider``. What a Spark line changes is
     how Spark calls the provider (the shim's per-line folders): the same calls for both backends,
-    and for a case and its many-key twin. So every one-operator case on the default backend, the
-    eviction cases of :data:`LINE_EVICTION_CASES`, and on ``hashmap`` the cases of
-    :data:`LINE_CASES_ON_HASHMAP`; the backends' own code is common to every line."""
+    and for a case and its many-key twin. So on the default backend every one-operator case
+    without a twin in :data:`LINE_TWINS` and the eviction cases of :data:`LINE_EVICTION_CASES`,
+    and on ``hashmap`` the cases of :data:`LINE_CASES_ON_HASHMAP`; the backends' own code is
+    common to every line."""
     if provider == SPARKSTATE_HASHMAP:
         return case.name in LINE_CASES_ON_HASHMAP
-    return case not in EVICTION_CASES or case.name in LINE_EVICTION_CASES
+    if case in EVICTION_CASES:
+        return case.name in LINE_EVICTION_CASES
+    return case.name not in LINE_TWINS
 
 #: The spilling cases also run on the hashmap backend: several stores per operator (a join),
 #: session windows (scan and rewrite under a merge), complete mode (iteration after the commit).
