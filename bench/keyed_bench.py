@@ -58,7 +58,7 @@ import statistics
 import sys
 import tempfile
 
-from harness import inputs, queries, results, sessions, workers
+from harness import inputs, queries, results, sessions, stats, workers
 from harness.contenders import CONTENDERS
 
 WORKLOADS = ("count", "listmap", "count_timer")
@@ -301,7 +301,7 @@ def main(argv=None) -> None:
     ap.add_argument("--keys", type=int, default=25_000)
     ap.add_argument("--batches", type=int, default=4, help="measured batches")
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=1,
+    ap.add_argument("--rounds", type=stats.rounds, default=1,
                     help="runs of every engine, interleaved; ratios are the median of the rounds' ratios")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--extensions", choices=["on", "off"], default="on",
@@ -321,8 +321,6 @@ def main(argv=None) -> None:
     args.workloads = args.workloads or ",".join(WORKLOADS)
     args.backends = args.backends or "rocksdb"
     args.engines = args.engines or ",".join(ENGINES)
-    if args.rounds < 1:
-        ap.error("--rounds must be at least 1")
     try:
         heaps = sessions.parse_heaps(args.heaps)
     except ValueError as exc:

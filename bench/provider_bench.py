@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 
-from harness import inputs, queries, results, sessions, workers
+from harness import inputs, queries, results, sessions, stats, workers
 from harness.contenders import TTL_CONF, contender, spark_state_importable
 from harness.stats import fmt_ratio, ratio
 
@@ -226,7 +226,8 @@ def main(argv=None) -> int:
     parser.add_argument("--master", default="local[2]")
     sessions.add_heaps_option(parser)
     parser.add_argument("--driver-memory", help="one driver heap (the same as --heaps with one value)")
-    parser.add_argument("--rounds", type=int, default=1, help="run every provider this many times (rotated order)")
+    parser.add_argument("--rounds", type=stats.rounds, default=1,
+                        help="run every provider this many times (rotated order)")
     parser.add_argument("--profile", action="store_true",
                         help="print each run's batches: times, GC, CPU of the JVM and of the workers, loads, "
                              "view exports, spills, heap")

@@ -39,7 +39,7 @@ import tempfile
 import time
 
 import large_state_bench as L  # the worker processes and inputs of the large-state benchmark
-from harness import inputs, results
+from harness import inputs, results, stats
 from harness.stats import median
 
 #: Spark's own steps of a batch in its progress (``durationMs``), besides ``addBatch``.
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
     parser.add_argument("--providers", default="sparkstate,rocksdb")
     parser.add_argument("--sizes", default="1000000,10000000,30000000")
     parser.add_argument("--restart-updates", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=stats.rounds, default=1)
     parser.add_argument("--driver-memory", default="1g")
     parser.add_argument("--rescale", type=int, help="restart at this many partitions: a savepoint restored at "
                         "that count first (spark-state only; Spark's providers cannot change it)")

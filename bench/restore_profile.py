@@ -38,7 +38,7 @@ import uuid
 import numpy as np
 
 from commit_profile import changes_file  # the shim's changes file, as the commit profile writes it
-from harness import moto, results
+from harness import moto, results, stats
 from harness.phases import PhaseTimes
 
 PHASES = PhaseTimes()
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
     parser.add_argument("--snapshot-interval", type=int, default=5)
     parser.add_argument("--tail-epochs", type=int, default=4, help="epochs committed after the last snapshot")
     parser.add_argument("--updates", type=int, default=250_000, help="puts per tail epoch")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=stats.rounds, default=3)
     parser.add_argument("--s3", action="store_true", help="checkpoint on a local moto S3 server behind a shaping proxy")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="--s3: added to every request")
     parser.add_argument("--bandwidth-mbps", type=float, default=800.0, help="--s3: the shared link's megabits/s")

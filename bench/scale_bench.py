@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 
-from harness import inputs, queries, results, sessions, workers
+from harness import inputs, queries, results, sessions, stats, workers
 from harness.contenders import CONTENDERS, contender
 from harness.heap import MB, HeapSampler, gc_time_ms
 from harness.stats import spread
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--keys-per-batch", type=int, default=1_000_000)
     parser.add_argument("--driver-memory", default="1g")
-    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--rounds", type=stats.rounds, default=1)
     parser.add_argument("--cap-s", type=float, default=900, help="longest a provider's run may take")
     parser.add_argument("--workdir")
     sessions.add_conf_option(parser)

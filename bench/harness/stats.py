@@ -8,9 +8,22 @@ and one such batch moves a mean but not a median. Ratios are of two contenders *
 
 from __future__ import annotations
 
+import argparse
 import math
 import statistics
 from typing import Callable, Iterable, Optional
+
+
+def rounds(text: str) -> int:
+    """The argparse type of a benchmark's ``--rounds``: a whole number, at least 1 (no rounds would
+    leave every figure empty)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"rounds must be a whole number, not {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"rounds must be at least 1, not {n}")
+    return n
 
 
 def median(values: Iterable[Optional[float]]) -> float:
